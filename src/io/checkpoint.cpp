@@ -1,0 +1,510 @@
+#include "io/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+
+namespace fs = std::filesystem;
+
+namespace petrel {
+namespace {
+
+using json = nlohmann::json;
+
+// Prefixes that wrap the language model in released files, rewritten to the plain "model." form.
+const std::pair<const char*, const char*> kPrefixRewrites[] = {
+    {"model.language_model.", "model."},           // HF Qwen3.5 VLM
+    {"language_model.model.", "model."},           // mlx-lm / mlx-vlm Qwen3.5
+    {"language_model.lm_head.", "lm_head."},
+};
+// Tensors a text-only model never reads.
+const char* kSkippedPrefixes[] = {"mtp.", "model.mtp.", "model.visual.", "visual.", "vision_tower.",
+                                  "model.vision_tower.", "language_model.mtp."};
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string canonical_name(const std::string& name) {
+  for (const auto& [from, to] : kPrefixRewrites)
+    if (starts_with(name, from)) return std::string(to) + name.substr(std::strlen(from));
+  return name;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  TensorInfo t;
+  t.shape = s;
+  return t.shape_str();
+}
+
+std::shared_ptr<const std::vector<int32_t>> make_map(std::vector<int32_t> v) {
+  return std::make_shared<const std::vector<int32_t>>(std::move(v));
+}
+
+}  // namespace
+
+// Maps checkpoint tensors to canonical roles, checking every shape against the config.
+class WeightMapper {
+ public:
+  explicit WeightMapper(Checkpoint& ck) : ck_(ck), c_(ck.config_) {}
+
+  void run();
+
+ private:
+  const TensorInfo& tensor(const std::string& name, const std::string& role) const;
+  const TensorInfo* find(const std::string& name) const;
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  void expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape, const std::string& role) const;
+  void quant_params(const std::string& module, int* bits, int* group) const;
+  // A [rows, cols] matrix, or a stack [lead..., rows, cols] viewed as one tall matrix.
+  Matrix matrix(const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols,
+                const std::string& role);
+  std::vector<float> vector(const std::string& name, int64_t n, const std::string& role);
+  std::vector<float> norm(const std::string& name, int64_t n, const std::string& role);
+
+  void map_attention(int i, LayerWeights& L);
+  void map_deltanet(int i, LayerWeights& L);
+  void map_ffn(int i, LayerWeights& L);
+  MlpWeights mlp(const std::string& prefix, int64_t inter, const std::string& role);
+  std::vector<MlpWeights> experts(const std::string& prefix, const std::string& role);
+
+  Checkpoint& ck_;
+  const ModelConfig& c_;
+  bool shifted_ = false;   // MLX files fold the zero-centred +1 into norm weights
+  std::set<std::string> used_;
+};
+
+const TensorInfo* WeightMapper::find(const std::string& name) const {
+  auto it = ck_.tensors_.find(name);
+  return it == ck_.tensors_.end() ? nullptr : it->second;
+}
+
+const TensorInfo& WeightMapper::tensor(const std::string& name, const std::string& role) const {
+  const TensorInfo* t = find(name);
+  check(t != nullptr, "checkpoint " + ck_.dir_ + ": missing tensor '" + name + "' (" + role + ")");
+  const_cast<WeightMapper*>(this)->used_.insert(name);
+  return *t;
+}
+
+void WeightMapper::expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape,
+                                const std::string& role) const {
+  check(t.shape == shape, t.file + ": tensor '" + t.name +
+                              "' (" + role + ") has shape " + t.shape_str() + ", expected " + shape_str(shape));
+}
+
+void WeightMapper::quant_params(const std::string& module, int* bits, int* group) const {
+  const json& q = ck_.quantization_;
+  *bits = q.value("bits", 4);
+  *group = q.value("group_size", 64);
+  const std::string orig = ck_.original_name_.count(module + ".weight")
+                               ? ck_.original_name_.at(module + ".weight")
+                               : module + ".weight";
+  const std::string orig_module = orig.substr(0, orig.size() - std::strlen(".weight"));
+  for (const std::string& key : {orig_module, module}) {
+    if (q.contains(key) && q[key].is_object()) {
+      *bits = q[key].value("bits", *bits);
+      *group = q[key].value("group_size", *group);
+      return;
+    }
+  }
+}
+
+Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols,
+                            const std::string& role) {
+  int64_t stack = 1;
+  for (int64_t d : lead) stack *= d;
+  Matrix m;
+  m.name = module;
+  m.rows = stack * rows;
+  m.cols = cols;
+  auto dims = [&](int64_t last) {
+    std::vector<int64_t> s = lead;
+    s.push_back(rows);
+    s.push_back(last);
+    return s;
+  };
+  if (!has(module + ".scales")) {
+    const TensorInfo& w = tensor(module + ".weight", role);
+    check(is_float_dtype(w.dtype), w.file + ": tensor '" + w.name + "' (" + role +
+                                       ") has dtype " + dtype_name(w.dtype) + ", expected F32, F16 or BF16");
+    expect_shape(w, dims(cols), role);
+    m.format = MatrixFormat::Dense;
+    m.dtype = w.dtype;
+    m.data = w.data;
+    return m;
+  }
+  int bits = 0, group = 0;
+  quant_params(module, &bits, &group);
+  const TensorInfo& w = tensor(module + ".weight", role);
+  const TensorInfo& s = tensor(module + ".scales", role + " scales");
+  const TensorInfo& b = tensor(module + ".biases", role + " biases");
+  check(bits == 4 || bits == 8, w.file + ": tensor '" + w.name + "': " +
+                                    std::to_string(bits) + "-bit quantization is not supported (expected 4 or 8)");
+  check(cols % group == 0, w.file + ": tensor '" + w.name + "': input dim " +
+                               std::to_string(cols) + " is not a multiple of group_size " + std::to_string(group));
+  check(w.dtype == DType::U32, w.file + ": tensor '" + w.name +
+                                   "' is quantized (has .scales) but its dtype is " + dtype_name(w.dtype) +
+                                   ", expected U32");
+  expect_shape(w, dims(cols * bits / 32), role + " (" + std::to_string(bits) + "-bit packed, group " +
+                                              std::to_string(group) + ")");
+  expect_shape(s, dims(cols / group), role + " scales");
+  expect_shape(b, dims(cols / group), role + " biases");
+  check(is_float_dtype(s.dtype) && s.dtype == b.dtype,
+        s.file + ": scales/biases of '" + module + "' must share one float dtype");
+  m.format = MatrixFormat::Affine;
+  m.dtype = s.dtype;
+  m.data = w.data;
+  m.scales = s.data;
+  m.biases = b.data;
+  m.bits = bits;
+  m.group = group;
+  return m;
+}
+
+std::vector<float> WeightMapper::vector(const std::string& name, int64_t n, const std::string& role) {
+  const TensorInfo& t = tensor(name, role);
+  check(is_float_dtype(t.dtype), t.file + ": tensor '" + ck_.original_name_.at(name) + "' (" + role +
+                                     ") has dtype " + dtype_name(t.dtype) + ", expected a float type");
+  check(t.numel() == n, t.file + ": tensor '" + t.name + "' (" + role + ") has shape " +
+                            t.shape_str() + ", expected " + std::to_string(n) + " elements");
+  std::vector<float> v(n);
+  convert_to_f32(t.data, t.dtype, n, v.data());
+  return v;
+}
+
+// Zero-centred norms (Qwen3-Next / Qwen3.5) store w with output n·(1+w); MLX files store 1+w already.
+std::vector<float> WeightMapper::norm(const std::string& name, int64_t n, const std::string& role) {
+  std::vector<float> v = vector(name, n, role);
+  const bool zero_centred = c_.arch == Arch::Qwen3_5Moe || c_.arch == Arch::Qwen3_5 || c_.arch == Arch::Qwen3Next;
+  if (zero_centred && !shifted_)
+    for (float& x : v) x += 1.0f;
+  return v;
+}
+
+static Matrix slice_rows(const Matrix& m, int64_t row0, int64_t nrows) {
+  Matrix s = m;
+  s.rows = nrows;
+  if (m.format == MatrixFormat::Dense) {
+    s.data = static_cast<const uint8_t*>(m.data) + size_t(row0 * m.cols) * dtype_size(m.dtype);
+  } else {
+    s.data = static_cast<const uint32_t*>(m.data) + row0 * (m.cols * m.bits / 32);
+    const size_t off = size_t(row0 * (m.cols / m.group)) * dtype_size(m.dtype);
+    s.scales = static_cast<const uint8_t*>(m.scales) + off;
+    s.biases = static_cast<const uint8_t*>(m.biases) + off;
+  }
+  return s;
+}
+
+static Matrix gather_rows(const Matrix& m, std::vector<int32_t> rows) {
+  Matrix s = m;
+  s.rows = int64_t(rows.size());
+  s.row_map = make_map(std::move(rows));
+  return s;
+}
+
+void WeightMapper::map_attention(int i, LayerWeights& L) {
+  const std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
+  const std::string role = "layer " + std::to_string(i) + " attention";
+  const int64_t H = c_.hidden, D = c_.head_dim, Hq = c_.n_heads, Hkv = c_.n_kv_heads;
+  AttentionWeights& A = L.attn;
+  if (c_.attn_output_gate) {
+    // q_proj rows are per head [query (D) | gate (D)]; split them into two plain matrices.
+    Matrix qg = matrix(p + "q_proj", {}, 2 * Hq * D, H, role + " q_proj (query+gate per head)");
+    std::vector<int32_t> q_rows, g_rows;
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        q_rows.push_back(int32_t(h * 2 * D + d));
+        g_rows.push_back(int32_t(h * 2 * D + D + d));
+      }
+    A.q = gather_rows(qg, std::move(q_rows));
+    A.gate = gather_rows(qg, std::move(g_rows));
+  } else {
+    A.q = matrix(p + "q_proj", {}, Hq * D, H, role + " q_proj");
+  }
+  A.k = matrix(p + "k_proj", {}, Hkv * D, H, role + " k_proj");
+  A.v = matrix(p + "v_proj", {}, Hkv * D, H, role + " v_proj");
+  A.o = matrix(p + "o_proj", {}, H, Hq * D, role + " o_proj");
+  A.q_norm = norm(p + "q_norm.weight", D, role + " q_norm");
+  A.k_norm = norm(p + "k_norm.weight", D, role + " k_norm");
+}
+
+void WeightMapper::map_deltanet(int i, LayerWeights& L) {
+  const std::string p = "model.layers." + std::to_string(i) + ".linear_attn.";
+  const std::string role = "layer " + std::to_string(i) + " gated deltanet";
+  const int64_t H = c_.hidden, Hk = c_.lin_k_heads, Hv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
+  const int64_t r = Hv / Hk, C = c_.gdn_conv_channels(), K = c_.conv_kernel;
+  DeltaNetWeights& G = L.gdn;
+  if (has(p + "in_proj_qkvz.weight")) {
+    // Qwen3-Next: rows grouped per key head g as [q_g | k_g | v_{g·r..} | z_{g·r..}].
+    const int64_t P = 2 * dk + 2 * r * dv;
+    Matrix qkvz = matrix(p + "in_proj_qkvz", {}, Hk * P, H, role + " in_proj_qkvz");
+    std::vector<int32_t> qkv_rows, z_rows;
+    for (int64_t g = 0; g < Hk; ++g)
+      for (int64_t d = 0; d < dk; ++d) qkv_rows.push_back(int32_t(g * P + d));
+    for (int64_t g = 0; g < Hk; ++g)
+      for (int64_t d = 0; d < dk; ++d) qkv_rows.push_back(int32_t(g * P + dk + d));
+    for (int64_t j = 0; j < Hv; ++j)
+      for (int64_t d = 0; d < dv; ++d) {
+        const int64_t g = j / r, m = j % r;
+        qkv_rows.push_back(int32_t(g * P + 2 * dk + m * dv + d));
+        z_rows.push_back(int32_t(g * P + 2 * dk + r * dv + m * dv + d));
+      }
+    G.qkv = gather_rows(qkvz, std::move(qkv_rows));
+    G.z = gather_rows(qkvz, std::move(z_rows));
+    Matrix ba = matrix(p + "in_proj_ba", {}, 2 * Hv, H, role + " in_proj_ba");
+    std::vector<int32_t> b_rows, a_rows;
+    for (int64_t j = 0; j < Hv; ++j) {
+      b_rows.push_back(int32_t((j / r) * 2 * r + j % r));
+      a_rows.push_back(int32_t((j / r) * 2 * r + r + j % r));
+    }
+    G.b = gather_rows(ba, std::move(b_rows));
+    G.a = gather_rows(ba, std::move(a_rows));
+  } else {
+    G.qkv = matrix(p + "in_proj_qkv", {}, C, H, role + " in_proj_qkv");
+    G.z = matrix(p + "in_proj_z", {}, Hv * dv, H, role + " in_proj_z");
+    G.b = matrix(p + "in_proj_b", {}, Hv, H, role + " in_proj_b");
+    G.a = matrix(p + "in_proj_a", {}, Hv, H, role + " in_proj_a");
+  }
+  G.out = matrix(p + "out_proj", {}, H, Hv * dv, role + " out_proj");
+  const TensorInfo& conv = tensor(p + "conv1d.weight", role + " conv1d");
+  check(conv.shape == std::vector<int64_t>{C, 1, K} || conv.shape == std::vector<int64_t>{C, K, 1},
+        conv.file + ": tensor '" + conv.name + "' (" + role + " conv1d) has shape " +
+            conv.shape_str() + ", expected [" + std::to_string(C) + ", 1, " + std::to_string(K) + "] (HF) or [" +
+            std::to_string(C) + ", " + std::to_string(K) + ", 1] (MLX)");
+  G.conv = vector(p + "conv1d.weight", C * K, role + " conv1d");  // both layouts are c-major, k-minor
+  G.A_log = vector(p + "A_log", Hv, role + " A_log");
+  G.dt_bias = vector(p + "dt_bias", Hv, role + " dt_bias");
+  G.norm = vector(p + "norm.weight", dv, role + " gated norm");  // plain weight in every format
+}
+
+MlpWeights WeightMapper::mlp(const std::string& prefix, int64_t inter, const std::string& role) {
+  MlpWeights m;
+  m.gate = matrix(prefix + "gate_proj", {}, inter, c_.hidden, role + " gate_proj");
+  m.up = matrix(prefix + "up_proj", {}, inter, c_.hidden, role + " up_proj");
+  m.down = matrix(prefix + "down_proj", {}, c_.hidden, inter, role + " down_proj");
+  return m;
+}
+
+// Experts come as a fused stack (HF Qwen3.5), an MLX switch_mlp stack, or one tensor per expert.
+std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const std::string& role) {
+  const int64_t E = c_.n_experts, I = c_.moe_intermediate, H = c_.hidden;
+  std::vector<MlpWeights> out(E);
+  if (has(prefix + "experts.gate_up_proj")) {
+    // HF stores these without a ".weight" suffix; view them through an alias.
+    for (const char* part : {"gate_up_proj", "down_proj"}) {
+      const std::string from = prefix + "experts." + part, to = from + ".weight";
+      ck_.tensors_[to] = &tensor(from, role);
+      ck_.original_name_[to] = ck_.original_name_.at(from);
+    }
+    Matrix gu = matrix(prefix + "experts.gate_up_proj", {E}, 2 * I, H, role + " experts.gate_up_proj");
+    Matrix dn = matrix(prefix + "experts.down_proj", {E}, H, I, role + " experts.down_proj");
+    for (int64_t e = 0; e < E; ++e) {
+      out[e].gate = slice_rows(gu, e * 2 * I, I);
+      out[e].up = slice_rows(gu, e * 2 * I + I, I);
+      out[e].down = slice_rows(dn, e * H, H);
+    }
+    return out;
+  }
+  if (has(prefix + "switch_mlp.gate_proj.weight")) {
+    Matrix g = matrix(prefix + "switch_mlp.gate_proj", {E}, I, H, role + " switch_mlp.gate_proj");
+    Matrix u = matrix(prefix + "switch_mlp.up_proj", {E}, I, H, role + " switch_mlp.up_proj");
+    Matrix d = matrix(prefix + "switch_mlp.down_proj", {E}, H, I, role + " switch_mlp.down_proj");
+    for (int64_t e = 0; e < E; ++e) {
+      out[e].gate = slice_rows(g, e * I, I);
+      out[e].up = slice_rows(u, e * I, I);
+      out[e].down = slice_rows(d, e * H, H);
+    }
+    return out;
+  }
+  for (int64_t e = 0; e < E; ++e)
+    out[e] = mlp(prefix + "experts." + std::to_string(e) + ".", I, role + " expert " + std::to_string(e));
+  return out;
+}
+
+void WeightMapper::map_ffn(int i, LayerWeights& L) {
+  const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
+  const std::string role = "layer " + std::to_string(i) + " mlp";
+  FfnWeights& F = L.ffn;
+  F.moe = c_.layer_is_moe[i];
+  if (!F.moe) {
+    F.dense = mlp(p, c_.intermediate, role);
+    return;
+  }
+  F.router = matrix(p + "gate", {}, c_.n_experts, c_.hidden, role + " router (mlp.gate)");
+  F.experts = experts(p, role);
+  F.has_shared = c_.shared_intermediate > 0;
+  if (F.has_shared) {
+    F.shared = mlp(p + "shared_expert.", c_.shared_intermediate, role + " shared expert");
+    F.shared_gate = matrix(p + "shared_expert_gate", {}, 1, c_.hidden, role + " shared_expert_gate");
+  }
+}
+
+void WeightMapper::run() {
+  // MLX files carry conv1d as [C, K, 1] and fold the zero-centred +1 into norms; HF files are [C, 1, K].
+  // The conv layout is the only reliable signal (presence of mtp.* is not; see model-spec gotcha 6).
+  for (int i = 0; i < c_.n_layers; ++i) {
+    if (c_.layer_kinds[i] != LayerKind::DeltaNet) continue;
+    const TensorInfo* conv = find("model.layers." + std::to_string(i) + ".linear_attn.conv1d.weight");
+    shifted_ = conv && conv->shape.size() == 3 && conv->shape[2] == 1 && conv->shape[1] != 1;
+    break;
+  }
+  ModelWeights& W = ck_.weights_;
+  W.embed = matrix("model.embed_tokens", {}, c_.vocab, c_.hidden, "token embedding");
+  W.layers.resize(c_.n_layers);
+  for (int i = 0; i < c_.n_layers; ++i) {
+    LayerWeights& L = W.layers[i];
+    L.kind = c_.layer_kinds[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    L.input_norm = norm(p + "input_layernorm.weight", c_.hidden, "layer " + std::to_string(i) + " input_layernorm");
+    L.post_norm = norm(p + "post_attention_layernorm.weight", c_.hidden,
+                       "layer " + std::to_string(i) + " post_attention_layernorm");
+    if (L.kind == LayerKind::DeltaNet) map_deltanet(i, L);
+    else map_attention(i, L);
+    map_ffn(i, L);
+  }
+  W.final_norm = norm("model.norm.weight", c_.hidden, "final norm");
+  if (has("lm_head.weight") || !c_.tie_embeddings)
+    W.lm_head = matrix("lm_head", {}, c_.vocab, c_.hidden, "lm_head");
+  else
+    W.lm_head = W.embed;
+  ck_.info_.norms_preshifted = shifted_;
+  if (!W.layers.empty() && c_.hybrid()) {
+    double mean = 0;
+    for (float x : W.layers[0].input_norm) mean += x;
+    mean /= double(W.layers[0].input_norm.size());
+    if (std::fabs(mean - 1.0) > 0.5)
+      std::fprintf(stderr, "warning: %s: layer 0 input_layernorm multipliers average %.3f (expected about 1); "
+                           "norm weights may be shifted twice or not at all\n", ck_.dir_.c_str(), mean);
+  }
+  for (const auto& [name, t] : ck_.tensors_) {
+    if (ends_with(name, "experts.gate_up_proj.weight") || ends_with(name, "experts.down_proj.weight")) continue;
+    if (!used_.count(name)) ck_.info_.skipped.push_back(ck_.original_name_.at(name));
+  }
+}
+
+// ------------------------------------------------------------------------------------------ Checkpoint
+
+void Checkpoint::open_files() {
+  const fs::path d(dir_);
+  check(fs::is_directory(d), dir_ + ": not a directory (expected a checkpoint folder with config.json)");
+  std::vector<std::string> paths;
+  const fs::path index = d / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(index.string() + ": not valid JSON (" + e.what() + ")");
+    }
+    check(j.contains("weight_map") && j["weight_map"].is_object(),
+          index.string() + ": field 'weight_map' is missing (expected an object of tensor -> file)");
+    std::set<std::string> files;
+    for (auto& [name, file] : j["weight_map"].items()) files.insert(file.get<std::string>());
+    for (const auto& f : files) {
+      check(fs::exists(d / f), index.string() + ": lists shard '" + f + "', which is missing from " + dir_);
+      paths.push_back((d / f).string());
+    }
+  } else {
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+    std::sort(paths.begin(), paths.end());
+  }
+  check(!paths.empty(), dir_ + ": no .safetensors files found");
+  for (const auto& p : paths) files_.push_back(std::make_unique<SafetensorsFile>(p));
+  for (const auto& f : files_) {
+    for (const auto& [name, t] : f->tensors()) {
+      bool skip = false;
+      for (const char* s : kSkippedPrefixes) skip = skip || starts_with(name, s);
+      if (skip) {
+        info_.skipped.push_back(name);
+        continue;
+      }
+      if (ends_with(name, ".scales")) info_.format = CheckpointFormat::Mlx;
+      const std::string canon = canonical_name(name);
+      check(!tensors_.count(canon), f->path() + ": tensor '" + name + "' appears twice (also as '" +
+                                        original_name_[canon] + "')");
+      tensors_[canon] = &t;
+      original_name_[canon] = name;
+    }
+  }
+}
+
+void Checkpoint::page_in(const LoadProgress& progress) const {
+  size_t total = 0, done = 0;
+  for (const auto& f : files_)
+    for (const auto& [n, t] : f->tensors()) total += t.nbytes;
+  volatile uint8_t sink = 0;
+  for (const auto& f : files_) {
+    for (const auto& [n, t] : f->tensors()) {
+      for (size_t o = 0; o < t.nbytes; o += 4096) sink = sink + t.data[o];  // touch every page once
+      done += t.nbytes;
+      if (progress) progress(done, total);
+    }
+  }
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadProgress& progress) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = dir;
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  ck->config_ = load_hf_config(cfg_path);
+  {
+    std::ifstream in(cfg_path);
+    json root = json::parse(in);
+    if (root.contains("quantization") && root["quantization"].is_object()) ck->quantization_ = root["quantization"];
+    else if (root.contains("quantization_config") && root["quantization_config"].is_object())
+      ck->quantization_ = root["quantization_config"];
+  }
+  ck->open_files();
+  if (ck->info_.format == CheckpointFormat::Mlx)
+    check(ck->quantization_.is_object(), cfg_path + ": tensors carry .scales (MLX quantized) but config.json has "
+                                                    "no 'quantization' field giving bits and group_size");
+  WeightMapper(*ck).run();
+  ck->page_in(progress);
+
+  // Totals for `petrel inspect` and the load summary.
+  CheckpointInfo& info = ck->info_;
+  const ModelConfig& c = ck->config_;
+  auto add = [&](const Matrix& m, double active_fraction) {
+    if (!m.valid()) return;
+    info.weight_bytes += m.bytes();
+    info.parameters += m.rows * m.cols;
+    info.active_parameters += int64_t(double(m.rows * m.cols) * active_fraction);
+  };
+  const ModelWeights& W = ck->weights_;
+  add(W.embed, 0.0);
+  if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
+  for (const auto& L : W.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
+                            &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
+                            &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
+                            &L.ffn.shared.down})
+      add(*m, 1.0);
+    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
+    for (const auto& e : L.ffn.experts)
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
+  }
+  std::string bits = "bf16";
+  if (info.format == CheckpointFormat::Mlx) {
+    bits = "mlx-" + std::to_string(ck->quantization_.value("bits", 4)) + "bit";
+  } else if (W.embed.dtype == DType::F32) {
+    bits = "hf-f32";
+  } else if (W.embed.dtype == DType::F16) {
+    bits = "hf-f16";
+  } else {
+    bits = "hf-bf16";
+  }
+  info.format_name = bits;
+  return ck;
+}
+
+}  // namespace petrel

@@ -1,0 +1,60 @@
+// A checkpoint folder (HF safetensors, single or sharded, or MLX affine-quantized) opened into
+// ModelConfig + canonical ModelWeights that view the mapped files without copying.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace petrel {
+
+enum class CheckpointFormat { HuggingFace, Mlx };
+
+struct CheckpointInfo {
+  CheckpointFormat format = CheckpointFormat::HuggingFace;
+  std::string format_name;   // "hf-bf16", "mlx-4bit", ...
+  bool norms_preshifted = false;
+  size_t weight_bytes = 0;   // bytes of all tensors used by the model
+  int64_t parameters = 0;    // logical parameter count of the tensors used
+  int64_t active_parameters = 0;  // per token: routed experts counted top_k of n_experts
+  std::vector<std::string> skipped;  // tensors ignored (vision tower, MTP head, ...)
+};
+
+// Called with (bytes done, bytes total) while the mapped weights are paged in.
+using LoadProgress = std::function<void(size_t, size_t)>;
+
+class Checkpoint {
+ public:
+  // Opens `dir`; throws petrel::Error naming the file/tensor/field on any defect.
+  static std::unique_ptr<Checkpoint> open(const std::string& dir, const LoadProgress& progress = {});
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const CheckpointInfo& info() const { return info_; }
+
+ private:
+  Checkpoint() = default;
+  void open_files();
+  void build_weights();
+  void page_in(const LoadProgress& progress) const;
+
+  std::string dir_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  CheckpointInfo info_;
+  nlohmann::json quantization_;  // MLX "quantization" field, or null
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*> tensors_;  // canonical name -> tensor
+  std::map<std::string, std::string> original_name_;  // canonical name -> name in the file
+
+  friend class WeightMapper;
+};
+
+}  // namespace petrel

@@ -1,0 +1,14 @@
+// Reads a Hugging Face / MLX config.json into ModelConfig (VLM-wrapped Qwen3.5 form included).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+
+namespace petrel {
+
+// `path` is used in error messages only.
+ModelConfig parse_hf_config(const nlohmann::json& root, const std::string& path);
+ModelConfig load_hf_config(const std::string& config_json_path);
+
+}  // namespace petrel

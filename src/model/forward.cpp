@@ -1,0 +1,113 @@
+#include "model/forward.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace petrel {
+
+Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& backend, const ForwardOptions& options)
+    : config_(config), weights_(weights), backend_(backend), options_(options) {
+  check(options_.max_chunk >= 1, "max_chunk must be at least 1");
+  backend_.prepare(config_, weights_);
+  const int64_t T = options_.max_chunk;
+  const ModelConfig& c = config_;
+  ws_.h = backend_.alloc(T, c.hidden);
+  ws_.x = backend_.alloc(T, c.hidden);
+  ws_.mix = backend_.alloc(T, c.hidden);
+  ws_.ffn = backend_.alloc(T, c.hidden);
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  ws_.q = backend_.alloc(T, q_width);
+  if (c.attn_output_gate) ws_.gate = backend_.alloc(T, q_width);
+  ws_.k = backend_.alloc(T, kv_width);
+  ws_.v = backend_.alloc(T, kv_width);
+  ws_.attn = backend_.alloc(T, q_width);
+  if (c.hybrid()) {
+    ws_.qkv = backend_.alloc(T, c.gdn_conv_channels());
+    ws_.z = backend_.alloc(T, c.gdn_value_dim());
+    ws_.b = backend_.alloc(T, c.lin_v_heads);
+    ws_.a = backend_.alloc(T, c.lin_v_heads);
+    ws_.gdn = backend_.alloc(T, c.gdn_value_dim());
+  }
+  ws_.logits = backend_.alloc(1, c.vocab);
+}
+
+void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits) {
+  check(n >= 1, "forward needs at least one token");
+  check(st.n_past + n <= st.capacity, "context length exceeded: " + std::to_string(st.n_past) + " + " +
+                                          std::to_string(n) + " tokens > capacity " + std::to_string(st.capacity));
+  for (int done = 0; done < n;) {
+    const int T = std::min(options_.max_chunk, n - done);
+    const bool last = done + T == n;
+    forward_chunk(ids + done, T, st, last ? last_logits : nullptr,
+                  all_logits ? all_logits + int64_t(done) * config_.vocab : nullptr);
+    done += T;
+  }
+}
+
+void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits) {
+  const ModelConfig& c = config_;
+  Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
+  Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
+  backend_.embed(weights_.embed, ids, T, h);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& L = weights_.layers[i];
+    backend_.rms_norm(h, L.input_norm, c.rms_eps, x);
+    if (L.kind == LayerKind::DeltaNet) deltanet_block(i, x, st, mix);
+    else attention_block(i, x, st, mix);
+    backend_.add(h, mix);
+    backend_.rms_norm(h, L.post_norm, c.rms_eps, x);
+    if (L.ffn.moe) backend_.moe(x, L.ffn, ffn);
+    else backend_.mlp(x, L.ffn.dense, ffn);
+    backend_.add(h, ffn);
+  }
+  st.n_past += T;
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int first = all_logits ? 0 : T - 1;
+  if (!all_logits && !last_logits) return;
+  Tensor hs = h.rows_view(first, T - first), xs = x.rows_view(first, T - first);
+  if (all_logits && ws_.all_logits.data == nullptr)  // only dump-style callers pay for [chunk, vocab]
+    ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab);
+  Tensor logits = (all_logits ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
+  backend_.rms_norm(hs, weights_.final_norm, c.rms_eps, xs);
+  backend_.linear(xs, weights_.lm_head, logits);
+  if (all_logits) {
+    backend_.to_host(logits, all_logits);
+    if (last_logits) std::copy(all_logits + int64_t(T - 1) * c.vocab, all_logits + int64_t(T) * c.vocab, last_logits);
+  } else {
+    backend_.to_host(logits, last_logits);
+  }
+}
+
+void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out) {
+  const AttentionWeights& A = weights_.layers[layer].attn;
+  const int64_t T = x.rows;
+  Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
+  Tensor attn = ws_.attn.rows_view(0, T);
+  backend_.linear(x, A.q, q);
+  backend_.linear(x, A.k, k);
+  backend_.linear(x, A.v, v);
+  backend_.qk_norm_rope(q, k, A, st.n_past);
+  Tensor gate;
+  if (A.gate.valid()) {
+    gate = ws_.gate.rows_view(0, T);
+    backend_.linear(x, A.gate, gate);
+  }
+  backend_.attention(q, k, v, A.gate.valid() ? &gate : nullptr, layer, st, attn);
+  backend_.linear(attn, A.o, out);
+}
+
+void Model::deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor out) {
+  const DeltaNetWeights& G = weights_.layers[layer].gdn;
+  const int64_t T = x.rows;
+  Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
+  Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
+  backend_.linear(x, G.qkv, qkv);
+  backend_.linear(x, G.z, z);
+  backend_.linear(x, G.b, b);
+  backend_.linear(x, G.a, a);
+  backend_.deltanet(qkv, z, b, a, G, layer, st, o);
+  backend_.linear(o, G.out, out);
+}
+
+}  // namespace petrel

@@ -1,0 +1,47 @@
+// The forward pass, written once against the Backend interface.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace petrel {
+
+struct ForwardOptions {
+  int max_chunk = 512;  // prefill is fed in chunks of at most this many tokens
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& config, const ModelWeights& weights, Backend& backend, const ForwardOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+  std::unique_ptr<SequenceState> new_sequence(int capacity) { return backend_.new_sequence(capacity); }
+
+  // Consumes `n` tokens continuing `st`. Writes logits of the last token into `last_logits`
+  // (vocab floats) when non-null, and of every token into `all_logits` (n x vocab) when non-null.
+  void forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits = nullptr);
+
+ private:
+  void forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits);
+  void attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
+  void deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  Backend& backend_;
+  ForwardOptions options_;
+  // Scratch sized for max_chunk tokens, allocated once.
+  struct Workspace {
+    Tensor h, x, mix, ffn;
+    Tensor q, gate, k, v, attn;
+    Tensor qkv, z, b, a, gdn;
+    Tensor logits;      // [1, vocab]
+    Tensor all_logits;  // [max_chunk, vocab], allocated on first use
+  } ws_;
+};
+
+}  // namespace petrel

@@ -1,0 +1,32 @@
+#include "model/weights.h"
+
+namespace petrel {
+
+void Matrix::dequant_row(int64_t r, float* out) const {
+  const int64_t sr = stored_row(r);
+  if (format == MatrixFormat::Dense) {
+    const size_t es = dtype_size(dtype);
+    convert_to_f32(static_cast<const uint8_t*>(data) + size_t(sr) * cols * es, dtype, cols, out);
+    return;
+  }
+  const int64_t words_per_row = cols * bits / 32;
+  const int64_t groups = cols / group;
+  const uint32_t* w = static_cast<const uint32_t*>(data) + sr * words_per_row;
+  const int per_word = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1u;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float s = load_as_f32(scales, dtype, sr * groups + g);
+    const float b = load_as_f32(biases, dtype, sr * groups + g);
+    for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+      const uint32_t q = (w[i / per_word] >> ((i % per_word) * bits)) & mask;
+      out[i] = s * float(q) + b;
+    }
+  }
+}
+
+size_t Matrix::bytes() const {
+  if (format == MatrixFormat::Dense) return size_t(rows * cols) * dtype_size(dtype);
+  return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * dtype_size(dtype);
+}
+
+}  // namespace petrel

@@ -1,0 +1,86 @@
+// Canonical weights: every checkpoint format is mapped into these roles by io/checkpoint.cpp.
+// The model never sees a file name or a format quirk (norm shifts, grouped qkvz, fused experts).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace petrel {
+
+enum class MatrixFormat { Dense, Affine };
+
+// A [rows, cols] weight used as y = x · Wᵀ, viewed in place (usually inside the mmapped checkpoint).
+// Affine: MLX scheme, `bits`-bit unsigned codes packed little-endian into u32 words along a row,
+// w = scale·q + bias per group of `group` consecutive columns.
+struct Matrix {
+  std::string name;  // source tensor, for messages
+  int64_t rows = 0, cols = 0;
+  MatrixFormat format = MatrixFormat::Dense;
+  DType dtype = DType::F32;  // Dense: element type; Affine: type of scales and biases
+  const void* data = nullptr;  // Dense elements or packed words
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int bits = 0, group = 0;
+  // Optional row gather: logical row r reads stored row row_map[r] (de-interleaves without copying).
+  std::shared_ptr<const std::vector<int32_t>> row_map;
+
+  bool valid() const { return data != nullptr; }
+  int64_t stored_row(int64_t r) const { return row_map ? (*row_map)[r] : r; }
+  // Decodes logical row r into `out` (cols floats).
+  void dequant_row(int64_t r, float* out) const;
+  // Bytes a full read of this matrix moves (weights + scales + biases).
+  size_t bytes() const;
+};
+
+struct AttentionWeights {
+  Matrix q;                // [Hq·D, H] queries
+  Matrix gate;             // [Hq·D, H] output gate (Qwen3-Next / Qwen3.5); invalid otherwise
+  Matrix k, v, o;          // [Hkv·D, H], [Hkv·D, H], [H, Hq·D]
+  std::vector<float> q_norm, k_norm;  // [D] effective RMSNorm multipliers
+};
+
+struct DeltaNetWeights {
+  Matrix qkv;   // [2·Hk·dk + Hv·dv, H], channels [q | k | v], v heads in HF order
+  Matrix z;     // [Hv·dv, H]
+  Matrix b, a;  // [Hv, H]
+  Matrix out;   // [H, Hv·dv]
+  std::vector<float> conv;     // [C, K] depthwise causal conv, conv[c·K + K-1] hits the current token
+  std::vector<float> A_log;    // [Hv]
+  std::vector<float> dt_bias;  // [Hv]
+  std::vector<float> norm;     // [dv] gated RMSNorm weight (plain, not zero-centred)
+};
+
+struct MlpWeights {
+  Matrix gate, up, down;  // SwiGLU: down(silu(gate·x) ⊙ up·x)
+};
+
+struct FfnWeights {
+  bool moe = false;
+  MlpWeights dense;               // when !moe
+  Matrix router;                  // [E, H]
+  std::vector<MlpWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;
+  Matrix shared_gate;             // [1, H], sigmoid scalar gate on the shared expert
+};
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::FullAttention;
+  std::vector<float> input_norm, post_norm;  // effective multipliers (zero-centred +1 already applied)
+  AttentionWeights attn;
+  DeltaNetWeights gdn;
+  FfnWeights ffn;
+};
+
+struct ModelWeights {
+  Matrix embed;  // [V, H]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;
+  Matrix lm_head;  // [V, H]
+};
+
+}  // namespace petrel

@@ -1,0 +1,31 @@
+// A checkpoint opened on a backend, ready to run: what every command that runs a model needs.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+#include "model/forward.h"
+
+namespace petrel {
+
+struct LoadOptions {
+  std::string device = "cpu";
+  int threads = 0;        // CPU threads; 0 = all cores
+  int max_chunk = 512;    // prefill chunk length
+  bool progress = true;   // progress bar on stderr while paging in weights
+};
+
+struct LoadedModel {
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+
+  const ModelConfig& config() const { return checkpoint->config(); }
+  // One line: architecture, format, device, memory.
+  std::string summary() const;
+};
+
+LoadedModel load_model(const std::string& dir, const LoadOptions& options);
+
+}  // namespace petrel

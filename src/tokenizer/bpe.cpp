@@ -1,0 +1,207 @@
+#include "tokenizer/bpe.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <queue>
+
+#include "core/error.h"
+#include "tokenizer/byte_level.h"
+
+namespace petrel::tokenizer {
+namespace {
+
+constexpr uint64_t kEmptyKey = ~uint64_t{0};
+constexpr size_t kCacheCapacity = 1 << 17;
+constexpr size_t kMaxCachedWordBytes = 256;
+
+uint64_t pair_key(uint32_t left, uint32_t right) { return (uint64_t{left} << 32) | right; }
+
+uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  return k;
+}
+
+void require_absent_or(const nlohmann::json& model, const char* field, const nlohmann::json& allowed) {
+  if (!model.contains(field) || model[field].is_null() || model[field] == allowed) return;
+  throw Error(std::string("tokenizer.json: BPE model option \"") + field + "\": " + model[field].dump() +
+              " is not supported (expected " + allowed.dump() + ")");
+}
+
+// Merges are written either as "left right" strings or as [left, right] pairs.
+std::pair<std::string, std::string> merge_parts(const nlohmann::json& m, size_t rank) {
+  if (m.is_array() && m.size() == 2) return {m[0].get<std::string>(), m[1].get<std::string>()};
+  if (m.is_string()) {
+    const std::string s = m.get<std::string>();
+    const size_t space = s.find(' ', 1);
+    if (space != std::string::npos && s.find(' ', space + 1) == std::string::npos)
+      return {s.substr(0, space), s.substr(space + 1)};
+  }
+  throw Error("tokenizer.json: model.merges[" + std::to_string(rank) + "] = " + m.dump() +
+              " is neither \"left right\" nor [left, right]");
+}
+
+struct Symbol {
+  uint32_t id;
+  int prev, next;
+  bool alive;
+};
+
+struct Candidate {
+  uint32_t rank;
+  int pos;
+  uint32_t left, right, merged;
+  // Lowest rank first; among equal ranks the leftmost, as Hugging Face orders them.
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+}  // namespace
+
+BpeModel::BpeModel(BpeModel&& other) noexcept { *this = std::move(other); }
+
+BpeModel& BpeModel::operator=(BpeModel&& other) noexcept {
+  vocab_strings_ = std::move(other.vocab_strings_);
+  bytes_to_id_ = std::move(other.bytes_to_id_);
+  std::copy(std::begin(other.byte_ids_), std::end(other.byte_ids_), byte_ids_);
+  merges_ = std::move(other.merges_);
+  ignore_merges_ = other.ignore_merges_;
+  cache_ = std::move(other.cache_);
+  return *this;
+}
+
+void BpeModel::MergeTable::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
+  size_t capacity = 16;
+  while (capacity < entries.size() * 2) capacity <<= 1;
+  keys_.assign(capacity, kEmptyKey);
+  values_.assign(capacity, Merge{});
+  mask_ = capacity - 1;
+  for (const auto& [key, merge] : entries) {
+    uint64_t slot = mix(key) & mask_;
+    while (keys_[slot] != kEmptyKey && keys_[slot] != key) slot = (slot + 1) & mask_;
+    keys_[slot] = key;  // a repeated pair keeps its last rank, as a Hugging Face HashMap does
+    values_[slot] = merge;
+  }
+}
+
+const BpeModel::Merge* BpeModel::MergeTable::find(uint32_t left, uint32_t right) const {
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t slot = mix(key) & mask_;; slot = (slot + 1) & mask_) {
+    if (keys_[slot] == key) return &values_[slot];
+    if (keys_[slot] == kEmptyKey) return nullptr;
+  }
+}
+
+BpeModel BpeModel::from_json(const nlohmann::json& model) {
+  const std::string type = model.value("type", "");
+  if (type != "BPE") throw Error("tokenizer.json: model type '" + type + "' is not supported (expected BPE)");
+  require_absent_or(model, "dropout", nullptr);
+  require_absent_or(model, "byte_fallback", false);
+  require_absent_or(model, "continuing_subword_prefix", "");
+  require_absent_or(model, "end_of_word_suffix", "");
+
+  BpeModel m;
+  m.ignore_merges_ = model.value("ignore_merges", false);
+  std::unordered_map<std::string, uint32_t> by_string;
+  for (const auto& [token, id] : model.at("vocab").items()) {
+    const auto value = id.get<uint32_t>();
+    by_string.emplace(token, value);
+    m.vocab_strings_.emplace_back(token, value);
+    if (auto bytes = byte_level::to_bytes(token)) m.bytes_to_id_.emplace(std::move(*bytes), value);
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto id = m.id_of_bytes(std::string(1, static_cast<char>(b)));
+    if (!id) throw Error("tokenizer.json: byte-level BPE vocab lacks a token for byte " + std::to_string(b));
+    m.byte_ids_[b] = *id;
+  }
+
+  const auto& merges = model.at("merges");
+  std::vector<std::pair<uint64_t, Merge>> entries;
+  entries.reserve(merges.size());
+  auto lookup = [&](const std::string& token, size_t rank) {
+    auto it = by_string.find(token);
+    if (it == by_string.end())
+      throw Error("tokenizer.json: model.merges[" + std::to_string(rank) + "] uses '" + token +
+                  "', which is not in model.vocab");
+    return it->second;
+  };
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto [left, right] = merge_parts(merges[rank], rank);
+    entries.push_back({pair_key(lookup(left, rank), lookup(right, rank)),
+                       Merge{static_cast<uint32_t>(rank), lookup(left + right, rank)}});
+  }
+  m.merges_.build(entries);
+  return m;
+}
+
+std::optional<uint32_t> BpeModel::id_of_bytes(std::string_view bytes) const {
+  auto it = bytes_to_id_.find(std::string(bytes));
+  if (it == bytes_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeModel::clear_cache() const {
+  std::lock_guard lock(cache_mutex_);
+  cache_.clear();
+}
+
+void BpeModel::encode_word(std::string_view word, std::vector<uint32_t>& ids) const {
+  if (word.size() == 1) {
+    ids.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  if (ignore_merges_) {
+    if (auto id = id_of_bytes(word)) {
+      ids.push_back(*id);
+      return;
+    }
+  }
+  const bool cacheable = word.size() <= kMaxCachedWordBytes;
+  if (cacheable) {
+    std::lock_guard lock(cache_mutex_);
+    auto it = cache_.find(std::string(word));
+    if (it != cache_.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = ids.size();
+  merge_word(word, ids);
+  if (cacheable) {
+    std::lock_guard lock(cache_mutex_);
+    if (cache_.size() < kCacheCapacity) cache_.emplace(std::string(word), std::vector<uint32_t>(ids.begin() + first, ids.end()));
+  }
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<uint32_t>& ids) const {
+  const int n = static_cast<int>(word.size());
+  std::vector<Symbol> symbols(n);
+  for (int i = 0; i < n; ++i) symbols[i] = {byte_ids_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  auto consider = [&](int pos) {
+    const int next = symbols[pos].next;
+    if (next < 0) return;
+    if (const Merge* m = merges_.find(symbols[pos].id, symbols[next].id))
+      queue.push({m->rank, pos, symbols[pos].id, symbols[next].id, m->merged});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[c.pos];
+    // Skip candidates made stale by an earlier merge of either symbol.
+    if (!left.alive || left.id != c.left || left.next < 0 || symbols[left.next].id != c.right) continue;
+    Symbol& right = symbols[left.next];
+    left.id = c.merged;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.pos;
+    if (left.prev >= 0) consider(left.prev);
+    consider(c.pos);
+  }
+  for (int i = 0; i >= 0; i = symbols[i].next) ids.push_back(symbols[i].id);
+}
+
+}  // namespace petrel::tokenizer

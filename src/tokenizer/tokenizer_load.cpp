@@ -1,0 +1,122 @@
+// Reads tokenizer.json into a Tokenizer, rejecting what Petrel does not implement by name.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace petrel {
+namespace {
+
+using nlohmann::json;
+
+// The decoder must turn byte-level symbols back into bytes; nothing else is implemented.
+void check_decoder(const json& j) {
+  if (j.is_null()) throw Error("tokenizer.json: \"decoder\" is null; a ByteLevel decoder is required");
+  const std::string type = j.value("type", "");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence" && j.at("decoders").size() == 1) return check_decoder(j["decoders"][0]);
+  throw Error("tokenizer.json: decoder type '" + type + "' is not supported (expected ByteLevel)");
+}
+
+// Post-processors only act with add_special_tokens=True, which Petrel never uses; reject the
+// unknown ones anyway so that a surprising file is noticed.
+void check_post_processor(const json& j) {
+  if (j.is_null()) return;
+  const std::string type = j.value("type", "");
+  if (type == "ByteLevel" || type == "TemplateProcessing") return;
+  if (type == "Sequence") {
+    for (const auto& child : j.at("processors")) check_post_processor(child);
+    return;
+  }
+  throw Error("tokenizer.json: post_processor type '" + type +
+              "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
+}
+
+std::vector<tokenizer::AddedToken> read_added_tokens(const json& list) {
+  std::vector<tokenizer::AddedToken> out;
+  for (const auto& t : list) {
+    tokenizer::AddedToken a;
+    a.id = t.at("id").get<uint32_t>();
+    a.content = t.at("content").get<std::string>();
+    a.single_word = t.value("single_word", false);
+    a.lstrip = t.value("lstrip", false);
+    a.rstrip = t.value("rstrip", false);
+    a.normalized = t.value("normalized", true);
+    a.special = t.value("special", false);
+    if (a.content.empty()) throw Error("tokenizer.json: added token " + std::to_string(a.id) + " has empty content");
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// Special tokens first, then the others, each in file order: the order Hugging Face builds its
+// matchers in, which decides between equally long matches.
+void build_matchers(Tokenizer::Impl& impl, const std::vector<tokenizer::AddedToken>& added) {
+  std::vector<tokenizer::AddedToken> raw, normalized;
+  std::vector<std::string> raw_patterns, normalized_patterns;
+  for (bool special : {true, false}) {
+    for (const auto& a : added) {
+      if (a.special != special) continue;
+      if (a.normalized) {
+        normalized.push_back(a);
+        normalized_patterns.push_back(impl.normalizer.apply(a.content));
+      } else {
+        raw.push_back(a);
+        raw_patterns.push_back(a.content);
+      }
+    }
+  }
+  impl.raw_added = tokenizer::AddedTokenMatcher(std::move(raw), std::move(raw_patterns));
+  impl.normalized_added = tokenizer::AddedTokenMatcher(std::move(normalized), std::move(normalized_patterns));
+}
+
+void set_token(Tokenizer::Impl& impl, uint32_t id, std::string bytes, bool special) {
+  if (id >= impl.tokens.size()) impl.tokens.resize(id + 1);
+  impl.tokens[id] = {std::move(bytes), true, special};
+}
+
+void build_decode_table(Tokenizer::Impl& impl, const std::vector<tokenizer::AddedToken>& added) {
+  for (const auto& [token, id] : impl.model.vocab()) set_token(impl, id, byte_level::decoder_bytes(token), false);
+  for (const auto& a : added) {
+    set_token(impl, a.id, byte_level::decoder_bytes(a.content), a.special);
+    impl.added_by_content[a.content] = a.id;
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
+  try {
+    const json j = json::parse(json_text);
+    auto impl = std::make_unique<Impl>();
+    impl->normalizer = tokenizer::Normalizer::from_json(j.value("normalizer", json()));
+    impl->pre_tokenizer = tokenizer::PreTokenizer::from_json(j.value("pre_tokenizer", json()));
+    if (!impl->pre_tokenizer.has_byte_level())
+      throw Error("tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+    impl->model = tokenizer::BpeModel::from_json(j.at("model"));
+    check_decoder(j.value("decoder", json()));
+    check_post_processor(j.value("post_processor", json()));
+    const auto added = read_added_tokens(j.value("added_tokens", json::array()));
+    build_matchers(*impl, added);
+    build_decode_table(*impl, added);
+    return Tokenizer(std::move(impl));
+  } catch (const json::exception& e) {
+    throw Error(source + ": malformed tokenizer.json: " + e.what());
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+  const auto path = dir / "tokenizer.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open " + path.string() + " (a Hugging Face tokenizer folder holds tokenizer.json)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json_text(text.str(), path.string());
+}
+
+}  // namespace petrel

@@ -1,0 +1,61 @@
+// Small helpers for tests: temporary folders, fixture paths, a safetensors writer.
+#pragma once
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace petrel::test {
+
+inline std::string fixture_model(const std::string& name) {
+  return std::string(PETREL_FIXTURES_DIR) + "/models/" + name;
+}
+
+// A fresh folder under the system temp dir, removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / ("petrel-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string str(const std::string& child = "") const { return (path / child).string(); }
+};
+
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+inline void write_safetensors(const std::string& path, const std::map<std::string, RawTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string h = header.dump();
+  const uint64_t len = h.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), std::streamsize(h.size()));
+  for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+}
+
+// All tensors of a safetensors file, copied out, for tests that rewrite checkpoints.
+inline std::map<std::string, RawTensor> read_all(const std::string& path) {
+  SafetensorsFile f(path);
+  std::map<std::string, RawTensor> out;
+  for (const auto& [name, t] : f.tensors())
+    out[name] = RawTensor{dtype_name(t.dtype), t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+  return out;
+}
+
+}  // namespace petrel::test
