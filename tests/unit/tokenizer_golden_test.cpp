@@ -41,7 +41,8 @@ TEST(TokenizerGolden, Qwen3CorpusMatchesHuggingFace) {
 TEST(TokenizerGolden, DecodeOfEncodeIsNfcOfInput) {
   PETREL_REQUIRE_QWEN3();
   const auto nfc = tokenizer::Normalizer::from_json({{"type", "NFC"}});
-  for (const auto& [name, text] : read_json(tokenizer_fixtures() / "corpus.json").items()) {
+  const auto corpus = read_json(tokenizer_fixtures() / "corpus.json");
+  for (const auto& [name, text] : corpus.items()) {
     const std::string s = text.get<std::string>();
     EXPECT_EQ(test::qwen3().decode(test::qwen3().encode(s)), nfc.apply(s)) << name;
   }
@@ -52,7 +53,8 @@ TEST(TokenizerGolden, VariantTokenizersMatchHuggingFace) {
   const auto base = nlohmann::json::parse(test::read_file(test::qwen3_dir() / "tokenizer.json"));
   const auto corpus = read_json(tokenizer_fixtures() / "corpus.json");
   const auto goldens = read_json(tokenizer_fixtures() / "encode_goldens.json");
-  for (const auto& variant : read_json(tokenizer_fixtures() / "variants.json")) {
+  const auto variants = read_json(tokenizer_fixtures() / "variants.json");
+  for (const auto& variant : variants) {
     const std::string name = variant["name"];
     SCOPED_TRACE(name);
     const auto tok = Tokenizer::from_json_text(test::apply_patches(base, variant["patches"]).dump(), name);
@@ -65,7 +67,8 @@ TEST(TokenizerGolden, VariantTokenizersMatchHuggingFace) {
 
 TEST(TokenizerGolden, DecodeMatchesHuggingFace) {
   PETREL_REQUIRE_QWEN3();
-  for (const auto& c : read_json(tokenizer_fixtures() / "decode_goldens.json")) {
+  const auto cases = read_json(tokenizer_fixtures() / "decode_goldens.json");
+  for (const auto& c : cases) {
     const auto ids = c["ids"].get<std::vector<uint32_t>>();
     const std::string got = test::qwen3().decode(ids, c["skip_special"].get<bool>());
     EXPECT_EQ(got, c["text"].get<std::string>()) << c["name"].get<std::string>();
