@@ -2,6 +2,7 @@
 // never in what it computes; the CPU backend is the numerical reference for every op.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,22 +51,34 @@ class Backend {
 
   // Called once before any op: upload / repack weights as the device wants them.
   virtual void prepare(const ModelConfig& config, const ModelWeights& weights) = 0;
-  // A persistent activation buffer, zero-filled, freed with the backend.
-  virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
+  // A persistent activation buffer, zero-filled, freed with the backend. fp32 forces 32-bit
+  // floats (logits) where the backend would otherwise use its activation type.
+  virtual Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) = 0;
   virtual std::unique_ptr<SequenceState> new_sequence(int capacity) = 0;
-  virtual void to_host(const Tensor& t, float* dst) = 0;  // rows x cols floats, densely packed
+  virtual void to_host(const Tensor& t, float* dst) = 0;      // rows x cols floats, densely packed
+  virtual void from_host(const float* src, Tensor t) = 0;     // the inverse, for tests and tools
 
-  // out[t] = embedding row ids[t]
-  virtual void embed(const Matrix& table, const int32_t* ids, int n, Tensor out) = 0;
+  // Stages the inputs of one forward chunk: token ids and their positions st.n_past, st.n_past+1, ...
+  // Host-side only; the ops that follow read the staged values.
+  virtual void begin_forward(const int32_t* ids, int n, const SequenceState& st) = 0;
+  // Runs the device work of one decode step. A backend may record it on the first call for `st`
+  // and replay the recording afterwards (CUDA graphs), so `ops` must issue the same op sequence
+  // every time and depend on nothing but staged inputs and device state.
+  virtual void run_decode_step(SequenceState& st, const std::function<void()>& ops) { (void)st; ops(); }
+  // Waits for queued device work (a no-op where ops are synchronous).
+  virtual void synchronize() {}
+
+  // out[t] = embedding row of staged id t
+  virtual void embed(const Matrix& table, Tensor out) = 0;
   // out = x · rsqrt(mean(x²) + eps) · w   (w already holds the effective multiplier)
   virtual void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) = 0;
   // out = x · Wᵀ
   virtual void linear(const Tensor& x, const Matrix& w, Tensor out) = 0;
   // h += a
   virtual void add(Tensor h, const Tensor& a) = 0;
-  // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at
-  // positions pos0, pos0+1, ...
-  virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int pos0) = 0;
+  // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
+  // staged positions.
+  virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;
   // Appends k, v to attention layer `layer`'s cache at st.n_past.., then causal GQA attention of q
   // over the whole cache; out = softmax(q·kᵀ/√D)·v, times sigmoid(gate) when gate is given.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,

@@ -29,7 +29,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
     ws_.a = backend_.alloc(T, c.lin_v_heads);
     ws_.gdn = backend_.alloc(T, c.gdn_value_dim());
   }
-  ws_.logits = backend_.alloc(1, c.vocab);
+  ws_.logits = backend_.alloc(1, c.vocab, /*fp32=*/true);
 }
 
 void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits) {
@@ -47,9 +47,29 @@ void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_lo
 
 void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits) {
   const ModelConfig& c = config_;
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int first = all_logits ? 0 : (last_logits ? T - 1 : T);
+  if (all_logits && ws_.all_logits.data == nullptr)  // only dump-style callers pay for [chunk, vocab]
+    ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab, /*fp32=*/true);
+  Tensor logits = (all_logits ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
+  backend_.begin_forward(ids, T, st);
+  auto ops = [&] { compute_chunk(T, st, first, logits); };
+  if (T == 1) backend_.run_decode_step(st, ops);
+  else ops();
+  st.n_past += T;
+  if (all_logits) {
+    backend_.to_host(logits, all_logits);
+    if (last_logits) std::copy(all_logits + int64_t(T - 1) * c.vocab, all_logits + int64_t(T) * c.vocab, last_logits);
+  } else if (last_logits) {
+    backend_.to_host(logits, last_logits);
+  }
+}
+
+void Model::compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor logits) {
+  const ModelConfig& c = config_;
   Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
   Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
-  backend_.embed(weights_.embed, ids, T, h);
+  backend_.embed(weights_.embed, h);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
     backend_.rms_norm(h, L.input_norm, c.rms_eps, x);
@@ -61,22 +81,10 @@ void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, float* l
     else backend_.mlp(x, L.ffn.dense, ffn);
     backend_.add(h, ffn);
   }
-  st.n_past += T;
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int first = all_logits ? 0 : T - 1;
-  if (!all_logits && !last_logits) return;
-  Tensor hs = h.rows_view(first, T - first), xs = x.rows_view(first, T - first);
-  if (all_logits && ws_.all_logits.data == nullptr)  // only dump-style callers pay for [chunk, vocab]
-    ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab);
-  Tensor logits = (all_logits ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
+  if (first_logit_row == T) return;
+  Tensor hs = h.rows_view(first_logit_row, T - first_logit_row), xs = x.rows_view(first_logit_row, T - first_logit_row);
   backend_.rms_norm(hs, weights_.final_norm, c.rms_eps, xs);
   backend_.linear(xs, weights_.lm_head, logits);
-  if (all_logits) {
-    backend_.to_host(logits, all_logits);
-    if (last_logits) std::copy(all_logits + int64_t(T - 1) * c.vocab, all_logits + int64_t(T) * c.vocab, last_logits);
-  } else {
-    backend_.to_host(logits, last_logits);
-  }
 }
 
 void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out) {
@@ -87,7 +95,7 @@ void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tenso
   backend_.linear(x, A.q, q);
   backend_.linear(x, A.k, k);
   backend_.linear(x, A.v, v);
-  backend_.qk_norm_rope(q, k, A, st.n_past);
+  backend_.qk_norm_rope(q, k, A);
   Tensor gate;
   if (A.gate.valid()) {
     gate = ws_.gate.rows_view(0, T);

@@ -27,6 +27,9 @@ class Model {
 
  private:
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits);
+  // The device work of one chunk (capturable for decode): layers, then logits of rows
+  // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
+  void compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor logits);
   void attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
   void deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
 

@@ -43,7 +43,7 @@ CpuBackend::CpuBackend(const CpuOptions& options) {
 
 void CpuBackend::prepare(const ModelConfig& config, const ModelWeights&) { config_ = config; }
 
-Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols, bool) {
   buffers_.emplace_back(size_t(rows * cols), 0.0f);
   Tensor t;
   t.data = buffers_.back().data();
@@ -74,8 +74,18 @@ void CpuBackend::to_host(const Tensor& t, float* dst) {
   for (int64_t r = 0; r < t.rows; ++r) std::memcpy(dst + r * t.cols, row(t, r), sizeof(float) * t.cols);
 }
 
-void CpuBackend::embed(const Matrix& table, const int32_t* ids, int n, Tensor out) {
-  for (int t = 0; t < n; ++t) {
+void CpuBackend::from_host(const float* src, Tensor t) {
+  for (int64_t r = 0; r < t.rows; ++r) std::memcpy(row(t, r), src + r * t.cols, sizeof(float) * t.cols);
+}
+
+void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& st) {
+  ids_.assign(ids, ids + n);
+  pos0_ = st.n_past;
+}
+
+void CpuBackend::embed(const Matrix& table, Tensor out) {
+  const int32_t* ids = ids_.data();
+  for (int t = 0; t < int(ids_.size()); ++t) {
     check(ids[t] >= 0 && ids[t] < table.rows, "token id " + std::to_string(ids[t]) + " at position " +
                                                   std::to_string(t) + " is outside the vocabulary (0.." +
                                                   std::to_string(table.rows - 1) + ")");
@@ -100,8 +110,9 @@ void CpuBackend::add(Tensor h, const Tensor& a) {
   }
 }
 
-void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int pos0) {
+void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) {
   const ModelConfig& c = config_;
+  const int pos0 = pos0_;
   const int D = c.head_dim;
   for (int64_t t = 0; t < q.rows; ++t) {
     for (int h = 0; h < c.n_heads; ++h) {

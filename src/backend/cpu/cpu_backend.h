@@ -18,15 +18,17 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
 
   void prepare(const ModelConfig& config, const ModelWeights& weights) override;
-  Tensor alloc(int64_t rows, int64_t cols) override;
+  Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) override;
   std::unique_ptr<SequenceState> new_sequence(int capacity) override;
   void to_host(const Tensor& t, float* dst) override;
+  void from_host(const float* src, Tensor t) override;
+  void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
 
-  void embed(const Matrix& table, const int32_t* ids, int n, Tensor out) override;
+  void embed(const Matrix& table, Tensor out) override;
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override;
   void linear(const Tensor& x, const Matrix& w, Tensor out) override;
   void add(Tensor h, const Tensor& a) override;
-  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int pos0) override;
+  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                  SequenceState& st, Tensor out) override;
   void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
@@ -37,6 +39,8 @@ class CpuBackend final : public Backend {
  private:
   ModelConfig config_;
   std::deque<std::vector<float>> buffers_;
+  std::vector<int32_t> ids_;  // staged by begin_forward
+  int pos0_ = 0;
 };
 
 }  // namespace petrel
