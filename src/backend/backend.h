@@ -51,6 +51,8 @@ class Backend {
 
   // Called once before any op: upload / repack weights as the device wants them.
   virtual void prepare(const ModelConfig& config, const ModelWeights& weights) = 0;
+  // Sizes scratch for chunks of up to max_tokens tokens; called once after prepare.
+  virtual void reserve(int max_tokens) { (void)max_tokens; }
   // A persistent activation buffer, zero-filled, freed with the backend. fp32 forces 32-bit
   // floats (logits) where the backend would otherwise use its activation type.
   virtual Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) = 0;
@@ -67,6 +69,9 @@ class Backend {
   virtual void run_decode_step(SequenceState& st, const std::function<void()>& ops) { (void)st; ops(); }
   // Waits for queued device work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // Index of the largest value of a one-row fp32 logits tensor (lowest index on ties); the only
+  // value a greedy decode step reads back from the device.
+  virtual int32_t argmax(const Tensor& logits) = 0;
 
   // out[t] = embedding row of staged id t
   virtual void embed(const Matrix& table, Tensor out) = 0;

@@ -5,7 +5,10 @@
 namespace petrel::cli {
 
 void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
-  cmd->add_option("--device", opts.device, "Where to run: cpu")->capture_default_str();
+  cmd->add_option("--device", opts.device, "Where to run: auto (cuda when a GPU is present), cuda or cpu")
+      ->capture_default_str();
+  cmd->add_option("--quantize", opts.quantize, "CUDA: none, or int4 to quantise bf16 weights at load")
+      ->capture_default_str();
   cmd->add_option("--threads", opts.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--chunk", opts.max_chunk, "Prefill chunk length in tokens")->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -10,6 +10,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
     : config_(config), weights_(weights), backend_(backend), options_(options) {
   check(options_.max_chunk >= 1, "max_chunk must be at least 1");
   backend_.prepare(config_, weights_);
+  backend_.reserve(options_.max_chunk);
   const int64_t T = options_.max_chunk;
   const ModelConfig& c = config_;
   ws_.h = backend_.alloc(T, c.hidden);
@@ -33,22 +34,33 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
 }
 
 void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits) {
+  run_chunks(ids, n, st, last_logits != nullptr, last_logits, all_logits);
+}
+
+int32_t Model::forward_greedy(const int32_t* ids, int n, SequenceState& st) {
+  run_chunks(ids, n, st, true, nullptr, nullptr);
+  return backend_.argmax(ws_.logits.rows_view(0, 1));
+}
+
+void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits,
+                       float* all_logits) {
   check(n >= 1, "forward needs at least one token");
   check(st.n_past + n <= st.capacity, "context length exceeded: " + std::to_string(st.n_past) + " + " +
                                           std::to_string(n) + " tokens > capacity " + std::to_string(st.capacity));
   for (int done = 0; done < n;) {
     const int T = std::min(options_.max_chunk, n - done);
     const bool last = done + T == n;
-    forward_chunk(ids + done, T, st, last ? last_logits : nullptr,
+    forward_chunk(ids + done, T, st, last && want_last, last ? last_logits : nullptr,
                   all_logits ? all_logits + int64_t(done) * config_.vocab : nullptr);
     done += T;
   }
 }
 
-void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits) {
+void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
+                          float* all_logits) {
   const ModelConfig& c = config_;
   // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int first = all_logits ? 0 : (last_logits ? T - 1 : T);
+  const int first = all_logits ? 0 : (want_last ? T - 1 : T);
   if (all_logits && ws_.all_logits.data == nullptr)  // only dump-style callers pay for [chunk, vocab]
     ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab, /*fp32=*/true);
   Tensor logits = (all_logits ? ws_.all_logits : ws_.logits).rows_view(0, T - first);

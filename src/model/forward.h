@@ -24,9 +24,13 @@ class Model {
   // Consumes `n` tokens continuing `st`. Writes logits of the last token into `last_logits`
   // (vocab floats) when non-null, and of every token into `all_logits` (n x vocab) when non-null.
   void forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits = nullptr);
+  // Like forward, but the logits stay on the device and only the argmax of the last one comes back.
+  int32_t forward_greedy(const int32_t* ids, int n, SequenceState& st);
 
  private:
-  void forward_chunk(const int32_t* ids, int T, SequenceState& st, float* last_logits, float* all_logits);
+  void run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits, float* all_logits);
+  void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
+                     float* all_logits);
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
   void compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor logits);

@@ -28,7 +28,7 @@ struct Matrix {
   // Optional row gather: logical row r reads stored row row_map[r] (de-interleaves without copying).
   std::shared_ptr<const std::vector<int32_t>> row_map;
 
-  bool valid() const { return data != nullptr; }
+  bool valid() const { return rows > 0; }  // synthetic (benchmark) matrices have shape but no host data
   int64_t stored_row(int64_t r) const { return row_map ? (*row_map)[r] : r; }
   // Decodes logical row r into `out` (cols floats).
   void dequant_row(int64_t r, float* out) const;

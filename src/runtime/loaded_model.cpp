@@ -1,6 +1,7 @@
 #include "runtime/loaded_model.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/progress.h"
 
@@ -8,20 +9,35 @@ namespace petrel {
 
 LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   LoadedModel m;
-  check(options.device == "cpu", "--device '" + options.device + "' is not available in this build (expected cpu)");
   if (options.progress) {
     ProgressBar bar("loading " + dir);
     m.checkpoint = Checkpoint::open(dir, [&](size_t done, size_t total) { bar.update(done, total); });
   } else {
     m.checkpoint = Checkpoint::open(dir);
   }
-  CpuOptions cpu;
-  cpu.threads = options.threads;
-  m.backend = std::make_unique<CpuBackend>(cpu);
+  m.backend = make_backend(options);
   ForwardOptions fwd;
   fwd.max_chunk = options.max_chunk;
   m.model = std::make_unique<Model>(m.checkpoint->config(), m.checkpoint->weights(), *m.backend, fwd);
   return m;
+}
+
+std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
+  const std::string device = options.device == "auto" ? (cuda_available() ? "cuda" : "cpu") : options.device;
+  check(options.quantize == "none" || options.quantize == "int4",
+        "--quantize '" + options.quantize + "' is not supported (expected none or int4)");
+  if (device == "cuda") {
+    CudaOptions cuda;
+    cuda.weights = options.quantize == "int4" ? DeviceWeights::Int4 : DeviceWeights::AsStored;
+    cuda.graphs = options.cuda_graphs;
+    cuda.progress = options.progress;
+    return make_cuda_backend(cuda);
+  }
+  check(device == "cpu", "--device '" + options.device + "' is not known (expected auto, cuda or cpu)");
+  check(options.quantize == "none", "--quantize int4 applies to --device cuda; the CPU reads weights as stored");
+  CpuOptions cpu;
+  cpu.threads = options.threads;
+  return std::make_unique<CpuBackend>(cpu);
 }
 
 std::string LoadedModel::summary() const {

@@ -10,7 +10,9 @@
 namespace petrel {
 
 struct LoadOptions {
-  std::string device = "cpu";
+  std::string device = "auto";  // auto (cuda when a GPU is present), cuda or cpu
+  std::string quantize = "none";  // none or int4 (CUDA: quantise bf16 weights at load)
+  bool cuda_graphs = true;
   int threads = 0;        // CPU threads; 0 = all cores
   int max_chunk = 512;    // prefill chunk length
   bool progress = true;   // progress bar on stderr while paging in weights
@@ -27,5 +29,7 @@ struct LoadedModel {
 };
 
 LoadedModel load_model(const std::string& dir, const LoadOptions& options);
+// The backend LoadOptions ask for (the device resolved, "auto" included).
+std::unique_ptr<Backend> make_backend(const LoadOptions& options);
 
 }  // namespace petrel

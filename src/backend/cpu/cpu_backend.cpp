@@ -83,6 +83,11 @@ void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& s
   pos0_ = st.n_past;
 }
 
+int32_t CpuBackend::argmax(const Tensor& logits) {
+  const float* p = ptr(logits);
+  return int32_t(std::max_element(p, p + logits.cols) - p);
+}
+
 void CpuBackend::embed(const Matrix& table, Tensor out) {
   const int32_t* ids = ids_.data();
   for (int t = 0; t < int(ids_.size()); ++t) {

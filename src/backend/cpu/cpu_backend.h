@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& t, float* dst) override;
   void from_host(const float* src, Tensor t) override;
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
+  int32_t argmax(const Tensor& logits) override;
 
   void embed(const Matrix& table, Tensor out) override;
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override;

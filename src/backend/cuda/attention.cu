@@ -1,0 +1,146 @@
+// Causal GQA attention over a bf16 KV cache, split-K over the context (flash-decoding style):
+// each block reduces one key range with an online softmax, a second kernel merges the ranges.
+#include "backend/cuda/kernels.cuh"
+
+namespace petrel::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+
+__global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
+                                 const int* pos0) {
+  const int t = blockIdx.x;
+  const int64_t dst = int64_t(*pos0 + t) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    kc[dst + i] = k[t * stride + i];
+    vc[dst + i] = v[t * stride + i];
+  }
+}
+
+// grid (T, Hq, splits). Partial record: [m, l, acc[D]] (unnormalised accumulator).
+template <int PER>  // D / 32 elements per lane
+__global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq,
+                                         int Hkv, const int* pos0, float* partial) {
+  constexpr int D = PER * 32;
+  const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kvh = h / (Hq / Hkv);
+  const int n_keys = *pos0 + t + 1;  // causal: keys 0..pos
+  const int per_split = (n_keys + splits - 1) / splits;
+  const int begin = split * per_split, end = min(n_keys, begin + per_split);
+  const float scale = rsqrtf(float(D));
+  float qv[PER], acc[PER];
+  const bf16* qp = q + t * q_stride + int64_t(h) * D;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    qv[i] = __bfloat162float(qp[lane + 32 * i]) * scale;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int64_t kv_stride = int64_t(Hkv) * D;
+  for (int s = begin + warp; s < end; s += kWarps) {
+    const bf16* kp = kc + s * kv_stride + int64_t(kvh) * D;
+    float dotp = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) dotp += qv[i] * __bfloat162float(kp[lane + 32 * i]);
+    const float score = warp_sum(dotp);
+    const float m_new = fmaxf(m, score);
+    const float corr = __expf(m - m_new), p = __expf(score - m_new);
+    l = l * corr + p;
+    const bf16* vp = vc + s * kv_stride + int64_t(kvh) * D;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) acc[i] = acc[i] * corr + p * __bfloat162float(vp[lane + 32 * i]);
+    m = m_new;
+  }
+  // Merge the warps of this block.
+  __shared__ float sm_m[kWarps], sm_l[kWarps], sm_acc[kWarps][D];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < PER; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
+  float L = 0.0f;
+  float out[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) out[i] = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    const float c = sm_m[w] == -INFINITY ? 0.0f : __expf(sm_m[w] - M);
+    L += sm_l[w] * c;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) out[i] += sm_acc[w][lane + 32 * i] * c;
+  }
+  float* rec = partial + ((int64_t(t) * Hq + h) * splits + split) * (D + 2);
+  if (lane == 0) {
+    rec[0] = M;
+    rec[1] = L;
+  }
+#pragma unroll
+  for (int i = 0; i < PER; ++i) rec[2 + lane + 32 * i] = out[i];
+}
+
+// grid (T, Hq), one warp: merges the splits, normalises, applies the sigmoid output gate.
+template <int PER>
+__global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const bf16* gate,
+                                         int64_t gate_stride, bf16* out, int64_t out_stride) {
+  constexpr int D = PER * 32;
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, base[s * (D + 2)]);
+  float L = 0.0f, acc[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) acc[i] = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* rec = base + s * (D + 2);
+    if (rec[0] == -INFINITY) continue;
+    const float c = __expf(rec[0] - M);
+    L += rec[1] * c;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) acc[i] += rec[2 + lane + 32 * i] * c;
+  }
+  const float inv = 1.0f / L;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t col = int64_t(h) * D + lane + 32 * i;
+    float o = acc[i] * inv;
+    if (gate) o *= sigmoidf_(__bfloat162float(gate[t * gate_stride + col]));
+    out[t * out_stride + col] = __float2bfloat16(o);
+  }
+}
+
+template <int PER>
+void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
+            int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+            cudaStream_t s) {
+  attention_partial_kernel<PER><<<dim3(T, Hq, splits), 32 * kWarps, 0, s>>>(q, q_stride, kc, vc, Hq, Hkv, pos0, partial);
+  PETREL_LAUNCHED("attention_partial");
+  attention_combine_kernel<PER><<<dim3(T, Hq), 32, 0, s>>>(partial, Hq, splits, gate, gate_stride, out, out_stride);
+  PETREL_LAUNCHED("attention_combine");
+}
+
+}  // namespace
+
+void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc, const int* pos0,
+               cudaStream_t s) {
+  kv_append_kernel<<<T, 256, 0, s>>>(k, v, stride, width, kc, vc, pos0);
+  PETREL_LAUNCHED("kv_append");
+}
+
+void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
+               const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
+               int64_t out_stride, cudaStream_t s) {
+  switch (D) {
+    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
+  }
+  throw Error("CUDA attention: head_dim " + std::to_string(D) + " is not supported (32, 64, 128 or 256)");
+}
+
+}  // namespace petrel::cuda

@@ -1,0 +1,119 @@
+// Shared pieces of the CUDA kernels: error checks, bf16 helpers, the device weight formats and the
+// 8-wide weight decoder every kernel reads matrices through.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+
+namespace petrel::cuda {
+
+using bf16 = __nv_bfloat16;
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+#define PETREL_CUDA(call) ::petrel::cuda::check_cuda((call), #call)
+#define PETREL_LAUNCHED(name) ::petrel::cuda::check_cuda(cudaGetLastError(), name)
+
+// Device weight formats: bf16, or MLX-style affine 4/8-bit (unsigned codes packed little-endian into
+// u32 words along a row, w = scale·q + bias per group of `group` columns, bf16 scales and biases).
+enum class WFormat : int { BF16 = 0, Q4 = 1, Q8 = 2 };
+
+// A [rows, cols] matrix in device memory, or a stack of `count` of them (experts) at fixed strides.
+struct DeviceMatrix {
+  WFormat format = WFormat::BF16;
+  int rows = 0, cols = 0, group = 64, count = 1;
+  const void* w = nullptr;  // bf16 elements or u32 words
+  const bf16* scales = nullptr;
+  const bf16* biases = nullptr;
+  int64_t w_stride = 0;  // between stacked matrices, in bf16 elements (BF16) or u32 words (Q4/Q8)
+  int64_t s_stride = 0;  // between stacked matrices' scales/biases, in elements
+
+  __host__ __device__ int bits() const { return format == WFormat::Q4 ? 4 : 8; }
+  // The matrix of stack entry e.
+  __host__ __device__ DeviceMatrix entry(int e) const {
+    DeviceMatrix m = *this;
+    m.count = 1;
+    if (format == WFormat::BF16) {
+      m.w = static_cast<const bf16*>(w) + e * w_stride;
+    } else {
+      m.w = static_cast<const uint32_t*>(w) + e * w_stride;
+      m.scales = scales + e * s_stride;
+      m.biases = biases + e * s_stride;
+    }
+    return m;
+  }
+  size_t bytes() const;
+};
+
+// Decodes the 8 weights at columns [8·c8, 8·c8+8) of `row` into fp32.
+__device__ __forceinline__ void load8(const DeviceMatrix& m, int64_t row, int c8, float out[8]) {
+  if (m.format == WFormat::BF16) {
+    const uint4 v = reinterpret_cast<const uint4*>(static_cast<const bf16*>(m.w) + row * m.cols)[c8];
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(p[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+    return;
+  }
+  const int64_t gi = row * (m.cols / m.group) + (c8 * 8) / m.group;
+  const float s = __bfloat162float(m.scales[gi]), b = __bfloat162float(m.biases[gi]);
+  if (m.format == WFormat::Q4) {
+    const uint32_t q = static_cast<const uint32_t*>(m.w)[row * (m.cols / 8) + c8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = s * float((q >> (4 * i)) & 15u) + b;
+  } else {
+    const uint2 q = reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 4))[c8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = s * float((q.x >> (8 * i)) & 255u) + b;
+      out[4 + i] = s * float((q.y >> (8 * i)) & 255u) + b;
+    }
+  }
+}
+
+// 8 consecutive bf16 activations as fp32 (16-byte load; the pointer must be 16-byte aligned).
+__device__ __forceinline__ void load8_act(const bf16* p, float out[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + __expf(-x)); }
+
+// Stores to an activation of either element type (bf16 activations, fp32 logits).
+__device__ __forceinline__ void store_act(void* base, int elem_size, int64_t i, float v) {
+  if (elem_size == 2) static_cast<bf16*>(base)[i] = __float2bfloat16(v);
+  else static_cast<float*>(base)[i] = v;
+}
+__device__ __forceinline__ float load_act(const void* base, int elem_size, int64_t i) {
+  return elem_size == 2 ? __bfloat162float(static_cast<const bf16*>(base)[i]) : static_cast<const float*>(base)[i];
+}
+
+inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+}  // namespace petrel::cuda

@@ -1,0 +1,391 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/kernels.cuh"
+#include "core/progress.h"
+
+namespace petrel {
+namespace {
+
+using cuda::bf16;
+using cuda::DeviceMatrix;
+
+// Caches and recurrent state of one sequence on the device, indexed by layer.
+class CudaSequence final : public SequenceState {
+ public:
+  explicit CudaSequence(cudaStream_t s) : stream_(s) {}
+  ~CudaSequence() override {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    for (void* p : allocations_) cudaFree(p);
+  }
+
+  template <typename T>
+  T* alloc(size_t n) {
+    void* p = nullptr;
+    PETREL_CUDA(cudaMalloc(&p, n * sizeof(T)));
+    PETREL_CUDA(cudaMemsetAsync(p, 0, n * sizeof(T), stream_));
+    allocations_.push_back(p);
+    sizes_.push_back(n * sizeof(T));
+    return static_cast<T*>(p);
+  }
+
+  void copy_from(const SequenceState& other) override {
+    const auto& o = dynamic_cast<const CudaSequence&>(other);
+    check(o.sizes_ == sizes_, "copy_from: sequences of different capacity or model");
+    for (size_t i = 0; i < allocations_.size(); ++i)
+      PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], sizes_[i], cudaMemcpyDeviceToDevice, stream_));
+    n_past = o.n_past;
+  }
+
+  std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
+  std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
+  cudaGraphExec_t graph_exec = nullptr;
+
+ private:
+  cudaStream_t stream_;
+  std::vector<void*> allocations_;
+  std::vector<size_t> sizes_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& o) : opt_(o) {
+    PETREL_CUDA(cudaSetDevice(o.device));
+    PETREL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PETREL_CUDA(cudaMallocHost(&h_pos_, sizeof(int)));
+    PETREL_CUDA(cudaMallocHost(&h_token_, sizeof(int)));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    weights_.reset();
+    for (void* p : allocations_) cudaFree(p);
+    if (h_ids_) cudaFreeHost(h_ids_);
+    cudaFreeHost(h_pos_);
+    cudaFreeHost(h_token_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  void prepare(const ModelConfig& config, const ModelWeights& weights) override {
+    c_ = config;
+    cuda::UploadOptions u;
+    u.int4 = opt_.weights == DeviceWeights::Int4;
+    u.progress = opt_.progress;
+    weights_ = std::make_unique<cuda::DeviceWeights>(config, weights, u, stream_);
+  }
+
+  void reserve(int max_tokens) override {
+    max_tokens_ = max_tokens;
+    const ModelConfig& c = c_;
+    const int64_t T = max_tokens;
+    PETREL_CUDA(cudaMallocHost(&h_ids_, sizeof(int) * T));
+    d_ids_ = alloc_raw<int>(T);
+    d_pos_ = alloc_raw<int>(1);
+    d_token_ = alloc_raw<int>(1);
+    attn_partial_ = alloc_raw<float>(size_t(std::max<int64_t>(256, T * c.n_heads)) * (c.head_dim + 2));
+    if (c.hybrid()) {
+      const int64_t C = c.gdn_conv_channels();
+      gdn_u_ = alloc_raw<float>(T * C);
+      gdn_q_ = alloc_raw<float>(T * c.gdn_key_dim());
+      gdn_k_ = alloc_raw<float>(T * c.gdn_key_dim());
+      gdn_v_ = alloc_raw<float>(T * c.gdn_value_dim());
+      gdn_o_ = alloc_raw<float>(T * c.gdn_value_dim());
+      gdn_beta_ = alloc_raw<float>(T * c.lin_v_heads);
+      gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
+    }
+    const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
+    mlp_g_ = alloc_raw<bf16>(T * inter);
+    mlp_u_ = alloc_raw<bf16>(T * inter);
+    mlp_act_ = alloc_raw<bf16>(T * inter);
+    if (c.n_experts > 0) {
+      const int64_t k = c.top_k;
+      moe_ids_ = alloc_raw<int>(T * k);
+      moe_w_ = alloc_raw<float>(T * k);
+      moe_sgate_ = alloc_raw<float>(T);
+      moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
+      moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
+                      cuda::kGemmTileM);
+      moe_counts_ = alloc_raw<int>(c.n_experts);
+      moe_row_token_ = alloc_raw<int>(moe_rows_);
+      moe_slot_row_ = alloc_raw<int>(T * k);
+      moe_tile_expert_ = alloc_raw<int>(moe_rows_ / cuda::kGemmTileM);
+      moe_g_ = alloc_raw<bf16>(int64_t(moe_rows_) * c.moe_intermediate);
+      moe_u_ = alloc_raw<bf16>(int64_t(moe_rows_) * c.moe_intermediate);
+      moe_y_ = alloc_raw<bf16>(int64_t(moe_rows_) * c.hidden);
+      moe_shared_ = alloc_raw<bf16>(T * c.hidden);
+    }
+  }
+
+  Tensor alloc(int64_t rows, int64_t cols, bool fp32) override {
+    Tensor t;
+    t.elem_size = fp32 ? 4 : 2;
+    t.rows = rows;
+    t.cols = cols;
+    t.stride = (cols + 7) / 8 * 8;  // 16-byte aligned rows for vector loads
+    t.data = alloc_raw<char>(size_t(rows * t.stride * t.elem_size));
+    return t;
+  }
+
+  std::unique_ptr<SequenceState> new_sequence(int capacity) override {
+    const ModelConfig& c = c_;
+    auto s = std::make_unique<CudaSequence>(stream_);
+    s->capacity = capacity;
+    s->k.assign(c.n_layers, nullptr);
+    s->v.assign(c.n_layers, nullptr);
+    s->conv.assign(c.n_layers, nullptr);
+    s->S.assign(c.n_layers, nullptr);
+    const size_t kv = size_t(capacity) * c.n_kv_heads * c.head_dim;
+    const size_t need = size_t(c.count(LayerKind::FullAttention)) * 2 * kv * sizeof(bf16) +
+                        size_t(c.count(LayerKind::DeltaNet)) * sizeof(float) *
+                            (size_t(c.conv_kernel - 1) * c.gdn_conv_channels() +
+                             size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
+    cuda::check_device_memory(need, "a sequence of " + std::to_string(capacity) + " tokens");
+    for (int i = 0; i < c.n_layers; ++i) {
+      if (c.layer_kinds[i] == LayerKind::FullAttention) {
+        s->k[i] = s->alloc<bf16>(kv);
+        s->v[i] = s->alloc<bf16>(kv);
+      } else {
+        s->conv[i] = s->alloc<float>(size_t(c.conv_kernel - 1) * c.gdn_conv_channels());
+        s->S[i] = s->alloc<float>(size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
+      }
+    }
+    return s;
+  }
+
+  void to_host(const Tensor& t, float* dst) override {
+    std::vector<uint16_t> tmp;
+    if (t.elem_size == 4) {
+      PETREL_CUDA(cudaMemcpy2DAsync(dst, t.cols * 4, t.data, t.stride * 4, t.cols * 4, t.rows, cudaMemcpyDeviceToHost,
+                                    stream_));
+      PETREL_CUDA(cudaStreamSynchronize(stream_));
+      return;
+    }
+    tmp.resize(size_t(t.rows * t.cols));
+    PETREL_CUDA(cudaMemcpy2DAsync(tmp.data(), t.cols * 2, t.data, t.stride * 2, t.cols * 2, t.rows,
+                                  cudaMemcpyDeviceToHost, stream_));
+    PETREL_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < tmp.size(); ++i) dst[i] = bf16_to_f32(tmp[i]);
+  }
+
+  void from_host(const float* src, Tensor t) override {
+    std::vector<uint16_t> tmp;
+    const void* data = src;
+    if (t.elem_size == 2) {
+      tmp.resize(size_t(t.rows * t.cols));
+      for (size_t i = 0; i < tmp.size(); ++i) tmp[i] = f32_to_bf16(src[i]);
+      data = tmp.data();
+    }
+    PETREL_CUDA(cudaMemcpy2DAsync(t.data, t.stride * t.elem_size, data, t.cols * t.elem_size, t.cols * t.elem_size,
+                                  t.rows, cudaMemcpyHostToDevice, stream_));
+    PETREL_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void begin_forward(const int32_t* ids, int n, const SequenceState& st) override {
+    check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
+                                std::to_string(max_tokens_));
+    // The previous step may still read the pinned inputs; wait before overwriting them.
+    PETREL_CUDA(cudaStreamSynchronize(stream_));
+    for (int t = 0; t < n; ++t) {
+      check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
+                                                  std::to_string(t) + " is outside the vocabulary (0.." +
+                                                  std::to_string(c_.vocab - 1) + ")");
+      h_ids_[t] = ids[t];
+    }
+    *h_pos_ = st.n_past;
+    n_tokens_ = n;
+  }
+
+  void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
+    auto& s = dynamic_cast<CudaSequence&>(st);
+    if (!opt_.graphs) return ops();
+    if (!s.graph_exec) {
+      cudaGraph_t graph = nullptr;
+      PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        ops();
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
+      PETREL_CUDA(cudaGraphInstantiate(&s.graph_exec, graph, 0));
+      PETREL_CUDA(cudaGraphDestroy(graph));
+    }
+    PETREL_CUDA(cudaGraphLaunch(s.graph_exec, stream_));
+  }
+
+  void synchronize() override { PETREL_CUDA(cudaStreamSynchronize(stream_)); }
+
+  int32_t argmax(const Tensor& logits) override {
+    check(logits.elem_size == 4, "argmax needs fp32 logits");
+    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), d_token_, stream_);
+    PETREL_CUDA(cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    PETREL_CUDA(cudaStreamSynchronize(stream_));
+    return *h_token_;
+  }
+
+  void embed(const Matrix& table, Tensor out) override {
+    PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
+    PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), bf(out), out.stride, stream_);
+  }
+
+  void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
+    cuda::rms_norm(bf(x), x.stride, weights_->vec(w), int(x.rows), int(x.cols), eps, bf(out), out.stride, stream_);
+  }
+
+  void linear(const Tensor& x, const Matrix& w, Tensor out) override {
+    cuda::linear(weights_->matrix(w), bf(x), x.stride, int(x.rows), out.data, out.stride, out.elem_size, stream_);
+  }
+
+  void add(Tensor h, const Tensor& a) override {
+    cuda::add_inplace(bf(h), h.stride, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
+  }
+
+  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
+    const ModelConfig& c = c_;
+    cuda::qk_norm_rope(bf(q), q.stride, int(q.rows), c.n_heads, c.head_dim, weights_->vec(w.q_norm), c.rms_eps,
+                       c.rotary_dim, c.rope_theta, d_pos_, stream_);
+    cuda::qk_norm_rope(bf(k), k.stride, int(k.rows), c.n_kv_heads, c.head_dim, weights_->vec(w.k_norm), c.rms_eps,
+                       c.rotary_dim, c.rope_theta, d_pos_, stream_);
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
+                 Tensor out) override {
+    auto& s = dynamic_cast<CudaSequence&>(st);
+    const ModelConfig& c = c_;
+    const int T = int(q.rows);
+    check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
+                                            " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
+    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], d_pos_, stream_);
+    // Enough key ranges to give every SM work when there are few queries (decode).
+    const int splits = std::clamp(256 / (T * c.n_heads), 1, 64);
+    cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, d_pos_, splits,
+                    attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+  }
+
+  void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
+                int layer, SequenceState& st, Tensor out) override {
+    auto& s = dynamic_cast<CudaSequence&>(st);
+    const ModelConfig& c = c_;
+    const int T = int(qkv.rows);
+    const cuda::DeltaNetShape d{c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel};
+    cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
+                           s.conv[layer], gdn_u_, stream_);
+    cuda::deltanet_prepare(d, gdn_u_, T, bf(b), b.stride, bf(a), a.stride, weights_->vec(w.A_log),
+                           weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
+    if (T == 1)
+      cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
+    else
+      cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
+    cuda::gated_rms_norm(d, gdn_o_, T, weights_->vec(w.norm), bf(z), z.stride, c.rms_eps, bf(out), out.stride, stream_);
+  }
+
+  void mlp(const Tensor& x, const MlpWeights& w, Tensor out) override {
+    const int T = int(x.rows), I = int(w.gate.rows);
+    const int64_t stride = (I + 7) / 8 * 8;
+    cuda::linear(weights_->matrix(w.gate), bf(x), x.stride, T, mlp_g_, stride, 2, stream_);
+    cuda::linear(weights_->matrix(w.up), bf(x), x.stride, T, mlp_u_, stride, 2, stream_);
+    cuda::silu_mul(mlp_g_, mlp_u_, stride, T, I, mlp_act_, stride, stream_);
+    cuda::linear(weights_->matrix(w.down), mlp_act_, stride, T, out.data, out.stride, out.elem_size, stream_);
+  }
+
+  void moe(const Tensor& x, const FfnWeights& w, Tensor out) override {
+    const ModelConfig& c = c_;
+    const int T = int(x.rows), k = c.top_k;
+    const cuda::ExpertStacks& E = weights_->experts(w);
+    const DeviceMatrix* sg = w.has_shared ? &weights_->matrix(w.shared_gate) : nullptr;
+    cuda::moe_route(weights_->matrix(w.router), sg, bf(x), x.stride, T, c.n_experts, k, c.norm_topk_prob, moe_ids_,
+                    moe_w_, moe_sgate_, stream_);
+    if (T <= cuda::kGemvMaxTokens) {
+      const DeviceMatrix* s_gate = w.has_shared ? &weights_->matrix(w.shared.gate) : nullptr;
+      const DeviceMatrix* s_up = w.has_shared ? &weights_->matrix(w.shared.up) : nullptr;
+      const DeviceMatrix* s_down = w.has_shared ? &weights_->matrix(w.shared.down) : nullptr;
+      cuda::moe_decode(E.gate, E.up, E.down, s_gate, s_up, s_down, bf(x), x.stride, T, k, moe_ids_, moe_w_,
+                       moe_sgate_, moe_decode_act_, bf(out), out.stride, stream_);
+      return;
+    }
+    const int I = c.moe_intermediate;
+    const int64_t istride = (I + 7) / 8 * 8;
+    cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
+                   moe_tile_expert_, stream_);
+    cuda::grouped_linear(E.gate, bf(x), x.stride, moe_row_token_, moe_tile_expert_, moe_rows_, moe_g_, istride, stream_);
+    cuda::grouped_linear(E.up, bf(x), x.stride, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_, istride, stream_);
+    cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
+    cuda::grouped_linear(E.down, moe_g_, istride, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c.hidden, stream_);
+    const bf16* shared = nullptr;
+    if (w.has_shared) {
+      Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};
+      mlp(x, w.shared, so);
+      shared = moe_shared_;
+    }
+    cuda::moe_combine(moe_y_, c.hidden, moe_slot_row_, moe_w_, T, k, c.hidden, moe_sgate_, shared, c.hidden, bf(out),
+                      out.stride, stream_);
+  }
+
+ private:
+  static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
+
+  template <typename T>
+  T* alloc_raw(size_t n) {
+    void* p = nullptr;
+    cuda::check_device_memory(n * sizeof(T), "activation scratch");
+    PETREL_CUDA(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    PETREL_CUDA(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), stream_));
+    allocations_.push_back(p);
+    return static_cast<T*>(p);
+  }
+
+  CudaOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  ModelConfig c_;
+  std::unique_ptr<cuda::DeviceWeights> weights_;
+  std::vector<void*> allocations_;
+  int max_tokens_ = 0, n_tokens_ = 0;
+  int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
+  int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
+  float* attn_partial_ = nullptr;
+  float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
+  float *gdn_beta_ = nullptr, *gdn_g_ = nullptr;
+  bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
+  int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
+  int* moe_tile_expert_ = nullptr;
+  float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr;
+  bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
+  int moe_rows_ = 0;
+};
+
+}  // namespace
+
+bool cuda_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string cuda_device_summary() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return "no CUDA device found";
+  cudaDeviceProp p{};
+  PETREL_CUDA(cudaGetDeviceProperties(&p, 0));
+  size_t free_b = 0, total_b = 0;
+  PETREL_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, " + format_bytes(double(free_b)) + " free of " +
+         format_bytes(double(total_b)) + ")";
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
+  check(cuda_available(), "--device cuda: " + cuda_device_summary());
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace petrel

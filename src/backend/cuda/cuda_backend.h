@@ -1,0 +1,30 @@
+// The CUDA backend: bf16 activations, fp32 accumulation and recurrent state, weights in bf16 or
+// affine 4/8-bit on the device, routing on the device, decode steps replayed as CUDA graphs.
+// This header is plain C++ so the CLI can create the backend without CUDA headers.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace petrel {
+
+enum class DeviceWeights { AsStored, Int4 };
+
+struct CudaOptions {
+  int device = 0;
+  // AsStored: bf16/f16/f32 checkpoints upload as bf16, MLX ones keep their 4/8-bit codes.
+  // Int4: bf16 checkpoints are quantised at load with MLX's affine scheme (group 64; router and
+  // shared-expert gate 8-bit).
+  DeviceWeights weights = DeviceWeights::AsStored;
+  bool graphs = true;     // replay decode steps as CUDA graphs
+  bool progress = true;   // upload progress bar
+};
+
+// True when this build has CUDA and a device is present.
+bool cuda_available();
+// One line naming the device and its memory, or why there is none.
+std::string cuda_device_summary();
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
+
+}  // namespace petrel

@@ -1,0 +1,259 @@
+#include "backend/cuda/device_weights.h"
+
+#include <cstring>
+#include <functional>
+
+#include "backend/cuda/kernels.cuh"
+#include "core/progress.h"
+
+namespace petrel::cuda {
+namespace {
+
+constexpr size_t kStagingBytes = 64ull << 20;
+constexpr int kQuantGroup = 64;
+
+size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
+  if (f == WFormat::BF16) return size_t(rows * cols) * 2;
+  const int bits = f == WFormat::Q4 ? 4 : 8;
+  return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * 2;
+}
+
+// Calls fn(matrix, router_like) for every non-expert matrix of the model.
+void for_each_matrix(const ModelWeights& w, const std::function<void(const Matrix&, bool)>& fn) {
+  fn(w.embed, false);
+  fn(w.lm_head, false);
+  for (const LayerWeights& L : w.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b,
+                            &L.gdn.a, &L.gdn.out, &L.ffn.dense.gate, &L.ffn.dense.up, &L.ffn.dense.down,
+                            &L.ffn.shared.gate, &L.ffn.shared.up, &L.ffn.shared.down})
+      if (m->rows > 0) fn(*m, false);
+    for (const Matrix* m : {&L.ffn.router, &L.ffn.shared_gate})
+      if (m->rows > 0) fn(*m, true);
+  }
+}
+
+}  // namespace
+
+void check_device_memory(size_t bytes, const std::string& what) {
+  size_t free_b = 0, total_b = 0;
+  PETREL_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  check(bytes <= free_b, "not enough GPU memory for " + what + ": needs " + format_bytes(double(bytes)) + ", " +
+                             format_bytes(double(free_b)) + " free of " + format_bytes(double(total_b)) +
+                             " (try --quantize int4, a shorter context, or a smaller --chunk)");
+}
+
+DeviceWeights::Plan DeviceWeights::plan(const Matrix& m, bool router_like) const {
+  if (m.format == MatrixFormat::Affine) return {&m, m.bits == 4 ? WFormat::Q4 : WFormat::Q8, m.group};
+  if (opt_.int4 && m.cols % kQuantGroup == 0) return {&m, router_like ? WFormat::Q8 : WFormat::Q4, kQuantGroup};
+  return {&m, WFormat::BF16, kQuantGroup};
+}
+
+void* DeviceWeights::device_alloc(size_t bytes) {
+  void* p = nullptr;
+  PETREL_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+  allocations_.push_back(p);
+  return p;
+}
+
+DeviceMatrix DeviceWeights::allocate(const Plan& p, int count) {
+  DeviceMatrix d;
+  d.format = p.format;
+  d.rows = int(p.m->rows);
+  d.cols = int(p.m->cols);
+  d.group = p.group;
+  d.count = count;
+  check(d.cols % 8 == 0, p.m->name + ": input width " + std::to_string(d.cols) +
+                             " is not a multiple of 8, which the CUDA kernels require");
+  if (p.format == WFormat::BF16) {
+    d.w_stride = int64_t(d.rows) * d.cols;
+    d.w = device_alloc(size_t(d.w_stride * count) * 2);
+  } else {
+    d.w_stride = int64_t(d.rows) * d.cols * d.bits() / 32;
+    d.s_stride = int64_t(d.rows) * (d.cols / d.group);
+    d.w = device_alloc(size_t(d.w_stride * count) * 4);
+    d.scales = static_cast<bf16*>(device_alloc(size_t(d.s_stride * count) * 2));
+    d.biases = static_cast<bf16*>(device_alloc(size_t(d.s_stride * count) * 2));
+  }
+  bytes_ += matrix_bytes(p.format, d.rows, d.cols, d.group) * count;
+  return d;
+}
+
+void DeviceWeights::upload_rows(int64_t rows, size_t row_bytes, const std::function<void(int64_t, uint8_t*)>& row,
+                                void* dst) {
+  const int64_t batch = std::max<int64_t>(1, int64_t(staging_bytes_ / row_bytes));
+  for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+    const int64_t n = std::min(batch, rows - r0);
+    for (int64_t r = 0; r < n; ++r) row(r0 + r, staging_ + r * row_bytes);
+    PETREL_CUDA(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + r0 * row_bytes, staging_, n * row_bytes,
+                                cudaMemcpyHostToDevice, stream_));
+    PETREL_CUDA(cudaStreamSynchronize(stream_));  // the staging buffer is reused next
+    done_ += n * row_bytes;
+    if (progress_) progress_(std::min(done_, planned_), planned_);
+  }
+}
+
+// Writes one matrix (already allocated as `dst`) from the host view, or random values when the
+// view has no data (synthetic benchmark models).
+void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
+  const Matrix& m = *p.m;
+  const int64_t rows = m.rows, cols = m.cols;
+  if (m.data == nullptr) {
+    const uint64_t seed = uint64_t(reinterpret_cast<uintptr_t>(&m));
+    const float scale = std::sqrt(3.0f / float(cols));
+    if (dst.format == WFormat::BF16) {
+      fill_random_bf16(static_cast<bf16*>(const_cast<void*>(dst.w)), rows * cols, scale, seed, stream_);
+    } else {
+      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_);
+      const float step = 2.0f * scale / float((1 << dst.bits()) - 1);
+      fill_random_bf16(const_cast<bf16*>(dst.scales), dst.s_stride, step, seed + 1, stream_);
+      fill_random_bf16(const_cast<bf16*>(dst.biases), dst.s_stride, scale, seed + 2, stream_);
+    }
+    done_ += matrix_bytes(dst.format, rows, cols, dst.group);
+    if (progress_) progress_(std::min(done_, planned_), planned_);
+    return;
+  }
+  auto bf16_row = [&](int64_t r, uint8_t* out) {
+    uint16_t* o = reinterpret_cast<uint16_t*>(out);
+    if (m.format == MatrixFormat::Dense && m.dtype == DType::BF16) {
+      std::memcpy(o, static_cast<const uint8_t*>(m.data) + m.stored_row(r) * cols * 2, cols * 2);
+      return;
+    }
+    std::vector<float> f(cols);
+    m.dequant_row(r, f.data());
+    for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(f[i]);
+  };
+  if (m.format == MatrixFormat::Dense) {
+    if (dst.format == WFormat::BF16) {
+      upload_rows(rows, cols * 2, bf16_row, const_cast<void*>(dst.w));
+      return;
+    }
+    // Quantise at load: bf16 rows to a temporary device buffer, then MLX's scheme on the device.
+    bf16* tmp = nullptr;
+    PETREL_CUDA(cudaMalloc(&tmp, size_t(rows * cols) * 2));
+    upload_rows(rows, cols * 2, bf16_row, tmp);
+    quantize_affine(tmp, int(rows), int(cols), dst.bits(), dst.group, static_cast<uint32_t*>(const_cast<void*>(dst.w)),
+                    const_cast<bf16*>(dst.scales), const_cast<bf16*>(dst.biases), stream_);
+    PETREL_CUDA(cudaStreamSynchronize(stream_));
+    PETREL_CUDA(cudaFree(tmp));
+    return;
+  }
+  // Affine codes as stored (rows gathered), scales and biases as bf16.
+  const int64_t words = cols * m.bits / 32, groups = cols / m.group;
+  upload_rows(rows, words * 4, [&](int64_t r, uint8_t* out) {
+    std::memcpy(out, static_cast<const uint32_t*>(m.data) + m.stored_row(r) * words, words * 4);
+  }, const_cast<void*>(dst.w));
+  for (int part = 0; part < 2; ++part) {
+    const void* src = part == 0 ? m.scales : m.biases;
+    upload_rows(rows, groups * 2, [&](int64_t r, uint8_t* out) {
+      uint16_t* o = reinterpret_cast<uint16_t*>(out);
+      for (int64_t g = 0; g < groups; ++g) o[g] = f32_to_bf16(load_as_f32(src, m.dtype, m.stored_row(r) * groups + g));
+    }, const_cast<bf16*>(part == 0 ? dst.scales : dst.biases));
+  }
+}
+
+void DeviceWeights::add_matrix(const Matrix& m, bool router_like) {
+  if (matrices_.count(&m)) return;
+  if (m.data && !m.row_map) {
+    auto it = by_data_.find(m.data);
+    if (it != by_data_.end() && it->second.rows == m.rows && it->second.cols == m.cols) {
+      matrices_[&m] = it->second;
+      return;
+    }
+  }
+  const Plan p = plan(m, router_like);
+  DeviceMatrix d = allocate(p, 1);
+  fill(p, d);
+  matrices_[&m] = d;
+  if (m.data && !m.row_map) by_data_[m.data] = d;
+}
+
+void DeviceWeights::add_experts(const FfnWeights& f) {
+  ExpertStacks s;
+  DeviceMatrix* dst[3] = {&s.gate, &s.up, &s.down};
+  for (int role = 0; role < 3; ++role) {
+    auto pick = [&](const MlpWeights& e) -> const Matrix& { return role == 0 ? e.gate : role == 1 ? e.up : e.down; };
+    const Plan first = plan(pick(f.experts[0]), false);
+    *dst[role] = allocate(first, int(f.experts.size()));
+    for (size_t e = 0; e < f.experts.size(); ++e) {
+      const Plan p = plan(pick(f.experts[e]), false);
+      check(p.format == first.format && p.group == first.group && p.m->rows == first.m->rows &&
+                p.m->cols == first.m->cols,
+            p.m->name + ": expert " + std::to_string(e) + " differs in format or shape from expert 0");
+      fill(p, dst[role]->entry(int(e)));
+    }
+  }
+  experts_[&f] = s;
+}
+
+void DeviceWeights::add_vector(const std::vector<float>& v) {
+  if (v.empty() || vectors_.count(&v)) return;
+  float* d = static_cast<float*>(device_alloc(v.size() * sizeof(float)));
+  PETREL_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  vectors_[&v] = d;
+}
+
+DeviceWeights::DeviceWeights(const ModelConfig& config, const ModelWeights& w, const UploadOptions& options,
+                             cudaStream_t stream)
+    : opt_(options), stream_(stream) {
+  (void)config;
+  // Plan first, so a model that does not fit fails before anything is copied.
+  size_t total = 0;
+  for_each_matrix(w, [&](const Matrix& m, bool router_like) {
+    const Plan p = plan(m, router_like);
+    total += matrix_bytes(p.format, m.rows, m.cols, p.group);
+  });
+  for (const LayerWeights& L : w.layers)
+    for (const MlpWeights& e : L.ffn.experts)
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) {
+        const Plan p = plan(*m, false);
+        total += matrix_bytes(p.format, m->rows, m->cols, p.group);
+      }
+  check_device_memory(total, "the model weights");
+  planned_ = total;
+  PETREL_CUDA(cudaMallocHost(&staging_, kStagingBytes));
+  staging_bytes_ = kStagingBytes;
+  ProgressBar bar("uploading weights to the GPU");
+  if (opt_.progress) progress_ = [&](size_t done, size_t all) { bar.update(done, all); };
+  for_each_matrix(w, [&](const Matrix& m, bool router_like) { add_matrix(m, router_like); });
+  for (const LayerWeights& L : w.layers) {
+    if (!L.ffn.experts.empty()) add_experts(L.ffn);
+    for (const std::vector<float>* v : {&L.input_norm, &L.post_norm, &L.attn.q_norm, &L.attn.k_norm, &L.gdn.conv,
+                                        &L.gdn.A_log, &L.gdn.dt_bias, &L.gdn.norm})
+      add_vector(*v);
+  }
+  add_vector(w.final_norm);
+  PETREL_CUDA(cudaStreamSynchronize(stream_));
+  progress_ = nullptr;
+  if (!opt_.progress) bar.update(bytes_, bytes_);
+  PETREL_CUDA(cudaFreeHost(staging_));
+  staging_ = nullptr;
+}
+
+DeviceWeights::~DeviceWeights() {
+  for (void* p : allocations_) cudaFree(p);
+  if (staging_) cudaFreeHost(staging_);
+}
+
+const DeviceMatrix& DeviceWeights::matrix(const Matrix& m) const {
+  auto it = matrices_.find(&m);
+  check(it != matrices_.end(), "CUDA backend: weight '" + m.name + "' was not uploaded");
+  return it->second;
+}
+
+const float* DeviceWeights::vec(const std::vector<float>& v) const {
+  auto it = vectors_.find(&v);
+  check(it != vectors_.end(), "CUDA backend: a norm/state vector was not uploaded");
+  return it->second;
+}
+
+const ExpertStacks& DeviceWeights::experts(const FfnWeights& f) const {
+  auto it = experts_.find(&f);
+  check(it != experts_.end(), "CUDA backend: experts were not uploaded");
+  return it->second;
+}
+
+}  // namespace petrel::cuda
+
+namespace petrel::cuda {
+size_t DeviceMatrix::bytes() const { return matrix_bytes(format, rows, cols, group) * count; }
+}  // namespace petrel::cuda

@@ -1,0 +1,69 @@
+// Model weights in device memory: every canonical Matrix uploaded (row gathers applied, bf16 or
+// affine 4/8-bit), experts stacked per layer so kernels index them by expert id, norm and DeltaNet
+// vectors in fp32. Streams from the mapped checkpoint through one pinned staging buffer.
+#pragma once
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace petrel::cuda {
+
+struct UploadOptions {
+  bool int4 = false;     // quantise float matrices to 4-bit (router/shared gate 8-bit), group 64
+  bool progress = true;
+};
+
+struct ExpertStacks {
+  DeviceMatrix gate, up, down;  // count = n_experts
+};
+
+// Throws a clear error when the device lacks `bytes` of free memory for `what`.
+void check_device_memory(size_t bytes, const std::string& what);
+
+class DeviceWeights {
+ public:
+  DeviceWeights(const ModelConfig& config, const ModelWeights& weights, const UploadOptions& options,
+                cudaStream_t stream);
+  ~DeviceWeights();
+  DeviceWeights(const DeviceWeights&) = delete;
+  DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+  const DeviceMatrix& matrix(const Matrix& m) const;
+  const float* vec(const std::vector<float>& v) const;
+  const ExpertStacks& experts(const FfnWeights& f) const;
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Plan {
+    const Matrix* m;
+    WFormat format;
+    int group;
+  };
+  Plan plan(const Matrix& m, bool router_like) const;
+  DeviceMatrix allocate(const Plan& p, int count);
+  void fill(const Plan& p, const DeviceMatrix& dst);
+  void upload_rows(int64_t rows, size_t row_bytes, const std::function<void(int64_t, uint8_t*)>& row, void* dst);
+  void add_matrix(const Matrix& m, bool router_like);
+  void add_experts(const FfnWeights& f);
+  void add_vector(const std::vector<float>& v);
+  void* device_alloc(size_t bytes);
+
+  UploadOptions opt_;
+  cudaStream_t stream_;
+  uint8_t* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  size_t bytes_ = 0, planned_ = 0, done_ = 0;
+  std::function<void(size_t, size_t)> progress_;
+  std::unordered_map<const Matrix*, DeviceMatrix> matrices_;
+  std::unordered_map<const void*, DeviceMatrix> by_data_;  // dedupes tied embeddings / LM heads
+  std::unordered_map<const std::vector<float>*, float*> vectors_;
+  std::unordered_map<const FfnWeights*, ExpertStacks> experts_;
+  std::vector<void*> allocations_;
+};
+
+}  // namespace petrel::cuda

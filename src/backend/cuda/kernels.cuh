@@ -1,0 +1,94 @@
+// Host-side launchers of the CUDA kernels, one section per op family (one .cu file each).
+// Activations are bf16 [rows, cols] with a row stride; fp32 where stated.
+#pragma once
+#include "backend/cuda/common.cuh"
+
+namespace petrel::cuda {
+
+// ---- linear.cu: y = x · Wᵀ ---------------------------------------------------------------------
+// Up to kGemvMaxTokens rows use the GEMV kernel (weights streamed once, all rows at a time); more
+// rows use the tensor-core GEMM. `y_elem` is 2 (bf16) or 4 (fp32).
+constexpr int kGemvMaxTokens = 8;
+void linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, int T, void* y, int64_t y_stride, int y_elem,
+            cudaStream_t s);
+// Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
+// null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
+// (tiles with -1 are skipped). y has max_rows rows.
+constexpr int kGemmTileM = 64;
+void grouped_linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, const int* row_token,
+                    const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s);
+
+// ---- norm_rope.cu --------------------------------------------------------------------------------
+void embed(const DeviceMatrix& table, const int* ids, int T, bf16* out, int64_t out_stride, cudaStream_t s);
+void rms_norm(const bf16* x, int64_t x_stride, const float* w, int T, int n, float eps, bf16* out,
+              int64_t out_stride, cudaStream_t s);
+void add_inplace(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
+// Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
+void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
+                  float theta, const int* pos0, cudaStream_t s);
+void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out, int64_t out_stride,
+              cudaStream_t s);
+
+// ---- attention.cu --------------------------------------------------------------------------------
+// Writes k, v of T tokens into the caches at rows *pos0 .. *pos0+T-1.
+void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc,
+               const int* pos0, cudaStream_t s);
+// Causal GQA attention of T queries at positions *pos0+t over cache rows [0, *pos0+t]; split-K
+// over `splits` key ranges, partials (m, l, acc[D]) in `partial` (T·Hq·splits·(D+2) floats).
+void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
+               const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
+               int64_t out_stride, cudaStream_t s);
+
+// ---- deltanet.cu ---------------------------------------------------------------------------------
+struct DeltaNetShape {
+  int Hk, Hv, dk, dv, K;
+};
+// conv + SiLU over qkv [T, C] continuing conv_state [K-1, C] (updated) -> u [T, C] fp32.
+void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state,
+                      float* u, cudaStream_t s);
+// Splits u into L2-normed q (scaled), k [T, Hk, dk] and v [T, Hv, dv]; beta, g [T, Hv] from b, a.
+void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const bf16* b, int64_t b_stride, const bf16* a,
+                      int64_t a_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
+                      float* beta, float* g, cudaStream_t s);
+void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
+                          const float* beta, const float* g, float* state, float* out, cudaStream_t s);
+void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
+                        const float* beta, const float* g, float* state, float* out, cudaStream_t s);
+// out = rmsnorm(o per value head)·w·silu(z), bf16.
+void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,
+                    float eps, bf16* out, int64_t out_stride, cudaStream_t s);
+
+// ---- moe.cu --------------------------------------------------------------------------------------
+// Router: fp32 logits, softmax over E, top-k (renormalised if `renorm`) -> ids/weights [T, k];
+// and sigmoid(x · shared_gate) -> sgate [T] when shared_gate is given.
+void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const bf16* x, int64_t x_stride, int T,
+               int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s);
+// Decode path (few tokens): all selected experts (and the shared one) in one launch each for
+// gate+up and for down; out = Σ w·expert + sgate·shared.
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const bf16* x,
+                int64_t x_stride, int T, int k, const int* ids, const float* weights, const float* sgate, float* act,
+                bf16* out, int64_t out_stride, cudaStream_t s);
+// Prefill path: builds per-expert row lists on the device (padded to kGemmTileM), returns nothing
+// to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].
+void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
+              int* tile_expert, cudaStream_t s);
+// out[t] = Σ_j weights[t,j]·y[slot_row[t·k+j]] (+ sgate[t]·shared[t]).
+void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
+                 const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out, int64_t out_stride,
+                 cudaStream_t s);
+
+// ---- sampling.cu ---------------------------------------------------------------------------------
+// Index of the largest of n fp32 logits (lowest index on ties) -> *out.
+void argmax(const float* logits, int n, int* out, cudaStream_t s);
+
+// ---- weights.cu ----------------------------------------------------------------------------------
+// MLX-scheme affine quantisation of a bf16 [rows, cols] matrix on the device.
+void quantize_affine(const bf16* w, int rows, int cols, int bits, int group, uint32_t* q, bf16* scales,
+                     bf16* biases, cudaStream_t s);
+// Fills n bf16 values with uniform noise in [-scale, scale] (synthetic benchmark weights).
+void fill_random_bf16(bf16* p, int64_t n, float scale, uint64_t seed, cudaStream_t s);
+void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s);
+void fill_f32(float* p, int64_t n, float v, cudaStream_t s);
+
+}  // namespace petrel::cuda

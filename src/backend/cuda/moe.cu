@@ -1,0 +1,200 @@
+// Mixture of experts on the GPU with routing decided on the device: router softmax + top-k, the
+// few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
+// expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
+#include "backend/cuda/kernels.cuh"
+
+namespace petrel::cuda {
+namespace {
+
+constexpr int kMaxExperts = 1024;
+constexpr int kWarps = 8;
+
+__device__ float dot_row(const DeviceMatrix& w, int64_t row, const bf16* x, int lane) {
+  float acc = 0.0f;
+  for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
+    float wv[8], xv[8];
+    load8(w, row, c8, wv);
+    load8_act(x + c8 * 8, xv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc += wv[i] * xv[i];
+  }
+  return warp_sum(acc);
+}
+
+__device__ float dot_row_f32(const DeviceMatrix& w, int64_t row, const float* x, int lane) {
+  float acc = 0.0f;
+  for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
+    float wv[8];
+    load8(w, row, c8, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc += wv[i] * x[c8 * 8 + i];
+  }
+  return warp_sum(acc);
+}
+
+// grid (T), 8 warps. fp32 logits, softmax over all experts, k rounds of argmax (lowest index wins ties).
+__global__ void route_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const bf16* x,
+                             int64_t x_stride, int E, int k, bool renorm, int* ids, float* weights, float* sgate) {
+  __shared__ float p[kMaxExperts];
+  const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bf16* xt = x + t * x_stride;
+  for (int e = warp; e < E; e += kWarps) {
+    const float v = dot_row(router, e, xt, lane);
+    if (lane == 0) p[e] = v;
+  }
+  if (has_shared && warp == kWarps - 1) {
+    const float v = dot_row(shared_gate, 0, xt, lane);
+    if (lane == 0) sgate[t] = sigmoidf_(v);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(p[e] - mx));
+  sum = warp_sum(sum);
+  __syncwarp();
+  float total = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    float best = -1.0f;
+    int best_e = E;
+    for (int e = lane; e < E; e += 32)
+      if (p[e] > best) {
+        best = p[e];
+        best_e = e;
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if (lane == 0) {
+      ids[t * k + i] = best_e;
+      weights[t * k + i] = best / sum;
+      p[best_e] = -2.0f;  // below every probability: excluded from later rounds
+    }
+    total += best / sum;
+    __syncwarp();
+  }
+  if (renorm && lane < k) weights[t * k + lane] /= total;
+}
+
+// grid (rows/8, T·k + shared slots): silu(gate·x)·(up·x) per selected expert row -> act (fp32).
+__global__ void gate_up_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up,
+                               bool has_shared, const bf16* x, int64_t x_stride, int T, int k, const int* ids,
+                               float* act, int act_stride) {
+  const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarps + warp;
+  const bool routed = slot < T * k;
+  const int token = routed ? slot / k : slot - T * k;
+  const DeviceMatrix g = routed ? gate.entry(ids[slot]) : s_gate;
+  const DeviceMatrix u = routed ? up.entry(ids[slot]) : s_up;
+  if (!routed && !has_shared) return;
+  if (row >= g.rows) return;
+  const bf16* xt = x + token * x_stride;
+  const float gv = dot_row(g, row, xt, lane), uv = dot_row(u, row, xt, lane);
+  if (lane == 0) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
+}
+
+// grid (H/8, T): out[t][h] = Σ_j w[t,j]·down_{e_j}[h]·act_j + sgate[t]·shared_down[h]·act_shared.
+__global__ void down_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int T, int k, const int* ids,
+                            const float* weights, const float* sgate, const float* act, int act_stride, bf16* out,
+                            int64_t out_stride) {
+  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.x * kWarps + warp;
+  if (h >= down.rows) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int slot = t * k + j;
+    acc += weights[slot] * dot_row_f32(down.entry(ids[slot]), h, act + int64_t(slot) * act_stride, lane);
+  }
+  if (has_shared) acc += sgate[t] * dot_row_f32(s_down, h, act + int64_t(T * k + t) * act_stride, lane);
+  if (lane == 0) out[t * out_stride + h] = __float2bfloat16(acc);
+}
+
+// One block: per-expert counts, segments padded to the GEMM tile, then each assignment's row.
+__global__ void plan_kernel(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token,
+                            int* slot_row, int* tile_expert) {
+  __shared__ int count[kMaxExperts], cursor[kMaxExperts];
+  const int n = T * k;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = -1;
+  __syncthreads();
+  for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&count[ids[a]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int offset = 0;
+    for (int e = 0; e < E; ++e) {
+      cursor[e] = offset;
+      counts[e] = count[e];
+      const int padded = (count[e] + kGemmTileM - 1) / kGemmTileM * kGemmTileM;
+      for (int tile = offset / kGemmTileM; tile < (offset + padded) / kGemmTileM; ++tile) tile_expert[tile] = e;
+      offset += padded;
+    }
+    for (int tile = offset / kGemmTileM; tile < max_rows / kGemmTileM; ++tile) tile_expert[tile] = -1;
+  }
+  __syncthreads();
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    const int p = atomicAdd(&cursor[ids[a]], 1);
+    row_token[p] = a / k;
+    slot_row[a] = p;
+  }
+}
+
+__global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int k, int H,
+                               const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out,
+                               int64_t out_stride) {
+  const int t = blockIdx.x;
+  for (int h = threadIdx.x; h < H; h += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j)
+      acc += weights[t * k + j] * __bfloat162float(y[int64_t(slot_row[t * k + j]) * y_stride + h]);
+    if (shared) acc += sgate[t] * __bfloat162float(shared[t * shared_stride + h]);
+    out[t * out_stride + h] = __float2bfloat16(acc);
+  }
+}
+
+}  // namespace
+
+void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const bf16* x, int64_t x_stride, int T,
+               int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s) {
+  check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
+  route_kernel<<<T, 32 * kWarps, 0, s>>>(router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr,
+                                         x, x_stride, E, k, renorm, ids, weights, sgate);
+  PETREL_LAUNCHED("moe_route");
+}
+
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
+                const DeviceMatrix* s_up, const DeviceMatrix* s_down, const bf16* x, int64_t x_stride, int T, int k,
+                const int* ids, const float* weights, const float* sgate, float* act, bf16* out, int64_t out_stride,
+                cudaStream_t s) {
+  const bool shared = s_gate != nullptr;
+  const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
+  const int slots = T * k + (shared ? T : 0);
+  gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
+      gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, T, k, ids, act,
+      width);
+  PETREL_LAUNCHED("moe gate_up");
+  down_kernel<<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps, 0, s>>>(
+      down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, out_stride);
+  PETREL_LAUNCHED("moe down");
+}
+
+void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
+              int* tile_expert, cudaStream_t s) {
+  plan_kernel<<<1, 1024, 0, s>>>(ids, T, k, E, max_rows, counts, row_token, slot_row, tile_expert);
+  PETREL_LAUNCHED("moe_plan");
+}
+
+void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
+                 const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out, int64_t out_stride,
+                 cudaStream_t s) {
+  combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride);
+  PETREL_LAUNCHED("moe_combine");
+}
+
+}  // namespace petrel::cuda

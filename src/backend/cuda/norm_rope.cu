@@ -1,0 +1,123 @@
+// Element-wise and per-row kernels: embedding gather, RMSNorm, residual add, q/k norm + RoPE, SwiGLU.
+#include <algorithm>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace petrel::cuda {
+namespace {
+
+__global__ void embed_kernel(DeviceMatrix table, const int* ids, bf16* out, int64_t out_stride) {
+  const int t = blockIdx.x;
+  const int64_t row = ids[t];
+  for (int c8 = threadIdx.x; c8 < table.cols / 8; c8 += blockDim.x) {
+    float f[8];
+    load8(table, row, c8, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[t * out_stride + c8 * 8 + i] = __float2bfloat16(f[i]);
+  }
+}
+
+// Sum over a block of any size that is a multiple of 32.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < warps; ++i) total += partial[i];
+  return total;
+}
+
+__global__ void rms_norm_kernel(const bf16* x, int64_t x_stride, const float* w, int n, float eps, bf16* out,
+                                int64_t out_stride) {
+  const bf16* xr = x + blockIdx.x * x_stride;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = __bfloat162float(xr[i]);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(n) + eps);
+  bf16* o = out + blockIdx.x * out_stride;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2bfloat16(__bfloat162float(xr[i]) * inv * w[i]);
+}
+
+__global__ void add_kernel(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int n) {
+  bf16* hr = h + blockIdx.x * h_stride;
+  const bf16* ar = a + blockIdx.x * a_stride;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) hr[i] = __float2bfloat16(__bfloat162float(hr[i]) + __bfloat162float(ar[i]));
+}
+
+// One warp per (token, head); D <= 512.
+__global__ void qk_norm_rope_kernel(bf16* x, int64_t stride, int heads, int D, const float* w, float eps, int rotary,
+                                    float theta, const int* pos0) {
+  const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (h >= heads) return;
+  bf16* p = x + t * stride + int64_t(h) * D;
+  float v[16];
+  const int per = D / 32;
+  float ss = 0.0f;
+  for (int i = 0; i < per; ++i) {
+    v[i] = __bfloat162float(p[lane + 32 * i]);
+    ss += v[i] * v[i];
+  }
+  const float inv = rsqrtf(warp_sum(ss) / float(D) + eps);
+  for (int i = 0; i < per; ++i) p[lane + 32 * i] = __float2bfloat16(v[i] * inv * w[lane + 32 * i]);
+  __syncwarp();
+  // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
+  const int half = rotary / 2;
+  const float pos = float(*pos0 + t);
+  for (int j = lane; j < half; j += 32) {
+    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
+    float sn, cs;
+    sincosf(pos * inv_freq, &sn, &cs);
+    const float x0 = __bfloat162float(p[j]) , x1 = __bfloat162float(p[j + half]);
+    p[j] = __float2bfloat16(x0 * cs - x1 * sn);
+    p[j + half] = __float2bfloat16(x1 * cs + x0 * sn);
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out,
+                                int64_t out_stride) {
+  const int64_t total = int64_t(T) * n;
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = x / n, i = x % n;
+    const float gv = __bfloat162float(g[t * stride + i]), uv = __bfloat162float(u[t * stride + i]);
+    out[t * out_stride + i] = __float2bfloat16(siluf_(gv) * uv);
+  }
+}
+
+}  // namespace
+
+void embed(const DeviceMatrix& table, const int* ids, int T, bf16* out, int64_t out_stride, cudaStream_t s) {
+  embed_kernel<<<T, 128, 0, s>>>(table, ids, out, out_stride);
+  PETREL_LAUNCHED("embed");
+}
+
+void rms_norm(const bf16* x, int64_t x_stride, const float* w, int T, int n, float eps, bf16* out, int64_t out_stride,
+              cudaStream_t s) {
+  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, w, n, eps, out, out_stride);
+  PETREL_LAUNCHED("rms_norm");
+}
+
+void add_inplace(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s) {
+  add_kernel<<<T, 256, 0, s>>>(h, h_stride, a, a_stride, n);
+  PETREL_LAUNCHED("add");
+}
+
+void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary, float theta,
+                  const int* pos0, cudaStream_t s) {
+  check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
+  constexpr int kWarps = 4;
+  qk_norm_rope_kernel<<<dim3(T, div_up(heads, kWarps)), 32 * kWarps, 0, s>>>(x, stride, heads, D, w, eps, rotary,
+                                                                              theta, pos0);
+  PETREL_LAUNCHED("qk_norm_rope");
+}
+
+void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s) {
+  silu_mul_kernel<<<std::min(4096, div_up(int64_t(T) * n, 256)), 256, 0, s>>>(g, u, stride, T, n, out, out_stride);
+  PETREL_LAUNCHED("silu_mul");
+}
+
+}  // namespace petrel::cuda

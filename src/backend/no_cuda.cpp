@@ -1,0 +1,13 @@
+// Compiled only into builds without a CUDA compiler: the CUDA backend reports itself absent.
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+namespace petrel {
+
+bool cuda_available() { return false; }
+std::string cuda_device_summary() { return "this build has no CUDA backend (nvcc was not found)"; }
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions&) {
+  throw Error("--device cuda: this build has no CUDA backend (rebuild on a machine with nvcc)");
+}
+
+}  // namespace petrel
