@@ -10,4 +10,6 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions&) {
   throw Error("--device cuda: this build has no CUDA backend (rebuild on a machine with nvcc)");
 }
 
+double cuda_copy_bandwidth() { throw Error("this build has no CUDA backend"); }
+
 }  // namespace petrel

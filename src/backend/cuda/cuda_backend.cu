@@ -383,6 +383,32 @@ std::string cuda_device_summary() {
          format_bytes(double(total_b)) + ")";
 }
 
+double cuda_copy_bandwidth() {
+  const size_t bytes = 2ull << 30;
+  void *a = nullptr, *b = nullptr;
+  PETREL_CUDA(cudaMalloc(&a, bytes));
+  PETREL_CUDA(cudaMalloc(&b, bytes));
+  cudaEvent_t start, stop;
+  PETREL_CUDA(cudaEventCreate(&start));
+  PETREL_CUDA(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < 7; ++i) {
+    PETREL_CUDA(cudaEventRecord(start));
+    PETREL_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    PETREL_CUDA(cudaEventRecord(stop));
+    PETREL_CUDA(cudaEventSynchronize(stop));
+    float t = 0;
+    PETREL_CUDA(cudaEventElapsedTime(&t, start, stop));
+    if (i > 0) ms.push_back(t);  // the first copy warms up
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   check(cuda_available(), "--device cuda: " + cuda_device_summary());
   return std::make_unique<CudaBackend>(options);

@@ -26,5 +26,8 @@ bool cuda_available();
 // One line naming the device and its memory, or why there is none.
 std::string cuda_device_summary();
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
+// Device-to-device copy bandwidth (bytes read + written per second), median of several 2 GiB copies:
+// the practical HBM limit benchmarks compare against.
+double cuda_copy_bandwidth();
 
 }  // namespace petrel

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On a GPU machine: build (sm_90a + portable PTX), run every GPU test and the benchmark, and end
+# with a short table. Where apt is unavailable, run scripts/vendor-deps.sh on a Debian machine
+# first and bring .deps along. Logs go to $OUT when set (the device tool), else build-gpu/.
+# Usage: scripts/gpu-check.sh [--skip-bench] [--bench-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+skip_bench=0
+bench_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-bench) skip_bench=1 ;;
+    --bench-args) bench_args="$2"; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+logs="${OUT:-build-gpu}"
+mkdir -p "$logs"
+prefix=()
+[ -d .deps/usr ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps/usr")
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPETREL_NATIVE=OFF \
+  -DPETREL_CUDA_ARCHS="90a-real;80-virtual" "${prefix[@]}" > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "$logs/build.log" 2>&1 || { grep -E "error|Error" "$logs/build.log" | head -40; exit 1; }
+
+./build-gpu/tests/petrel_tests --gtest_filter='*Cuda*' --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
+tests_rc=$?
+grep -E "FAILED|Failure|note:|Expected|Which is|actual|PASSED|SKIPPED" "$logs/gpu-tests.log" | head -60
+
+bench_rc=0
+if [ $skip_bench -eq 0 ]; then
+  for w in int4 bf16; do
+    ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args --json > "$logs/bench-$w.json" 2> "$logs/bench-$w.err" || bench_rc=1
+  done
+fi
+
+echo
+echo "== Petrel GPU check =="
+passed=$(grep -oE "\[  PASSED  \] [0-9]+" "$logs/gpu-tests.log" | grep -oE "[0-9]+$" || echo 0)
+failed=$(grep -cE "^\[  FAILED  \] .*\(" "$logs/gpu-tests.log" || true)
+echo "GPU tests: ${passed:-0} passed, ${failed:-0} failed (exit $tests_rc)"
+if [ $skip_bench -eq 0 ]; then
+  for w in int4 bf16; do
+    python3 - "$logs/bench-$w.json" "$w" <<'PY' || { echo "bench $w failed:"; tail -5 "$logs/bench-$w.err"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+row = [f"{sys.argv[2]:5s}"]
+for p in d["prefill"]:
+    row.append(f"pp{p['tokens']} {p['tok_per_s']:.0f}/s")
+for q in d["decode"]:
+    row.append(f"tg@{q['context']} {q['tok_per_s']:.1f}/s ({100*q['fraction_of_bandwidth']:.0f}% BW)")
+print(" | ".join(row))
+PY
+  done
+fi
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -1,0 +1,178 @@
+// `petrel bench`: prefill and batch-1 decode throughput (median of several runs), bytes moved per
+// decode token and the fraction of the measured HBM bandwidth it represents.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cli/common.h"
+#include "cli/registry.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "io/checkpoint.h"
+#include "model/synthetic.h"
+
+namespace petrel::cli {
+namespace {
+
+struct Args {
+  std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096";
+  int decode_tokens = 64, runs = 5, chunk = 8192;
+  bool json = false, graphs = true;
+};
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+Stat stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes one decode token reads and writes: every non-expert weight, top_k experts and the shared
+// expert per layer, the LM head, DeltaNet state (read + write) and the KV cache up to `ctx`.
+double decode_bytes(const ModelConfig& c, const ModelWeights& w, bool int4, int ctx) {
+  auto bytes = [&](const Matrix& m, bool router_like) -> double {
+    if (!m.valid()) return 0;
+    if (m.format == MatrixFormat::Affine) return double(m.bytes());
+    if (int4 && m.cols % 64 == 0)
+      return double(m.rows * m.cols) * (router_like ? 1.0 : 0.5) + 4.0 * double(m.rows * (m.cols / 64));
+    return 2.0 * double(m.rows * m.cols);
+  };
+  double total = bytes(w.lm_head, false) + 2.0 * c.hidden;
+  for (const LayerWeights& L : w.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b,
+                            &L.gdn.a, &L.gdn.out, &L.ffn.dense.gate, &L.ffn.dense.up, &L.ffn.dense.down,
+                            &L.ffn.shared.gate, &L.ffn.shared.up, &L.ffn.shared.down})
+      total += bytes(*m, false);
+    total += bytes(L.ffn.router, true) + bytes(L.ffn.shared_gate, true);
+    if (!L.ffn.experts.empty()) {
+      const MlpWeights& e = L.ffn.experts[0];
+      total += c.top_k * (bytes(e.gate, false) + bytes(e.up, false) + bytes(e.down, false));
+    }
+    if (L.kind == LayerKind::DeltaNet)
+      total += 2.0 * 4.0 * c.lin_v_heads * c.lin_k_dim * c.lin_v_dim;
+    else
+      total += 2.0 * 2.0 * double(ctx) * c.n_kv_heads * c.head_dim;
+  }
+  return total;
+}
+
+std::vector<int32_t> tokens(int n, int vocab) {
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = int32_t((1103515245u * uint32_t(i) + 12345u) % uint32_t(vocab));
+  return ids;
+}
+
+void run(const Args& a) {
+  check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
+  check(a.weights == "int4" || a.weights == "bf16", "--weights '" + a.weights + "': expected int4 or bf16");
+  check(cuda_available(), "petrel bench measures the CUDA backend: " + cuda_device_summary());
+  const bool int4 = a.weights == "int4";
+  std::unique_ptr<Checkpoint> ck;
+  std::unique_ptr<ModelWeights> synth;
+  ModelConfig config;
+  if (!a.dir.empty()) {
+    ck = Checkpoint::open(a.dir);
+    config = ck->config();
+  } else {
+    config = synthetic_config(a.synthetic);
+    synth = synthetic_weights(config);
+  }
+  const ModelWeights& weights = ck ? ck->weights() : *synth;
+  const double bandwidth = cuda_copy_bandwidth();
+  CudaOptions co;
+  co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
+  co.graphs = a.graphs;
+  auto backend = make_cuda_backend(co);
+  ForwardOptions fo;
+  fo.max_chunk = a.chunk;
+  Model model(config, weights, *backend, fo);
+
+  nlohmann::json out;
+  out["model"] = ck ? a.dir : a.synthetic + " (synthetic)";
+  out["weights"] = a.weights;
+  out["device"] = cuda_device_summary();
+  out["hbm_copy_bandwidth_GBps"] = bandwidth / 1e9;
+  out["cuda_graphs"] = a.graphs;
+  out["runs"] = a.runs;
+
+  for (int T : parse_ids(a.prefill, "--prefill")) {
+    std::vector<double> tps;
+    const std::vector<int32_t> ids = tokens(T, config.vocab);
+    for (int r = 0; r <= a.runs; ++r) {  // run 0 warms up
+      auto seq = model.new_sequence(T);
+      backend->synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      model.forward_greedy(ids.data(), T, *seq);
+      if (r > 0) tps.push_back(T / seconds_since(t0));
+    }
+    const Stat s = stats(tps);
+    out["prefill"].push_back({{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}});
+  }
+  for (int ctx : parse_ids(a.contexts, "--decode-context")) {
+    std::vector<double> tps;
+    const std::vector<int32_t> prompt = tokens(std::max(ctx, 1), config.vocab);
+    for (int r = 0; r <= a.runs; ++r) {
+      auto seq = model.new_sequence(int(prompt.size()) + a.decode_tokens + 4);
+      int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+      for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // graph capture + warm-up
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < a.decode_tokens; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+      if (r > 0) tps.push_back(a.decode_tokens / seconds_since(t0));
+    }
+    const Stat s = stats(tps);
+    const double bytes = decode_bytes(config, weights, int4, ctx);
+    out["decode"].push_back({{"context", ctx},
+                             {"tok_per_s", s.median},
+                             {"min", s.min},
+                             {"max", s.max},
+                             {"bytes_per_token", bytes},
+                             {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
+  }
+  if (a.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("model     %s, weights %s, cuda graphs %s\n", out["model"].get<std::string>().c_str(), a.weights.c_str(),
+              a.graphs ? "on" : "off");
+  std::printf("device    %s\n", out["device"].get<std::string>().c_str());
+  std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
+  std::printf("%-22s %12s %12s %12s\n", "", "median", "min", "max");
+  for (const auto& p : out["prefill"])
+    std::printf("prefill T=%-11d %10.0f/s %10.0f/s %10.0f/s\n", p["tokens"].get<int>(), p["tok_per_s"].get<double>(),
+                p["min"].get<double>(), p["max"].get<double>());
+  for (const auto& d : out["decode"])
+    std::printf("decode ctx=%-10d %10.1f/s %10.1f/s %10.1f/s   %s/token, %.1f%% of HBM bandwidth\n",
+                d["context"].get<int>(), d["tok_per_s"].get<double>(), d["min"].get<double>(), d["max"].get<double>(),
+                format_bytes(d["bytes_per_token"].get<double>()).c_str(),
+                100.0 * d["fraction_of_bandwidth"].get<double>());
+}
+
+void add(CLI::App& app) {
+  static Args a;
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput on the GPU");
+  cmd->add_option("dir", a.dir, "Checkpoint folder (or use --synthetic)");
+  cmd->add_option("--synthetic", a.synthetic, "Random weights of a released shape: qwen3.5-35b-a3b, "
+                                              "qwen3-next-80b-a3b, qwen3-30b-a3b");
+  cmd->add_option("--weights", a.weights, "int4 (MLX affine, group 64; router 8-bit) or bf16")->capture_default_str();
+  cmd->add_option("--prefill", a.prefill, "Prompt lengths to time")->capture_default_str();
+  cmd->add_option("--decode-context", a.contexts, "Context lengths before timed decode")->capture_default_str();
+  cmd->add_option("--decode-tokens", a.decode_tokens, "Decode steps per run")->capture_default_str();
+  cmd->add_option("--runs", a.runs, "Timed runs per measurement (median reported)")->capture_default_str();
+  cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
+  cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
+  cmd->add_flag("--json", a.json, "Machine-readable output");
+  cmd->callback([] { run(a); });
+}
+
+CommandRegistrar reg(add);
+
+}  // namespace
+}  // namespace petrel::cli

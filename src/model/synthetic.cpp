@@ -1,0 +1,132 @@
+#include "model/synthetic.h"
+
+#include "core/error.h"
+
+namespace petrel {
+namespace {
+
+ModelConfig hybrid_moe(Arch arch, int layers, int vocab, int experts, int top_k) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab = vocab;
+  c.hidden = 2048;
+  c.n_layers = layers;
+  c.n_heads = 16;
+  c.n_kv_heads = 2;
+  c.head_dim = 256;
+  c.attn_output_gate = true;
+  c.rotary_dim = 64;
+  c.rope_theta = 1e7f;
+  c.lin_k_heads = 16;
+  c.lin_v_heads = 32;
+  c.lin_k_dim = 128;
+  c.lin_v_dim = 128;
+  c.conv_kernel = 4;
+  c.n_experts = experts;
+  c.top_k = top_k;
+  c.moe_intermediate = 512;
+  c.shared_intermediate = 512;
+  c.max_position = 262144;
+  for (int i = 0; i < layers; ++i)
+    c.layer_kinds.push_back((i + 1) % 4 == 0 ? LayerKind::FullAttention : LayerKind::DeltaNet);
+  c.layer_is_moe.assign(layers, true);
+  return c;
+}
+
+Matrix shape(const std::string& name, int64_t rows, int64_t cols) {
+  Matrix m;
+  m.name = name;
+  m.rows = rows;
+  m.cols = cols;
+  m.dtype = DType::BF16;
+  return m;
+}
+
+MlpWeights mlp(const std::string& name, int64_t hidden, int64_t inter) {
+  return {shape(name + ".gate_proj", inter, hidden), shape(name + ".up_proj", inter, hidden),
+          shape(name + ".down_proj", hidden, inter)};
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_names() { return {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "qwen3-30b-a3b"}; }
+
+ModelConfig synthetic_config(const std::string& name) {
+  if (name == "qwen3.5-35b-a3b") return hybrid_moe(Arch::Qwen3_5Moe, 40, 248320, 256, 8);
+  if (name == "qwen3-next-80b-a3b") return hybrid_moe(Arch::Qwen3Next, 48, 151936, 512, 10);
+  if (name == "qwen3-30b-a3b") {
+    ModelConfig c;
+    c.arch = Arch::Qwen3Moe;
+    c.vocab = 151936;
+    c.hidden = 2048;
+    c.n_layers = 48;
+    c.n_heads = 32;
+    c.n_kv_heads = 4;
+    c.head_dim = 128;
+    c.rotary_dim = 128;
+    c.rope_theta = 1e6f;
+    c.n_experts = 128;
+    c.top_k = 8;
+    c.moe_intermediate = 768;
+    c.max_position = 40960;
+    c.layer_kinds.assign(48, LayerKind::FullAttention);
+    c.layer_is_moe.assign(48, true);
+    return c;
+  }
+  std::string names;
+  for (const auto& n : synthetic_names()) names += (names.empty() ? "" : ", ") + n;
+  throw Error("--synthetic '" + name + "' is not a known shape (expected one of: " + names + ")");
+}
+
+std::unique_ptr<ModelWeights> synthetic_weights(const ModelConfig& c) {
+  auto w = std::make_unique<ModelWeights>();
+  const int64_t H = c.hidden;
+  w->embed = shape("embed_tokens", c.vocab, H);
+  w->lm_head = shape("lm_head", c.vocab, H);
+  w->final_norm.assign(H, 1.0f);
+  w->layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& L = w->layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    L.kind = c.layer_kinds[i];
+    L.input_norm.assign(H, 1.0f);
+    L.post_norm.assign(H, 1.0f);
+    if (L.kind == LayerKind::FullAttention) {
+      const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+      L.attn.q = shape(p + "q", q, H);
+      if (c.attn_output_gate) L.attn.gate = shape(p + "gate", q, H);
+      L.attn.k = shape(p + "k", kv, H);
+      L.attn.v = shape(p + "v", kv, H);
+      L.attn.o = shape(p + "o", H, q);
+      L.attn.q_norm.assign(c.head_dim, 1.0f);
+      L.attn.k_norm.assign(c.head_dim, 1.0f);
+    } else {
+      DeltaNetWeights& G = L.gdn;
+      G.qkv = shape(p + "in_proj_qkv", c.gdn_conv_channels(), H);
+      G.z = shape(p + "in_proj_z", c.gdn_value_dim(), H);
+      G.b = shape(p + "in_proj_b", c.lin_v_heads, H);
+      G.a = shape(p + "in_proj_a", c.lin_v_heads, H);
+      G.out = shape(p + "out_proj", H, c.gdn_value_dim());
+      G.conv.assign(size_t(c.gdn_conv_channels()) * c.conv_kernel, 0.25f);
+      G.A_log.assign(c.lin_v_heads, 0.5f);
+      G.dt_bias.assign(c.lin_v_heads, 0.0f);
+      G.norm.assign(c.lin_v_dim, 1.0f);
+    }
+    FfnWeights& F = L.ffn;
+    F.moe = c.layer_is_moe[i];
+    if (!F.moe) {
+      F.dense = mlp(p + "mlp", H, c.intermediate);
+      continue;
+    }
+    F.router = shape(p + "router", c.n_experts, H);
+    for (int e = 0; e < c.n_experts; ++e) F.experts.push_back(mlp(p + "expert" + std::to_string(e), H, c.moe_intermediate));
+    F.has_shared = c.shared_intermediate > 0;
+    if (F.has_shared) {
+      F.shared = mlp(p + "shared", H, c.shared_intermediate);
+      F.shared_gate = shape(p + "shared_gate", 1, H);
+    }
+  }
+  return w;
+}
+
+}  // namespace petrel

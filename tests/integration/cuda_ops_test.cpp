@@ -1,0 +1,370 @@
+// Every op of the CUDA backend against the CPU reference, at the real Qwen3.5-35B-A3B dimensions,
+// on fresh random inputs, with outputs poisoned (NaN) before each run. Skipped, with a message,
+// where there is no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace petrel {
+namespace {
+
+#define REQUIRE_GPU()                                                            \
+  do {                                                                           \
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary(); \
+  } while (0)
+
+// Host-owned random weights of the real shapes (experts included), viewed as canonical Matrices.
+struct RealShapeModel {
+  ModelConfig c;
+  ModelWeights w;
+  std::deque<std::vector<uint16_t>> bf16_buffers;
+  std::deque<std::vector<uint32_t>> word_buffers;
+  std::mt19937_64 rng{42};
+
+  uint16_t random_bf16(float scale) {
+    const float u = float(rng() >> 40) / float(1 << 24);
+    return f32_to_bf16((2.0f * u - 1.0f) * scale);
+  }
+  Matrix dense(const std::string& name, int64_t rows, int64_t cols) {
+    bf16_buffers.emplace_back(size_t(rows * cols));
+    const float scale = std::sqrt(3.0f / float(cols));
+    for (auto& v : bf16_buffers.back()) v = random_bf16(scale);
+    Matrix m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    m.dtype = DType::BF16;
+    m.data = bf16_buffers.back().data();
+    return m;
+  }
+  // MLX affine 4-bit, group 64: random codes, scales and biases.
+  Matrix affine4(const std::string& name, int64_t rows, int64_t cols) {
+    word_buffers.emplace_back(size_t(rows * cols / 8));
+    for (auto& v : word_buffers.back()) v = uint32_t(rng());
+    const float scale = std::sqrt(3.0f / float(cols));
+    bf16_buffers.emplace_back(size_t(rows * cols / 64));
+    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(2.0f * scale / 15.0f);
+    const void* s = bf16_buffers.back().data();
+    bf16_buffers.emplace_back(size_t(rows * cols / 64));
+    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(-scale);
+    Matrix m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    m.format = MatrixFormat::Affine;
+    m.dtype = DType::BF16;
+    m.bits = 4;
+    m.group = 64;
+    m.data = word_buffers.back().data();
+    m.scales = s;
+    m.biases = bf16_buffers.back().data();
+    return m;
+  }
+  std::vector<float> vec(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  }
+
+  RealShapeModel() {
+    c.arch = Arch::Qwen3_5Moe;
+    c.vocab = 4096;
+    c.hidden = 2048;
+    c.n_layers = 2;
+    c.layer_kinds = {LayerKind::DeltaNet, LayerKind::FullAttention};
+    c.layer_is_moe = {true, true};
+    c.n_heads = 16;
+    c.n_kv_heads = 2;
+    c.head_dim = 256;
+    c.attn_output_gate = true;
+    c.rotary_dim = 64;
+    c.rope_theta = 1e7f;
+    c.lin_k_heads = 16;
+    c.lin_v_heads = 32;
+    c.lin_k_dim = 128;
+    c.lin_v_dim = 128;
+    c.conv_kernel = 4;
+    c.n_experts = 256;
+    c.top_k = 8;
+    c.moe_intermediate = 512;
+    c.shared_intermediate = 512;
+    const int64_t H = c.hidden;
+    w.embed = dense("embed", c.vocab, H);
+    w.lm_head = affine4("lm_head", c.vocab, H);
+    w.final_norm = vec(H, 0.8f, 1.2f);
+    w.layers.resize(2);
+    for (int i = 0; i < 2; ++i) {
+      LayerWeights& L = w.layers[i];
+      L.kind = c.layer_kinds[i];
+      L.input_norm = vec(H, 0.8f, 1.2f);
+      L.post_norm = vec(H, 0.8f, 1.2f);
+      L.ffn.moe = true;
+      L.ffn.router = dense("router", c.n_experts, H);
+      for (int e = 0; e < c.n_experts; ++e) {
+        // Layer 0 experts bf16, layer 1 experts 4-bit: both formats through both MoE paths.
+        auto make = [&](const char* n, int64_t r, int64_t cc) { return i == 0 ? dense(n, r, cc) : affine4(n, r, cc); };
+        L.ffn.experts.push_back({make("gate", 512, H), make("up", 512, H), make("down", H, 512)});
+      }
+      L.ffn.has_shared = true;
+      L.ffn.shared = {dense("sgate", 512, H), dense("sup", 512, H), dense("sdown", H, 512)};
+      L.ffn.shared_gate = dense("shared_expert_gate", 1, H);
+    }
+    DeltaNetWeights& G = w.layers[0].gdn;
+    G.qkv = dense("qkv", c.gdn_conv_channels(), H);
+    G.z = dense("z", c.gdn_value_dim(), H);
+    G.b = dense("b", c.lin_v_heads, H);
+    G.a = dense("a", c.lin_v_heads, H);
+    G.out = dense("out", H, c.gdn_value_dim());
+    G.conv = vec(size_t(c.gdn_conv_channels()) * 4, -0.5f, 0.5f);
+    G.A_log = vec(c.lin_v_heads, 0.0f, 2.7f);
+    G.dt_bias = vec(c.lin_v_heads, -1.0f, 1.0f);
+    G.norm = vec(c.lin_v_dim, 0.8f, 1.2f);
+    AttentionWeights& A = w.layers[1].attn;
+    A.q = dense("q", 4096, H);
+    A.gate = dense("gate", 4096, H);
+    A.k = dense("k", 512, H);
+    A.v = dense("v", 512, H);
+    A.o = affine4("o", H, 4096);
+    A.q_norm = vec(256, 0.8f, 1.2f);
+    A.k_norm = vec(256, 0.8f, 1.2f);
+  }
+};
+
+RealShapeModel& model() {
+  static RealShapeModel m;
+  return m;
+}
+
+// Both backends prepared with the same weights.
+struct Pair {
+  CpuBackend cpu;
+  std::unique_ptr<Backend> gpu;
+  Pair() {
+    CudaOptions o;
+    o.progress = false;
+    gpu = make_cuda_backend(o);
+    cpu.prepare(model().c, model().w);
+    gpu->prepare(model().c, model().w);
+    cpu.reserve(256);
+    gpu->reserve(256);
+  }
+};
+
+Pair& pair() {
+  static Pair p;
+  return p;
+}
+
+std::vector<float> random_input(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed ^ std::random_device{}());  // fresh inputs every run
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// The same values on both backends; GPU copies are bf16, so the CPU gets the bf16-rounded values.
+struct Input {
+  Tensor cpu, gpu;
+  std::vector<float> host;
+  Input(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f) {
+    host = random_input(size_t(rows * cols), seed, scale);
+    for (auto& x : host) x = bf16_to_f32(f32_to_bf16(x));
+    cpu = pair().cpu.alloc(rows, cols);
+    gpu = pair().gpu->alloc(rows, cols);
+    pair().cpu.from_host(host.data(), cpu);
+    pair().gpu->from_host(host.data(), gpu);
+  }
+};
+
+struct Output {
+  Tensor cpu, gpu;
+  Output(int64_t rows, int64_t cols, bool fp32 = false) {
+    cpu = pair().cpu.alloc(rows, cols, fp32);
+    gpu = pair().gpu->alloc(rows, cols, fp32);
+    std::vector<float> nan(size_t(rows * cols), NAN);  // poison: an op that skips a value fails
+    pair().cpu.from_host(nan.data(), cpu);
+    pair().gpu->from_host(nan.data(), gpu);
+  }
+  // max |gpu - cpu| / max |cpu|, NaN-safe (a NaN makes the error infinite).
+  double rel_error() {
+    std::vector<float> a(size_t(cpu.rows * cpu.cols)), b(a.size());
+    pair().cpu.to_host(cpu, a.data());
+    pair().gpu->to_host(gpu, b.data());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::fabs(double(a[i]) - double(b[i]));
+      if (!(d <= 1e30)) return INFINITY;
+      num = std::max(num, d);
+      den = std::max(den, std::fabs(double(a[i])));
+    }
+    return num / std::max(den, 1e-30);
+  }
+};
+
+// bf16 activations carry ~3 significant digits; each tolerance below allows a few roundings of
+// the output plus bf16 inputs accumulated in fp32.
+constexpr double kLinearTol = 1e-2;     // one bf16 rounding of the output
+constexpr double kNormTol = 1e-2;
+constexpr double kAttentionTol = 2e-2;  // q, k rounded after norm and after RoPE
+constexpr double kDeltaNetTol = 3e-2;   // conv input bf16, output after gated norm
+constexpr double kMoeTol = 3e-2;        // intermediate activations rounded to bf16
+
+// Stages token ids and positions; the embedding op consumes them, as in the forward pass.
+void stage(const std::vector<int32_t>& ids, const SequenceState& cpu_seq, const SequenceState& gpu_seq) {
+  const int T = int(ids.size());
+  pair().cpu.begin_forward(ids.data(), T, cpu_seq);
+  pair().gpu->begin_forward(ids.data(), T, gpu_seq);
+  Tensor ec = pair().cpu.alloc(T, model().c.hidden), eg = pair().gpu->alloc(T, model().c.hidden);
+  pair().cpu.embed(model().w.embed, ec);
+  pair().gpu->embed(model().w.embed, eg);
+}
+
+class CudaLinear : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaLinear, Bf16AndInt4MatchCpu) {
+  REQUIRE_GPU();
+  const int T = GetParam();
+  const RealShapeModel& m = model();
+  for (const Matrix* w : {&m.w.layers[0].gdn.qkv, &m.w.layers[1].attn.o, &m.w.lm_head}) {
+    Input x(T, w->cols, 1);
+    Output y(T, w->rows, w == &m.w.lm_head);
+    pair().cpu.linear(x.cpu, *w, y.cpu);
+    pair().gpu->linear(x.gpu, *w, y.gpu);
+    EXPECT_LT(y.rel_error(), kLinearTol) << w->name << " T=" << T;
+  }
+}
+
+// T=1 and 5 take the GEMV kernel, 37 and 130 the tensor-core GEMM.
+INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 5, 37, 130));
+
+TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  auto cs = pair().cpu.new_sequence(64);
+  auto gs = pair().gpu->new_sequence(64);
+  const std::vector<int32_t> ids = {3, 4000, 17, 0, 999};
+  pair().cpu.begin_forward(ids.data(), 5, *cs);
+  pair().gpu->begin_forward(ids.data(), 5, *gs);
+  Output e(5, m.c.hidden);
+  pair().cpu.embed(m.w.embed, e.cpu);
+  pair().gpu->embed(m.w.embed, e.gpu);
+  EXPECT_EQ(e.rel_error(), 0.0) << "embedding rows are copied exactly";
+  Input x(9, m.c.hidden, 2, 3.0f);
+  Output n(9, m.c.hidden);
+  pair().cpu.rms_norm(x.cpu, m.w.final_norm, 1e-6f, n.cpu);
+  pair().gpu->rms_norm(x.gpu, m.w.final_norm, 1e-6f, n.gpu);
+  EXPECT_LT(n.rel_error(), kNormTol);
+  Input a(9, m.c.hidden, 3);
+  pair().cpu.add(n.cpu, a.cpu);
+  pair().gpu->add(n.gpu, a.gpu);
+  EXPECT_LT(n.rel_error(), kNormTol);
+}
+
+TEST(CudaOps, AttentionPrefillThenDecodeMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const AttentionWeights& A = m.w.layers[1].attn;
+  auto cs = pair().cpu.new_sequence(256);
+  auto gs = pair().gpu->new_sequence(256);
+  for (int T : {150, 1, 1}) {  // prefill, then two decode steps over the cache
+    std::vector<int32_t> ids(T, 1);
+    stage(ids, *cs, *gs);
+    Input q(T, 4096, 10 + T), k(T, 512, 20 + T), v(T, 512, 30 + T), g(T, 4096, 40 + T);
+    pair().cpu.qk_norm_rope(q.cpu, k.cpu, A);
+    pair().gpu->qk_norm_rope(q.gpu, k.gpu, A);
+    Output out(T, 4096);
+    pair().cpu.attention(q.cpu, k.cpu, v.cpu, &g.cpu, 1, *cs, out.cpu);
+    pair().gpu->attention(q.gpu, k.gpu, v.gpu, &g.gpu, 1, *gs, out.gpu);
+    EXPECT_LT(out.rel_error(), kAttentionTol) << "T=" << T << " at position " << cs->n_past;
+    cs->n_past += T;
+    gs->n_past += T;
+  }
+}
+
+// Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.
+double deltanet_step(SequenceState& cs, SequenceState& gs, int T, uint64_t seed) {
+  const RealShapeModel& m = model();
+  const DeltaNetWeights& G = m.w.layers[0].gdn;
+  Input qkv(T, m.c.gdn_conv_channels(), seed), z(T, m.c.gdn_value_dim(), seed + 1);
+  Input b(T, m.c.lin_v_heads, seed + 2), a(T, m.c.lin_v_heads, seed + 3);
+  Output out(T, m.c.gdn_value_dim());
+  pair().cpu.deltanet(qkv.cpu, z.cpu, b.cpu, a.cpu, G, 0, cs, out.cpu);
+  pair().gpu->deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, G, 0, gs, out.gpu);
+  cs.n_past += T;
+  gs.n_past += T;
+  return out.rel_error();
+}
+
+TEST(CudaOps, DeltaNetChunkedAndRecurrentMatchCpu) {
+  REQUIRE_GPU();
+  auto cs = pair().cpu.new_sequence(512);
+  auto gs = pair().gpu->new_sequence(512);
+  for (int T : {130, 1, 1, 64, 1})  // state carried across chunked and recurrent calls
+    EXPECT_LT(deltanet_step(*cs, *gs, T, 100 + T + cs->n_past), kDeltaNetTol) << "T=" << T;
+}
+
+TEST(CudaOps, DeltaNetChunkedEqualsRecurrentOnGpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const DeltaNetWeights& G = m.w.layers[0].gdn;
+  Backend& gpu = *pair().gpu;
+  const int T = 100;
+  auto one = gpu.new_sequence(T), many = gpu.new_sequence(T);
+  Input qkv(T, m.c.gdn_conv_channels(), 7), z(T, m.c.gdn_value_dim(), 8), b(T, m.c.lin_v_heads, 9),
+      a(T, m.c.lin_v_heads, 10);
+  Output whole(T, m.c.gdn_value_dim()), steps(T, m.c.gdn_value_dim());
+  gpu.deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, G, 0, *one, whole.gpu);
+  for (int t = 0; t < T; ++t)
+    gpu.deltanet(qkv.gpu.rows_view(t, 1), z.gpu.rows_view(t, 1), b.gpu.rows_view(t, 1), a.gpu.rows_view(t, 1), G, 0,
+                 *many, steps.gpu.rows_view(t, 1));
+  std::vector<float> x(size_t(T) * m.c.gdn_value_dim()), y(x.size());
+  gpu.to_host(whole.gpu, x.data());
+  gpu.to_host(steps.gpu, y.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num = std::max(num, double(std::fabs(x[i] - y[i])));
+    den = std::max(den, double(std::fabs(y[i])));
+  }
+  EXPECT_LT(num / den, 1e-2) << "fp32 state; outputs differ by bf16 rounding of the gated norm only";
+  EXPECT_TRUE(std::isfinite(num));
+}
+
+class CudaMoe : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(CudaMoe, RoutedAndSharedExpertsMatchCpu) {
+  REQUIRE_GPU();
+  const auto [layer, T] = GetParam();
+  const RealShapeModel& m = model();
+  Input x(T, m.c.hidden, 50 + T);
+  Output out(T, m.c.hidden);
+  pair().cpu.moe(x.cpu, m.w.layers[layer].ffn, out.cpu);
+  pair().gpu->moe(x.gpu, m.w.layers[layer].ffn, out.gpu);
+  EXPECT_LT(out.rel_error(), kMoeTol) << "layer " << layer << " T=" << T;
+}
+
+// T = 1 and 3 use the decode path (one launch for all experts), 70 the device-planned grouped GEMM;
+// layer 0 has bf16 experts, layer 1 4-bit ones.
+INSTANTIATE_TEST_SUITE_P(Paths, CudaMoe,
+                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 3, 70)));
+
+TEST(CudaOps, DenseMlpMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  for (int T : {1, 40}) {
+    Input x(T, m.c.hidden, 60 + T);
+    Output out(T, m.c.hidden);
+    pair().cpu.mlp(x.cpu, m.w.layers[0].ffn.shared, out.cpu);
+    pair().gpu->mlp(x.gpu, m.w.layers[0].ffn.shared, out.gpu);
+    EXPECT_LT(out.rel_error(), kMoeTol) << "T=" << T;
+  }
+}
+
+}  // namespace
+}  // namespace petrel
