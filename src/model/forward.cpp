@@ -13,7 +13,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
   backend_.reserve(options_.max_chunk);
   const int64_t T = options_.max_chunk;
   const ModelConfig& c = config_;
-  ws_.h = backend_.alloc(T, c.hidden);
+  ws_.h = backend_.alloc(T, c.hidden, /*fp32=*/true);  // residual stream: sums of many layers keep fp32
   ws_.x = backend_.alloc(T, c.hidden);
   ws_.mix = backend_.alloc(T, c.hidden);
   ws_.ffn = backend_.alloc(T, c.hidden);
@@ -26,8 +26,8 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
   if (c.hybrid()) {
     ws_.qkv = backend_.alloc(T, c.gdn_conv_channels());
     ws_.z = backend_.alloc(T, c.gdn_value_dim());
-    ws_.b = backend_.alloc(T, c.lin_v_heads);
-    ws_.a = backend_.alloc(T, c.lin_v_heads);
+    ws_.b = backend_.alloc(T, c.lin_v_heads, /*fp32=*/true);  // the decay exp(-A·softplus(a)) amplifies rounding
+    ws_.a = backend_.alloc(T, c.lin_v_heads, /*fp32=*/true);
     ws_.gdn = backend_.alloc(T, c.gdn_value_dim());
   }
   ws_.logits = backend_.alloc(1, c.vocab, /*fp32=*/true);

@@ -44,6 +44,8 @@ TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
   cpu.forward(prompt.data(), T, *cs, nullptr, a.data());
   gpu.forward(prompt.data(), T, *gs, nullptr, b.data());
   double worst = 1.0;
+  int below = 0, worst_pos = 0;
+  std::vector<double> cosines;
   for (int t = 0; t < T; ++t) {
     double dot = 0, na = 0, nb = 0;
     for (int v = 0; v < V; ++v) {
@@ -52,8 +54,17 @@ TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
       na += x * x;
       nb += y * y;
     }
-    worst = std::min(worst, dot / std::sqrt(na * nb));
+    const double cs_t = dot / std::sqrt(na * nb);
+    cosines.push_back(cs_t);
+    below += cs_t < 0.999;
+    if (cs_t < worst) {
+      worst = cs_t;
+      worst_pos = t;
+    }
   }
+  std::sort(cosines.begin(), cosines.end());
+  std::printf("note: %s cosine min %.6f at position %d, median %.6f, %d of %d positions below 0.999\n",
+              GetParam().c_str(), worst, worst_pos, cosines[cosines.size() / 2], below, T);
   EXPECT_GE(worst, 0.999) << "lowest per-position cosine similarity";
 
   // Greedy continuation: CPU with host logits, GPU with on-device argmax (and CUDA graphs).

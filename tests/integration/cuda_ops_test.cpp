@@ -169,15 +169,31 @@ std::vector<float> random_input(size_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
+// max |gpu - cpu| / max |cpu|, NaN-safe (a NaN makes the error infinite).
+double rel_error(const Tensor& cpu, const Tensor& gpu) {
+  std::vector<float> a(size_t(cpu.rows * cpu.cols)), b(a.size());
+  pair().cpu.to_host(cpu, a.data());
+  pair().gpu->to_host(gpu, b.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= 1e30)) return INFINITY;
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(double(a[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
 // The same values on both backends; GPU copies are bf16, so the CPU gets the bf16-rounded values.
 struct Input {
   Tensor cpu, gpu;
   std::vector<float> host;
-  Input(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f) {
+  Input(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f, bool fp32 = false) {
     host = random_input(size_t(rows * cols), seed, scale);
-    for (auto& x : host) x = bf16_to_f32(f32_to_bf16(x));
-    cpu = pair().cpu.alloc(rows, cols);
-    gpu = pair().gpu->alloc(rows, cols);
+    if (!fp32)
+      for (auto& x : host) x = bf16_to_f32(f32_to_bf16(x));
+    cpu = pair().cpu.alloc(rows, cols, fp32);
+    gpu = pair().gpu->alloc(rows, cols, fp32);
     pair().cpu.from_host(host.data(), cpu);
     pair().gpu->from_host(host.data(), gpu);
   }
@@ -192,20 +208,7 @@ struct Output {
     pair().cpu.from_host(nan.data(), cpu);
     pair().gpu->from_host(nan.data(), gpu);
   }
-  // max |gpu - cpu| / max |cpu|, NaN-safe (a NaN makes the error infinite).
-  double rel_error() {
-    std::vector<float> a(size_t(cpu.rows * cpu.cols)), b(a.size());
-    pair().cpu.to_host(cpu, a.data());
-    pair().gpu->to_host(gpu, b.data());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const double d = std::fabs(double(a[i]) - double(b[i]));
-      if (!(d <= 1e30)) return INFINITY;
-      num = std::max(num, d);
-      den = std::max(den, std::fabs(double(a[i])));
-    }
-    return num / std::max(den, 1e-30);
-  }
+  double rel_error() { return petrel::rel_error(cpu, gpu); }
 };
 
 // bf16 activations carry ~3 significant digits; each tolerance below allows a few roundings of
@@ -256,15 +259,16 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
   pair().cpu.embed(m.w.embed, e.cpu);
   pair().gpu->embed(m.w.embed, e.gpu);
   EXPECT_EQ(e.rel_error(), 0.0) << "embedding rows are copied exactly";
-  Input x(9, m.c.hidden, 2, 3.0f);
-  Output n(9, m.c.hidden);
-  pair().cpu.rms_norm(x.cpu, m.w.final_norm, 1e-6f, n.cpu);
-  pair().gpu->rms_norm(x.gpu, m.w.final_norm, 1e-6f, n.gpu);
-  EXPECT_LT(n.rel_error(), kNormTol);
-  Input a(9, m.c.hidden, 3);
-  pair().cpu.add(n.cpu, a.cpu);
-  pair().gpu->add(n.gpu, a.gpu);
-  EXPECT_LT(n.rel_error(), kNormTol);
+  for (bool fp32_residual : {false, true}) {  // the forward pass keeps the residual stream in fp32
+    Input x(9, m.c.hidden, 2, 3.0f, fp32_residual);
+    Output n(9, m.c.hidden);
+    pair().cpu.rms_norm(x.cpu, m.w.final_norm, 1e-6f, n.cpu);
+    pair().gpu->rms_norm(x.gpu, m.w.final_norm, 1e-6f, n.gpu);
+    EXPECT_LT(n.rel_error(), kNormTol) << "fp32 input " << fp32_residual;
+    pair().cpu.add(x.cpu, n.cpu);
+    pair().gpu->add(x.gpu, n.gpu);
+    EXPECT_LT(rel_error(x.cpu, x.gpu), kNormTol) << "fp32 residual " << fp32_residual;
+  }
 }
 
 TEST(CudaOps, AttentionPrefillThenDecodeMatchesCpu) {
@@ -293,7 +297,7 @@ double deltanet_step(SequenceState& cs, SequenceState& gs, int T, uint64_t seed)
   const RealShapeModel& m = model();
   const DeltaNetWeights& G = m.w.layers[0].gdn;
   Input qkv(T, m.c.gdn_conv_channels(), seed), z(T, m.c.gdn_value_dim(), seed + 1);
-  Input b(T, m.c.lin_v_heads, seed + 2), a(T, m.c.lin_v_heads, seed + 3);
+  Input b(T, m.c.lin_v_heads, seed + 2, 1.0f, true), a(T, m.c.lin_v_heads, seed + 3, 1.0f, true);
   Output out(T, m.c.gdn_value_dim());
   pair().cpu.deltanet(qkv.cpu, z.cpu, b.cpu, a.cpu, G, 0, cs, out.cpu);
   pair().gpu->deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, G, 0, gs, out.gpu);
@@ -317,8 +321,8 @@ TEST(CudaOps, DeltaNetChunkedEqualsRecurrentOnGpu) {
   Backend& gpu = *pair().gpu;
   const int T = 100;
   auto one = gpu.new_sequence(T), many = gpu.new_sequence(T);
-  Input qkv(T, m.c.gdn_conv_channels(), 7), z(T, m.c.gdn_value_dim(), 8), b(T, m.c.lin_v_heads, 9),
-      a(T, m.c.lin_v_heads, 10);
+  Input qkv(T, m.c.gdn_conv_channels(), 7), z(T, m.c.gdn_value_dim(), 8), b(T, m.c.lin_v_heads, 9, 1.0f, true),
+      a(T, m.c.lin_v_heads, 10, 1.0f, true);
   Output whole(T, m.c.gdn_value_dim()), steps(T, m.c.gdn_value_dim());
   gpu.deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, G, 0, *one, whole.gpu);
   for (int t = 0; t < T; ++t)

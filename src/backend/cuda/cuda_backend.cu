@@ -235,11 +235,12 @@ class CudaBackend final : public Backend {
   void embed(const Matrix& table, Tensor out) override {
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
-    cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), bf(out), out.stride, stream_);
+    cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
-    cuda::rms_norm(bf(x), x.stride, weights_->vec(w), int(x.rows), int(x.cols), eps, bf(out), out.stride, stream_);
+    cuda::rms_norm(x.data, x.stride, x.elem_size, weights_->vec(w), int(x.rows), int(x.cols), eps, bf(out), out.stride,
+                   stream_);
   }
 
   void linear(const Tensor& x, const Matrix& w, Tensor out) override {
@@ -247,7 +248,7 @@ class CudaBackend final : public Backend {
   }
 
   void add(Tensor h, const Tensor& a) override {
-    cuda::add_inplace(bf(h), h.stride, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
+    cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
 
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
@@ -281,7 +282,8 @@ class CudaBackend final : public Backend {
     const cuda::DeltaNetShape d{c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel};
     cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
                            s.conv[layer], gdn_u_, stream_);
-    cuda::deltanet_prepare(d, gdn_u_, T, bf(b), b.stride, bf(a), a.stride, weights_->vec(w.A_log),
+    check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
+    cuda::deltanet_prepare(d, gdn_u_, T, f32(b), b.stride, f32(a), a.stride, weights_->vec(w.A_log),
                            weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
     if (T == 1)
       cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
@@ -334,6 +336,7 @@ class CudaBackend final : public Backend {
 
  private:
   static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
+  static float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 
   template <typename T>
   T* alloc_raw(size_t n) {

@@ -27,7 +27,7 @@ __global__ void conv_kernel(const bf16* x, int64_t x_stride, int T, int C, int K
 }
 
 // grid (T), one warp per q or k head, then v copy and gates.
-__global__ void prepare_kernel(DeltaNetShape d, const float* u, const bf16* b, int64_t b_stride, const bf16* a,
+__global__ void prepare_kernel(DeltaNetShape d, const float* u, const float* b, int64_t b_stride, const float* a,
                                int64_t a_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
                                float* beta, float* g) {
   const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -45,7 +45,7 @@ __global__ void prepare_kernel(DeltaNetShape d, const float* u, const bf16* b, i
   }
   for (int i = threadIdx.x; i < value_dim; i += blockDim.x) v[int64_t(t) * value_dim + i] = ut[2 * key_dim + i];
   for (int j = threadIdx.x; j < d.Hv; j += blockDim.x) {
-    const float bv = __bfloat162float(b[t * b_stride + j]), av = __bfloat162float(a[t * a_stride + j]) + dt_bias[j];
+    const float bv = b[t * b_stride + j], av = a[t * a_stride + j] + dt_bias[j];
     const float softplus = av > 20.0f ? av : log1pf(expf(av));
     beta[int64_t(t) * d.Hv + j] = 1.0f / (1.0f + expf(-bv));
     g[int64_t(t) * d.Hv + j] = -expf(A_log[j]) * softplus;
@@ -222,7 +222,7 @@ void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, cons
   PETREL_LAUNCHED("causal_conv_silu");
 }
 
-void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const bf16* b, int64_t b_stride, const bf16* a,
+void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float* b, int64_t b_stride, const float* a,
                       int64_t a_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
                       float* beta, float* g, cudaStream_t s) {
   prepare_kernel<<<T, 256, 0, s>>>(d, u, b, b_stride, a, a_stride, A_log, dt_bias, q, k, v, beta, g);

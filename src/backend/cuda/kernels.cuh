@@ -19,10 +19,12 @@ void grouped_linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, cons
                     const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s);
 
 // ---- norm_rope.cu --------------------------------------------------------------------------------
-void embed(const DeviceMatrix& table, const int* ids, int T, bf16* out, int64_t out_stride, cudaStream_t s);
-void rms_norm(const bf16* x, int64_t x_stride, const float* w, int T, int n, float eps, bf16* out,
+// The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
+void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
+           cudaStream_t s);
+void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, bf16* out,
               int64_t out_stride, cudaStream_t s);
-void add_inplace(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
+void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
 // Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
                   float theta, const int* pos0, cudaStream_t s);
@@ -47,7 +49,8 @@ struct DeltaNetShape {
 void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state,
                       float* u, cudaStream_t s);
 // Splits u into L2-normed q (scaled), k [T, Hk, dk] and v [T, Hv, dv]; beta, g [T, Hv] from b, a.
-void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const bf16* b, int64_t b_stride, const bf16* a,
+// b and a are fp32 [T, Hv] (the decay is sensitive to their rounding).
+void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float* b, int64_t b_stride, const float* a,
                       int64_t a_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
                       float* beta, float* g, cudaStream_t s);
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,

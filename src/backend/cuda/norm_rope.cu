@@ -6,14 +6,14 @@
 namespace petrel::cuda {
 namespace {
 
-__global__ void embed_kernel(DeviceMatrix table, const int* ids, bf16* out, int64_t out_stride) {
+__global__ void embed_kernel(DeviceMatrix table, const int* ids, void* out, int64_t out_stride, int out_elem) {
   const int t = blockIdx.x;
   const int64_t row = ids[t];
   for (int c8 = threadIdx.x; c8 < table.cols / 8; c8 += blockDim.x) {
     float f[8];
     load8(table, row, c8, f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[t * out_stride + c8 * 8 + i] = __float2bfloat16(f[i]);
+    for (int i = 0; i < 8; ++i) store_act(out, out_elem, t * out_stride + c8 * 8 + i, f[i]);
   }
 }
 
@@ -30,23 +30,25 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-__global__ void rms_norm_kernel(const bf16* x, int64_t x_stride, const float* w, int n, float eps, bf16* out,
-                                int64_t out_stride) {
-  const bf16* xr = x + blockIdx.x * x_stride;
+__global__ void rms_norm_kernel(const void* x, int64_t x_stride, int x_elem, const float* w, int n, float eps,
+                                bf16* out, int64_t out_stride) {
+  const int64_t base = blockIdx.x * x_stride;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = __bfloat162float(xr[i]);
+    const float v = load_act(x, x_elem, base + i);
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss) / float(n) + eps);
   bf16* o = out + blockIdx.x * out_stride;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2bfloat16(__bfloat162float(xr[i]) * inv * w[i]);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2bfloat16(load_act(x, x_elem, base + i) * inv * w[i]);
 }
 
-__global__ void add_kernel(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int n) {
-  bf16* hr = h + blockIdx.x * h_stride;
+__global__ void add_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int n) {
   const bf16* ar = a + blockIdx.x * a_stride;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) hr[i] = __float2bfloat16(__bfloat162float(hr[i]) + __bfloat162float(ar[i]));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t j = blockIdx.x * h_stride + i;
+    store_act(h, h_elem, j, load_act(h, h_elem, j) + __bfloat162float(ar[i]));
+  }
 }
 
 // One warp per (token, head); D <= 512.
@@ -90,19 +92,21 @@ __global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, in
 
 }  // namespace
 
-void embed(const DeviceMatrix& table, const int* ids, int T, bf16* out, int64_t out_stride, cudaStream_t s) {
-  embed_kernel<<<T, 128, 0, s>>>(table, ids, out, out_stride);
+void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
+           cudaStream_t s) {
+  embed_kernel<<<T, 128, 0, s>>>(table, ids, out, out_stride, out_elem);
   PETREL_LAUNCHED("embed");
 }
 
-void rms_norm(const bf16* x, int64_t x_stride, const float* w, int T, int n, float eps, bf16* out, int64_t out_stride,
-              cudaStream_t s) {
-  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, w, n, eps, out, out_stride);
+void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, bf16* out,
+              int64_t out_stride, cudaStream_t s) {
+  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, x_elem, w, n, eps, out, out_stride);
   PETREL_LAUNCHED("rms_norm");
 }
 
-void add_inplace(bf16* h, int64_t h_stride, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s) {
-  add_kernel<<<T, 256, 0, s>>>(h, h_stride, a, a_stride, n);
+void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n,
+                 cudaStream_t s) {
+  add_kernel<<<T, 256, 0, s>>>(h, h_stride, h_elem, a, a_stride, n);
   PETREL_LAUNCHED("add");
 }
 
