@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "model/forward.h"
 
 namespace petrel {
 namespace {
@@ -367,6 +368,43 @@ TEST(CudaOps, DenseMlpMatchesCpu) {
     pair().cpu.mlp(x.cpu, m.w.layers[0].ffn.shared, out.cpu);
     pair().gpu->mlp(x.gpu, m.w.layers[0].ffn.shared, out.gpu);
     EXPECT_LT(out.rel_error(), kMoeTol) << "T=" << T;
+  }
+}
+
+// The whole forward pass at the real dimensions (one DeltaNet and one gated-attention layer, 256
+// experts): logits cosine >= 0.999 at every position, prefill in chunks and decode with graphs.
+TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  CpuBackend cpu_backend;
+  CudaOptions o;
+  o.progress = false;
+  auto gpu_backend = make_cuda_backend(o);
+  ForwardOptions fo;
+  fo.max_chunk = 48;
+  Model cpu(m.c, m.w, cpu_backend, fo), gpu(m.c, m.w, *gpu_backend, fo);
+  std::vector<int32_t> ids(100);
+  std::mt19937 rng(std::random_device{}());
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(m.c.vocab));
+  const int T = int(ids.size()), V = m.c.vocab;
+  std::vector<float> a(size_t(T + 3) * V), b(size_t(T + 3) * V);
+  auto cs = cpu.new_sequence(T + 3), gs = gpu.new_sequence(T + 3);
+  cpu.forward(ids.data(), T, *cs, nullptr, a.data());
+  gpu.forward(ids.data(), T, *gs, nullptr, b.data());
+  for (int i = 0; i < 3; ++i) {  // decode steps (the GPU replays a CUDA graph after the first)
+    const int32_t next = ids[i];
+    cpu.forward(&next, 1, *cs, a.data() + size_t(T + i) * V);
+    gpu.forward(&next, 1, *gs, b.data() + size_t(T + i) * V);
+  }
+  for (int t = 0; t < T + 3; ++t) {
+    double dot = 0, na = 0, nb = 0;
+    for (int v = 0; v < V; ++v) {
+      const double x = a[size_t(t) * V + v], y = b[size_t(t) * V + v];
+      dot += x * y;
+      na += x * x;
+      nb += y * y;
+    }
+    EXPECT_GE(dot / std::sqrt(na * nb), 0.999) << "position " << t;
   }
 }
 
