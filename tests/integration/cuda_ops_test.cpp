@@ -31,9 +31,9 @@ struct RealShapeModel {
     const float u = float(rng() >> 40) / float(1 << 24);
     return f32_to_bf16((2.0f * u - 1.0f) * scale);
   }
-  Matrix dense(const std::string& name, int64_t rows, int64_t cols) {
+  Matrix dense(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
     bf16_buffers.emplace_back(size_t(rows * cols));
-    const float scale = std::sqrt(3.0f / float(cols));
+    const float scale = gain * std::sqrt(3.0f / float(cols));
     for (auto& v : bf16_buffers.back()) v = random_bf16(scale);
     Matrix m;
     m.name = name;
@@ -106,7 +106,9 @@ struct RealShapeModel {
       L.input_norm = vec(H, 0.8f, 1.2f);
       L.post_norm = vec(H, 0.8f, 1.2f);
       L.ffn.moe = true;
-      L.ffn.router = dense("router", c.n_experts, H);
+      // A trained router separates its top-8 clearly; a unit-gain random one puts 256 experts within
+      // bf16 noise of each other and every position would flip experts between backends.
+      L.ffn.router = dense("router", c.n_experts, H, 8.0f);
       for (int e = 0; e < c.n_experts; ++e) {
         // Layer 0 experts bf16, layer 1 experts 4-bit: both formats through both MoE paths.
         auto make = [&](const char* n, int64_t r, int64_t cc) { return i == 0 ? dense(n, r, cc) : affine4(n, r, cc); };
