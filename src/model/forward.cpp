@@ -14,7 +14,7 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
   const int64_t T = options_.max_chunk;
   const ModelConfig& c = config_;
   ws_.h = backend_.alloc(T, c.hidden, /*fp32=*/true);  // residual stream: sums of many layers keep fp32
-  ws_.x = backend_.alloc(T, c.hidden);
+  ws_.x = backend_.alloc(T, c.hidden, /*fp32=*/true);  // norm output: routers see it unrounded
   ws_.mix = backend_.alloc(T, c.hidden);
   ws_.ffn = backend_.alloc(T, c.hidden);
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;

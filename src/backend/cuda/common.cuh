@@ -91,6 +91,15 @@ __device__ __forceinline__ void load8_act(const bf16* p, float out[8]) {
   }
 }
 
+// 8 consecutive activations of either element type (2: bf16, 4: fp32) starting at element i.
+__device__ __forceinline__ void load8_x(const void* x, int elem, int64_t i, float out[8]) {
+  if (elem == 2) return load8_act(static_cast<const bf16*>(x) + i, out);
+  const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+  const float4 a = p[0], b = p[1];
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+  out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

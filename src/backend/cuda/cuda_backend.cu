@@ -239,12 +239,13 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
-    cuda::rms_norm(x.data, x.stride, x.elem_size, weights_->vec(w), int(x.rows), int(x.cols), eps, bf(out), out.stride,
-                   stream_);
+    cuda::rms_norm(x.data, x.stride, x.elem_size, weights_->vec(w), int(x.rows), int(x.cols), eps, out.data, out.stride,
+                   out.elem_size, stream_);
   }
 
   void linear(const Tensor& x, const Matrix& w, Tensor out) override {
-    cuda::linear(weights_->matrix(w), bf(x), x.stride, int(x.rows), out.data, out.stride, out.elem_size, stream_);
+    cuda::linear(weights_->matrix(w), x.data, x.stride, x.elem_size, int(x.rows), out.data, out.stride, out.elem_size,
+                 stream_);
   }
 
   void add(Tensor h, const Tensor& a) override {
@@ -295,10 +296,10 @@ class CudaBackend final : public Backend {
   void mlp(const Tensor& x, const MlpWeights& w, Tensor out) override {
     const int T = int(x.rows), I = int(w.gate.rows);
     const int64_t stride = (I + 7) / 8 * 8;
-    cuda::linear(weights_->matrix(w.gate), bf(x), x.stride, T, mlp_g_, stride, 2, stream_);
-    cuda::linear(weights_->matrix(w.up), bf(x), x.stride, T, mlp_u_, stride, 2, stream_);
+    cuda::linear(weights_->matrix(w.gate), x.data, x.stride, x.elem_size, T, mlp_g_, stride, 2, stream_);
+    cuda::linear(weights_->matrix(w.up), x.data, x.stride, x.elem_size, T, mlp_u_, stride, 2, stream_);
     cuda::silu_mul(mlp_g_, mlp_u_, stride, T, I, mlp_act_, stride, stream_);
-    cuda::linear(weights_->matrix(w.down), mlp_act_, stride, T, out.data, out.stride, out.elem_size, stream_);
+    cuda::linear(weights_->matrix(w.down), mlp_act_, stride, 2, T, out.data, out.stride, out.elem_size, stream_);
   }
 
   void moe(const Tensor& x, const FfnWeights& w, Tensor out) override {
@@ -306,24 +307,26 @@ class CudaBackend final : public Backend {
     const int T = int(x.rows), k = c.top_k;
     const cuda::ExpertStacks& E = weights_->experts(w);
     const DeviceMatrix* sg = w.has_shared ? &weights_->matrix(w.shared_gate) : nullptr;
-    cuda::moe_route(weights_->matrix(w.router), sg, bf(x), x.stride, T, c.n_experts, k, c.norm_topk_prob, moe_ids_,
-                    moe_w_, moe_sgate_, stream_);
+    cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k, c.norm_topk_prob,
+                    moe_ids_, moe_w_, moe_sgate_, stream_);
     if (T <= cuda::kGemvMaxTokens) {
       const DeviceMatrix* s_gate = w.has_shared ? &weights_->matrix(w.shared.gate) : nullptr;
       const DeviceMatrix* s_up = w.has_shared ? &weights_->matrix(w.shared.up) : nullptr;
       const DeviceMatrix* s_down = w.has_shared ? &weights_->matrix(w.shared.down) : nullptr;
-      cuda::moe_decode(E.gate, E.up, E.down, s_gate, s_up, s_down, bf(x), x.stride, T, k, moe_ids_, moe_w_,
-                       moe_sgate_, moe_decode_act_, bf(out), out.stride, stream_);
+      cuda::moe_decode(E.gate, E.up, E.down, s_gate, s_up, s_down, x.data, x.stride, x.elem_size, T, k, moe_ids_,
+                       moe_w_, moe_sgate_, moe_decode_act_, bf(out), out.stride, stream_);
       return;
     }
     const int I = c.moe_intermediate;
     const int64_t istride = (I + 7) / 8 * 8;
     cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
                    moe_tile_expert_, stream_);
-    cuda::grouped_linear(E.gate, bf(x), x.stride, moe_row_token_, moe_tile_expert_, moe_rows_, moe_g_, istride, stream_);
-    cuda::grouped_linear(E.up, bf(x), x.stride, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_, istride, stream_);
+    cuda::grouped_linear(E.gate, x.data, x.stride, x.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_g_,
+                         istride, stream_);
+    cuda::grouped_linear(E.up, x.data, x.stride, x.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
+                         istride, stream_);
     cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
-    cuda::grouped_linear(E.down, moe_g_, istride, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c.hidden, stream_);
+    cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c.hidden, stream_);
     const bf16* shared = nullptr;
     if (w.has_shared) {
       Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};

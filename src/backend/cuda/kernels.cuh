@@ -7,23 +7,23 @@ namespace petrel::cuda {
 
 // ---- linear.cu: y = x · Wᵀ ---------------------------------------------------------------------
 // Up to kGemvMaxTokens rows use the GEMV kernel (weights streamed once, all rows at a time); more
-// rows use the tensor-core GEMM. `y_elem` is 2 (bf16) or 4 (fp32).
+// rows use the tensor-core GEMM. `x_elem` and `y_elem` are 2 (bf16) or 4 (fp32).
 constexpr int kGemvMaxTokens = 8;
-void linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, int T, void* y, int64_t y_stride, int y_elem,
-            cudaStream_t s);
+void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
+            int y_elem, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
 constexpr int kGemmTileM = 64;
-void grouped_linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, const int* row_token,
+void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,
                     const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s);
 
 // ---- norm_rope.cu --------------------------------------------------------------------------------
 // The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
            cudaStream_t s);
-void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, bf16* out,
-              int64_t out_stride, cudaStream_t s);
+void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
+              int64_t out_stride, int out_elem, cudaStream_t s);
 void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
 // Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
@@ -64,13 +64,14 @@ void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* 
 // ---- moe.cu --------------------------------------------------------------------------------------
 // Router: fp32 logits, softmax over E, top-k (renormalised if `renorm`) -> ids/weights [T, k];
 // and sigmoid(x · shared_gate) -> sgate [T] when shared_gate is given.
-void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const bf16* x, int64_t x_stride, int T,
+void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
+               int T,
                int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s);
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared.
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const bf16* x,
-                int64_t x_stride, int T, int k, const int* ids, const float* weights, const float* sgate, float* act,
+                const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
+                int64_t x_stride, int x_elem, int T, int k, const int* ids, const float* weights, const float* sgate, float* act,
                 bf16* out, int64_t out_stride, cudaStream_t s);
 // Prefill path: builds per-expert row lists on the device (padded to kGemmTileM), returns nothing
 // to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].

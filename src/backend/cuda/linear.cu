@@ -11,8 +11,8 @@ constexpr int kGemvWarps = 8;
 
 // One warp per output row; lanes stride over 8-column chunks so each warp load is coalesced.
 template <int TMAX>
-__global__ void gemv_kernel(DeviceMatrix w, const bf16* x, int64_t x_stride, int T, void* y, int64_t y_stride,
-                            int y_elem) {
+__global__ void gemv_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
+                            int64_t y_stride, int y_elem) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
   if (row >= w.rows) return;
@@ -27,7 +27,7 @@ __global__ void gemv_kernel(DeviceMatrix w, const bf16* x, int64_t x_stride, int
     for (int t = 0; t < TMAX; ++t) {
       if (t < T) {
         float xv[8];
-        load8_act(x + t * x_stride + c8 * 8, xv);
+        load8_x(x, x_elem, t * x_stride + c8 * 8, xv);
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[t] += wv[i] * xv[i];
       }
@@ -51,7 +51,7 @@ struct GemmSmem {
 };
 
 // 128 threads: 4 warps in a 2x2 grid, each a 32x32 block of 16x16x16 bf16 wmma fragments.
-__global__ void gemm_kernel(DeviceMatrix w, const bf16* x, int64_t x_stride, int M, const int* row_token,
+__global__ void gemm_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
                             const int* tile_expert, void* y, int64_t y_stride, int y_elem) {
   using namespace nvcuda;
   __shared__ __align__(32) GemmSmem sm;
@@ -74,9 +74,16 @@ __global__ void gemm_kernel(DeviceMatrix w, const bf16* x, int64_t x_stride, int
     for (int c = tid; c < BM * (BK / 8); c += blockDim.x) {
       const int r = c / (BK / 8), c8 = c % (BK / 8), m = m0 + r, kk = k0 + c8 * 8;
       const int src = row_token ? (m < M ? row_token[m] : -1) : (m < M ? m : -1);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (src >= 0 && kk < K) v = *reinterpret_cast<const uint4*>(x + src * x_stride + kk);
-      *reinterpret_cast<uint4*>(&sm.a[r][c8 * 8]) = v;
+      if (x_elem == 2) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (src >= 0 && kk < K) v = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(x) + src * x_stride + kk);
+        *reinterpret_cast<uint4*>(&sm.a[r][c8 * 8]) = v;
+      } else {
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (src >= 0 && kk < K) load8_x(x, 4, src * x_stride + kk, f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sm.a[r][c8 * 8 + i] = __float2bfloat16(f[i]);
+      }
     }
     for (int c = tid; c < BN * (BK / 8); c += blockDim.x) {
       const int r = c / (BK / 8), c8 = c % (BK / 8), n = n0 + r, kk = k0 + c8 * 8;
@@ -120,28 +127,28 @@ void check_shapes(const DeviceMatrix& w, int64_t x_stride) {
 
 }  // namespace
 
-void linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, int T, void* y, int64_t y_stride, int y_elem,
-            cudaStream_t s) {
+void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
+            int y_elem, cudaStream_t s) {
   check_shapes(w, x_stride);
   if (T <= kGemvMaxTokens) {
     const dim3 grid(div_up(w.rows, kGemvWarps)), block(32 * kGemvWarps);
-    if (T == 1) gemv_kernel<1><<<grid, block, 0, s>>>(w, x, x_stride, T, y, y_stride, y_elem);
-    else if (T == 2) gemv_kernel<2><<<grid, block, 0, s>>>(w, x, x_stride, T, y, y_stride, y_elem);
-    else if (T <= 4) gemv_kernel<4><<<grid, block, 0, s>>>(w, x, x_stride, T, y, y_stride, y_elem);
-    else gemv_kernel<8><<<grid, block, 0, s>>>(w, x, x_stride, T, y, y_stride, y_elem);
+    if (T == 1) gemv_kernel<1><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
+    else if (T == 2) gemv_kernel<2><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
+    else if (T <= 4) gemv_kernel<4><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
+    else gemv_kernel<8><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
     PETREL_LAUNCHED("gemv");
     return;
   }
   const dim3 grid(div_up(w.rows, BN), div_up(T, BM));
-  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, T, nullptr, nullptr, y, y_stride, y_elem);
+  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem);
   PETREL_LAUNCHED("gemm");
 }
 
-void grouped_linear(const DeviceMatrix& w, const bf16* x, int64_t x_stride, const int* row_token,
+void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,
                     const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s) {
   check_shapes(w, x_stride);
   const dim3 grid(div_up(w.rows, BN), div_up(max_rows, BM));
-  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, max_rows, row_token, tile_expert, y, y_stride, 2);
+  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, x_elem, max_rows, row_token, tile_expert, y, y_stride, 2);
   PETREL_LAUNCHED("grouped gemm");
 }
 

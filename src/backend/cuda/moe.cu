@@ -9,12 +9,13 @@ namespace {
 constexpr int kMaxExperts = 1024;
 constexpr int kWarps = 8;
 
-__device__ float dot_row(const DeviceMatrix& w, int64_t row, const bf16* x, int lane) {
+// Row `row` of w dotted with activation row x (bf16 or fp32, `elem` bytes), by one warp.
+__device__ float dot_row(const DeviceMatrix& w, int64_t row, const void* x, int elem, int64_t x_off, int lane) {
   float acc = 0.0f;
   for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
     float wv[8], xv[8];
     load8(w, row, c8, wv);
-    load8_act(x + c8 * 8, xv);
+    load8_x(x, elem, x_off + c8 * 8, xv);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc += wv[i] * xv[i];
   }
@@ -33,17 +34,18 @@ __device__ float dot_row_f32(const DeviceMatrix& w, int64_t row, const float* x,
 }
 
 // grid (T), 8 warps. fp32 logits, softmax over all experts, k rounds of argmax (lowest index wins ties).
-__global__ void route_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const bf16* x,
-                             int64_t x_stride, int E, int k, bool renorm, int* ids, float* weights, float* sgate) {
+__global__ void route_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const void* x,
+                             int64_t x_stride, int x_elem, int E, int k, bool renorm, int* ids, float* weights,
+                             float* sgate) {
   __shared__ float p[kMaxExperts];
   const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bf16* xt = x + t * x_stride;
+  const int64_t xo = t * x_stride;
   for (int e = warp; e < E; e += kWarps) {
-    const float v = dot_row(router, e, xt, lane);
+    const float v = dot_row(router, e, x, x_elem, xo, lane);
     if (lane == 0) p[e] = v;
   }
   if (has_shared && warp == kWarps - 1) {
-    const float v = dot_row(shared_gate, 0, xt, lane);
+    const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
     if (lane == 0) sgate[t] = sigmoidf_(v);
   }
   __syncthreads();
@@ -85,8 +87,8 @@ __global__ void route_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool
 
 // grid (rows/8, T·k + shared slots): silu(gate·x)·(up·x) per selected expert row -> act (fp32).
 __global__ void gate_up_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up,
-                               bool has_shared, const bf16* x, int64_t x_stride, int T, int k, const int* ids,
-                               float* act, int act_stride) {
+                               bool has_shared, const void* x, int64_t x_stride, int x_elem, int T, int k,
+                               const int* ids, float* act, int act_stride) {
   const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + warp;
   const bool routed = slot < T * k;
@@ -95,8 +97,8 @@ __global__ void gate_up_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix 
   const DeviceMatrix u = routed ? up.entry(ids[slot]) : s_up;
   if (!routed && !has_shared) return;
   if (row >= g.rows) return;
-  const bf16* xt = x + token * x_stride;
-  const float gv = dot_row(g, row, xt, lane), uv = dot_row(u, row, xt, lane);
+  const int64_t xo = token * x_stride;
+  const float gv = dot_row(g, row, x, x_elem, xo, lane), uv = dot_row(u, row, x, x_elem, xo, lane);
   if (lane == 0) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
 }
 
@@ -160,24 +162,25 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 
 }  // namespace
 
-void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const bf16* x, int64_t x_stride, int T,
-               int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s) {
+void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
+               int T, int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
   route_kernel<<<T, 32 * kWarps, 0, s>>>(router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr,
-                                         x, x_stride, E, k, renorm, ids, weights, sgate);
+                                         x, x_stride, x_elem, E, k, renorm, ids, weights, sgate);
   PETREL_LAUNCHED("moe_route");
 }
 
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
-                const DeviceMatrix* s_up, const DeviceMatrix* s_down, const bf16* x, int64_t x_stride, int T, int k,
+                const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
+                int k,
                 const int* ids, const float* weights, const float* sgate, float* act, bf16* out, int64_t out_stride,
                 cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   const int slots = T * k + (shared ? T : 0);
   gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
-      gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, T, k, ids, act,
-      width);
+      gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
+      ids, act, width);
   PETREL_LAUNCHED("moe gate_up");
   down_kernel<<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps, 0, s>>>(
       down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, out_stride);

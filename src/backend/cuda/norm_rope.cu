@@ -31,7 +31,7 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void rms_norm_kernel(const void* x, int64_t x_stride, int x_elem, const float* w, int n, float eps,
-                                bf16* out, int64_t out_stride) {
+                                void* out, int64_t out_stride, int out_elem) {
   const int64_t base = blockIdx.x * x_stride;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -39,8 +39,8 @@ __global__ void rms_norm_kernel(const void* x, int64_t x_stride, int x_elem, con
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss) / float(n) + eps);
-  bf16* o = out + blockIdx.x * out_stride;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2bfloat16(load_act(x, x_elem, base + i) * inv * w[i]);
+  const int64_t obase = blockIdx.x * out_stride;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) store_act(out, out_elem, obase + i, load_act(x, x_elem, base + i) * inv * w[i]);
 }
 
 __global__ void add_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int n) {
@@ -98,9 +98,9 @@ void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t 
   PETREL_LAUNCHED("embed");
 }
 
-void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, bf16* out,
-              int64_t out_stride, cudaStream_t s) {
-  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, x_elem, w, n, eps, out, out_stride);
+void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
+              int64_t out_stride, int out_elem, cudaStream_t s) {
+  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, x_elem, w, n, eps, out, out_stride, out_elem);
   PETREL_LAUNCHED("rms_norm");
 }
 
