@@ -13,7 +13,7 @@ void attention(const float* q, int64_t q_stride, int T, int n_past, const float*
   const int group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(D));
   const int64_t kv_stride = int64_t(Hkv) * D;
-#pragma omp parallel
+#pragma omp parallel if (int64_t(T) * Hq * (n_past + T) * D >= (1 << 16))
   {
     std::vector<float> p(size_t(n_past + T));
 #pragma omp for collapse(2) schedule(static)

@@ -13,7 +13,7 @@ namespace petrel::cpu {
 void causal_conv_silu(const float* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state,
                       float* out) {
   const int hist = K - 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(T) * C * K >= (1 << 16))
   for (int c = 0; c < C; ++c) {
     // window holds the K-1 previous inputs then the current one, oldest first.
     float window[16];
@@ -33,7 +33,7 @@ void causal_conv_silu(const float* x, int64_t x_stride, int T, int C, int K, con
 void delta_rule_recurrent(const DeltaNetDims& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out) {
   const int r = d.Hv / d.Hk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(T) * d.Hv * d.dk * d.dv >= (1 << 16))
   for (int j = 0; j < d.Hv; ++j) {
     const int kh = j / r;  // HF order: consecutive value heads share a key head
     float* S = state + int64_t(j) * d.dk * d.dv;
@@ -140,7 +140,7 @@ void chunk_step(const DeltaNetDims& d, int L, const float* const* qr, const floa
 void delta_rule_chunked(const DeltaNetDims& d, int T, const float* q, const float* k, const float* v,
                         const float* beta, const float* g, float* state, float* out, int chunk) {
   const int r = d.Hv / d.Hk;
-#pragma omp parallel
+#pragma omp parallel if (int64_t(T) * d.Hv * d.dk * d.dv >= (1 << 16))
   {
     ChunkScratch scratch;
     std::vector<const float*> qr(chunk), kr(chunk), vr(chunk);

@@ -20,7 +20,8 @@ void linear(const float* x, int64_t x_stride, int64_t T, const Matrix& w, float*
   constexpr int64_t kRowBlock = 8;  // weight rows decoded together, reused across all T inputs
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel
+  // Threads only pay off past ~64K multiply-adds; below that their start-up dominates (tiny models).
+#pragma omp parallel if (rows * cols * T >= (1 << 16))
   {
     std::vector<float> wbuf(size_t(kRowBlock * cols));
 #pragma omp for schedule(static)
