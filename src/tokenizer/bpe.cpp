@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <queue>
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
@@ -27,19 +26,6 @@ void require_absent_or(const nlohmann::json& model, const char* field, const nlo
   if (!model.contains(field) || model[field].is_null() || model[field] == allowed) return;
   throw Error(std::string("tokenizer.json: BPE model option \"") + field + "\": " + model[field].dump() +
               " is not supported (expected " + allowed.dump() + ")");
-}
-
-// Merges are written either as "left right" strings or as [left, right] pairs.
-std::pair<std::string, std::string> merge_parts(const nlohmann::json& m, size_t rank) {
-  if (m.is_array() && m.size() == 2) return {m[0].get<std::string>(), m[1].get<std::string>()};
-  if (m.is_string()) {
-    const std::string s = m.get<std::string>();
-    const size_t space = s.find(' ', 1);
-    if (space != std::string::npos && s.find(' ', space + 1) == std::string::npos)
-      return {s.substr(0, space), s.substr(space + 1)};
-  }
-  throw Error("tokenizer.json: model.merges[" + std::to_string(rank) + "] = " + m.dump() +
-              " is neither \"left right\" nor [left, right]");
 }
 
 struct Symbol {
@@ -92,7 +78,7 @@ const BpeModel::Merge* BpeModel::MergeTable::find(uint32_t left, uint32_t right)
   }
 }
 
-BpeModel BpeModel::from_json(const nlohmann::json& model) {
+BpeModel BpeModel::build(const nlohmann::json& model, BpeTables tables) {
   const std::string type = model.value("type", "");
   if (type != "BPE") throw Error("tokenizer.json: model type '" + type + "' is not supported (expected BPE)");
   require_absent_or(model, "dropout", nullptr);
@@ -102,40 +88,38 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
 
   BpeModel m;
   m.ignore_merges_ = model.value("ignore_merges", false);
-  std::unordered_map<std::string, uint32_t> by_string;
-  for (const auto& [token, id] : model.at("vocab").items()) {
-    const auto value = id.get<uint32_t>();
-    by_string.emplace(token, value);
-    m.vocab_strings_.emplace_back(token, value);
-    if (auto bytes = byte_level::to_bytes(token)) m.bytes_to_id_.emplace(std::move(*bytes), value);
-  }
+  m.bytes_to_id_.reserve(tables.vocab.size());
+  for (const auto& [token, id] : tables.vocab)
+    if (auto bytes = byte_level::to_bytes(token)) m.bytes_to_id_.emplace(std::move(*bytes), id);
   for (int b = 0; b < 256; ++b) {
     const auto id = m.id_of_bytes(std::string(1, static_cast<char>(b)));
     if (!id) throw Error("tokenizer.json: byte-level BPE vocab lacks a token for byte " + std::to_string(b));
     m.byte_ids_[b] = *id;
   }
 
-  const auto& merges = model.at("merges");
   std::vector<std::pair<uint64_t, Merge>> entries;
-  entries.reserve(merges.size());
+  entries.reserve(tables.merges.size());
+  // Merges are looked up by the bytes their symbols stand for: the only spelling words have.
   auto lookup = [&](const std::string& token, size_t rank) {
-    auto it = by_string.find(token);
-    if (it == by_string.end())
+    const auto bytes = byte_level::to_bytes(token);
+    const auto id = bytes ? m.id_of_bytes(*bytes) : std::nullopt;
+    if (!id)
       throw Error("tokenizer.json: model.merges[" + std::to_string(rank) + "] uses '" + token +
-                  "', which is not in model.vocab");
-    return it->second;
+                  "', which is not a byte-level token of model.vocab");
+    return *id;
   };
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto [left, right] = merge_parts(merges[rank], rank);
+  for (size_t rank = 0; rank < tables.merges.size(); ++rank) {
+    const auto& [left, right] = tables.merges[rank];
     entries.push_back({pair_key(lookup(left, rank), lookup(right, rank)),
                        Merge{static_cast<uint32_t>(rank), lookup(left + right, rank)}});
   }
   m.merges_.build(entries);
+  m.vocab_strings_ = std::move(tables.vocab);
   return m;
 }
 
 std::optional<uint32_t> BpeModel::id_of_bytes(std::string_view bytes) const {
-  auto it = bytes_to_id_.find(std::string(bytes));
+  auto it = bytes_to_id_.find(bytes);
   if (it == bytes_to_id_.end()) return std::nullopt;
   return it->second;
 }
@@ -159,7 +143,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<uint32_t>& ids) co
   const bool cacheable = word.size() <= kMaxCachedWordBytes;
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
-    auto it = cache_.find(std::string(word));
+    auto it = cache_.find(word);
     if (it != cache_.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
       return;
@@ -174,22 +158,28 @@ void BpeModel::encode_word(std::string_view word, std::vector<uint32_t>& ids) co
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<uint32_t>& ids) const {
+  // Per-thread scratch: merging runs once per new word, and allocating each time dominated it.
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> heap;
   const int n = static_cast<int>(word.size());
-  std::vector<Symbol> symbols(n);
+  symbols.resize(n);
+  heap.clear();
   for (int i = 0; i < n; ++i) symbols[i] = {byte_ids_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
 
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto consider = [&](int pos) {
     const int next = symbols[pos].next;
     if (next < 0) return;
-    if (const Merge* m = merges_.find(symbols[pos].id, symbols[next].id))
-      queue.push({m->rank, pos, symbols[pos].id, symbols[next].id, m->merged});
+    if (const Merge* m = merges_.find(symbols[pos].id, symbols[next].id)) {
+      heap.push_back({m->rank, pos, symbols[pos].id, symbols[next].id, m->merged});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
 
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[c.pos];
     // Skip candidates made stale by an earlier merge of either symbol.
     if (!left.alive || left.id != c.left || left.next < 0 || symbols[left.next].id != c.right) continue;

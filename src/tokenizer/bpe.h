@@ -1,6 +1,7 @@
 // tokenizer.json "model" of type BPE over GPT-2 byte-level symbols: ranked merges within a word.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -11,11 +12,24 @@
 
 namespace petrel::tokenizer {
 
+// Hashes std::string keys so that maps can be searched with a string_view, without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// model.vocab and model.merges, read straight from the file: a JSON tree of 150k entries would
+// make loading several times slower.
+struct BpeTables {
+  std::vector<std::pair<std::string, uint32_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
 class BpeModel {
  public:
-  // Reads the "model" value; unsupported options (dropout, byte fallback, subword affixes) are
-  // an error naming the field.
-  static BpeModel from_json(const nlohmann::json& model);
+  // `options` is the "model" object (its vocab and merges are in `tables`); unsupported options
+  // (dropout, byte fallback, subword affixes) are an error naming the field.
+  static BpeModel build(const nlohmann::json& options, BpeTables tables);
 
   BpeModel() = default;
   BpeModel(BpeModel&& other) noexcept;
@@ -54,13 +68,13 @@ class BpeModel {
   void merge_word(std::string_view word, std::vector<uint32_t>& ids) const;
 
   std::vector<std::pair<std::string, uint32_t>> vocab_strings_;
-  std::unordered_map<std::string, uint32_t> bytes_to_id_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> bytes_to_id_;
   uint32_t byte_ids_[256] = {};
   MergeTable merges_;
   bool ignore_merges_ = false;
 
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  mutable std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace petrel::tokenizer

@@ -59,9 +59,11 @@ Normalizer Normalizer::from_json(const nlohmann::json& j) {
   return n;
 }
 
+// Every normalization form leaves ASCII unchanged, and most input is ASCII.
+bool Normalizer::trivially_unchanged(std::string_view text) const { return forms_.empty() || is_ascii(text); }
+
 std::string Normalizer::apply(std::string_view text) const {
-  // Every normalization form leaves ASCII unchanged, and most input is ASCII.
-  if (forms_.empty() || is_ascii(text)) return std::string(text);
+  if (trivially_unchanged(text)) return std::string(text);
   std::string out(text);
   for (Form f : forms_) out = normalize(out, f);
   return out;

@@ -15,6 +15,8 @@ class Normalizer {
   static Normalizer from_json(const nlohmann::json& j);
 
   bool is_identity() const { return forms_.empty(); }
+  // Whether apply(text) would return `text` unchanged without looking closer (ASCII, or no forms).
+  bool trivially_unchanged(std::string_view text) const;
   std::string apply(std::string_view text) const;
 
  private:

@@ -72,7 +72,7 @@ std::vector<Span> find_spans(const SplitStep& step, std::string_view text) {
     prev = e;
   };
   if (step.regex) {
-    step.regex->for_each_match(text, add_match);
+    for (auto m = step.regex->find(text, 0); m; m = step.regex->find(text, m->second)) add_match(m->first, m->second);
   } else if (!step.literal.empty()) {
     for (size_t at = text.find(step.literal); at != std::string_view::npos; at = text.find(step.literal, prev))
       add_match(at, at + step.literal.size());

@@ -53,31 +53,25 @@ Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 
-void Regex::for_each_match(std::string_view text, const std::function<void(size_t, size_t)>& on_match) const {
+std::optional<std::pair<size_t, size_t>> Regex::find(std::string_view text, size_t offset) const {
   MatchState& st = match_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t offset = 0;
   while (offset <= text.size()) {
     const int rc = pcre2_match(code_->code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, st.data, st.context);
-    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc == PCRE2_ERROR_NOMATCH) return std::nullopt;
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
       throw Error(std::string("regex match failed: ") + reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
-    if (ov[1] > ov[0]) {
-      on_match(ov[0], ov[1]);
-      offset = ov[1];
-    } else if (ov[0] < text.size()) {
-      // An empty match yields no piece; step over one whole character.
-      size_t next = ov[0];
-      utf8::decode(text, next);
-      offset = next;
-    } else {
-      return;
-    }
+    if (ov[1] > ov[0]) return std::make_pair(static_cast<size_t>(ov[0]), static_cast<size_t>(ov[1]));
+    if (ov[0] >= text.size()) return std::nullopt;
+    // An empty match yields no piece; step over one whole character.
+    offset = ov[0];
+    utf8::decode(text, offset);
   }
+  return std::nullopt;
 }
 
 }  // namespace petrel::tokenizer

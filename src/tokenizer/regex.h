@@ -1,10 +1,11 @@
 // A PCRE2 regular expression compiled for UTF-8 with Unicode properties (JIT when available).
 #pragma once
 #include <cstddef>
-#include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace petrel::tokenizer {
 
@@ -16,8 +17,9 @@ class Regex {
   Regex(Regex&&) noexcept;
   Regex& operator=(Regex&&) noexcept;
 
-  // Calls on_match(begin, end) for each non-empty match in `text` (valid UTF-8), left to right.
-  void for_each_match(std::string_view text, const std::function<void(size_t, size_t)>& on_match) const;
+  // The first non-empty match in `text` (valid UTF-8) starting at or after `offset`, as
+  // [begin, end) byte offsets, or nullopt.
+  std::optional<std::pair<size_t, size_t>> find(std::string_view text, size_t offset) const;
 
  private:
   struct Code;

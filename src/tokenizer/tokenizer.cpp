@@ -19,13 +19,15 @@ void encode_plain(const Tokenizer::Impl& impl, std::string_view text, std::vecto
 
 // Normalizes a stretch of raw text, then finds the normalized added tokens in it.
 void encode_unnormalized(const Tokenizer::Impl& impl, std::string_view text, std::vector<uint32_t>& ids) {
-  const std::string normalized = impl.normalizer.apply(text);
+  std::string storage;
+  std::string_view normalized = text;
+  if (!impl.normalizer.trivially_unchanged(text)) normalized = storage = impl.normalizer.apply(text);
   if (impl.normalized_added.empty()) return encode_plain(impl, normalized, ids);
   std::vector<tokenizer::Segment> segments;
   impl.normalized_added.split(normalized, segments);
   for (const auto& s : segments) {
     if (s.id) ids.push_back(*s.id);
-    else encode_plain(impl, std::string_view(normalized).substr(s.begin, s.end - s.begin), ids);
+    else encode_plain(impl, normalized.substr(s.begin, s.end - s.begin), ids);
   }
 }
 

@@ -35,6 +35,46 @@ void check_post_processor(const json& j) {
               "' is not supported (supported: ByteLevel, TemplateProcessing, Sequence)");
 }
 
+// A merge is written either as "left right" or as ["left", "right"].
+std::pair<std::string, std::string> merge_parts(const json& m, size_t rank) {
+  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+    return {m[0].get<std::string>(), m[1].get<std::string>()};
+  if (m.is_string()) {
+    const std::string& s = m.get_ref<const std::string&>();
+    const size_t space = s.find(' ', 1);
+    if (space != std::string::npos && s.find(' ', space + 1) == std::string::npos)
+      return {s.substr(0, space), s.substr(space + 1)};
+  }
+  throw Error("tokenizer.json: model.merges[" + std::to_string(rank) + "] = " + m.dump() +
+              " is neither \"left right\" nor [left, right]");
+}
+
+// Parses tokenizer.json, moving the entries of model.vocab and model.merges into `tables`
+// as they are read instead of into the tree.
+json parse_document(std::string_view text, tokenizer::BpeTables& tables) {
+  std::string keys[4];
+  auto in = [&](const char* field) { return keys[1] == "model" && keys[2] == field; };
+  return json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key) {
+      if (depth < 4) keys[depth] = parsed.get<std::string>();
+      return true;
+    }
+    if (depth != 3) return true;
+    if (event == json::parse_event_t::value && in("vocab")) {
+      if (!parsed.is_number_unsigned())
+        throw Error("tokenizer.json: model.vocab[\"" + keys[3] + "\"] must be a non-negative integer id");
+      tables.vocab.emplace_back(keys[3], parsed.get<uint32_t>());
+      return false;
+    }
+    const bool merge_done = event == json::parse_event_t::value || event == json::parse_event_t::array_end;
+    if (merge_done && in("merges")) {
+      tables.merges.push_back(merge_parts(parsed, tables.merges.size()));
+      return false;
+    }
+    return true;
+  });
+}
+
 std::vector<tokenizer::AddedToken> read_added_tokens(const json& list) {
   std::vector<tokenizer::AddedToken> out;
   for (const auto& t : list) {
@@ -79,6 +119,7 @@ void set_token(Tokenizer::Impl& impl, uint32_t id, std::string bytes, bool speci
 }
 
 void build_decode_table(Tokenizer::Impl& impl, const std::vector<tokenizer::AddedToken>& added) {
+  impl.tokens.reserve(impl.model.vocab().size() + added.size());
   for (const auto& [token, id] : impl.model.vocab()) set_token(impl, id, byte_level::decoder_bytes(token), false);
   for (const auto& a : added) {
     set_token(impl, a.id, byte_level::decoder_bytes(a.content), a.special);
@@ -90,13 +131,14 @@ void build_decode_table(Tokenizer::Impl& impl, const std::vector<tokenizer::Adde
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
   try {
-    const json j = json::parse(json_text);
+    tokenizer::BpeTables tables;
+    const json j = parse_document(json_text, tables);
     auto impl = std::make_unique<Impl>();
     impl->normalizer = tokenizer::Normalizer::from_json(j.value("normalizer", json()));
     impl->pre_tokenizer = tokenizer::PreTokenizer::from_json(j.value("pre_tokenizer", json()));
     if (!impl->pre_tokenizer.has_byte_level())
       throw Error("tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
-    impl->model = tokenizer::BpeModel::from_json(j.at("model"));
+    impl->model = tokenizer::BpeModel::build(j.at("model"), std::move(tables));
     check_decoder(j.value("decoder", json()));
     check_post_processor(j.value("post_processor", json()));
     const auto added = read_added_tokens(j.value("added_tokens", json::array()));
