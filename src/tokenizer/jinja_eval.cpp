@@ -350,6 +350,8 @@ class Renderer {
       const Value* v = obj.find(name);
       if (v) return *v;
     }
+    if (obj.is_string() || obj.kind == Value::Kind::List)
+      return Value::undefined("unsupported " + type_name(obj) + " method or attribute '" + name + "'");
     return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
   }
 
