@@ -79,6 +79,25 @@ __device__ __forceinline__ void load8(const DeviceMatrix& m, int64_t row, int c8
   }
 }
 
+// The 16-byte-load path for 4-bit rows: one uint4 holds 32 weights of one group. Usable when
+// cols and group are multiples of 32 (every released shape; tiny fixtures may fall back to load8).
+__host__ __device__ inline bool q4_wide(const DeviceMatrix& m) {
+  return m.format == WFormat::Q4 && m.cols % 32 == 0 && m.group % 32 == 0;
+}
+
+// Codes (0..15) of weights [32·c32, 32·c32 + 32) of `row`, with their group's scale and bias.
+__device__ __forceinline__ void load32_q4(const DeviceMatrix& m, int64_t row, int c32, uint32_t words[4], float* scale,
+                                          float* bias) {
+  const uint4 q = reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 8))[c32];
+  words[0] = q.x;
+  words[1] = q.y;
+  words[2] = q.z;
+  words[3] = q.w;
+  const int64_t gi = row * (m.cols / m.group) + (int64_t(c32) * 32) / m.group;
+  *scale = __bfloat162float(m.scales[gi]);
+  *bias = __bfloat162float(m.biases[gi]);
+}
+
 // 8 consecutive bf16 activations as fp32 (16-byte load; the pointer must be 16-byte aligned).
 __device__ __forceinline__ void load8_act(const bf16* p, float out[8]) {
   const uint4 v = *reinterpret_cast<const uint4*>(p);
@@ -98,6 +117,23 @@ __device__ __forceinline__ void load8_x(const void* x, int elem, int64_t i, floa
   const float4 a = p[0], b = p[1];
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
+// Σ w·x over 32 weights given as 4-bit codes: scale·Σ q·x + bias·Σ x (two FMAs per weight saved).
+__device__ __forceinline__ float dot32_q4(const uint32_t words[4], float scale, float bias, const void* x, int elem,
+                                          int64_t i) {
+  float qx = 0.0f, sx = 0.0f;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    float xv[8];
+    load8_x(x, elem, i + 8 * w, xv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      qx += float((words[w] >> (4 * j)) & 15u) * xv[j];
+      sx += xv[j];
+    }
+  }
+  return scale * qx + bias * sx;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -19,17 +19,28 @@ __global__ void gemv_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int
   float acc[TMAX];
 #pragma unroll
   for (int t = 0; t < TMAX; ++t) acc[t] = 0.0f;
-  const int n8 = w.cols / 8;
-  for (int c8 = lane; c8 < n8; c8 += 32) {
-    float wv[8];
-    load8(w, row, c8, wv);
+  if (q4_wide(w)) {
+    // 16-byte weight loads: each lane streams 32 weights per step.
+    for (int c32 = lane; c32 < w.cols / 32; c32 += 32) {
+      uint32_t words[4];
+      float sc, bi;
+      load32_q4(w, row, c32, words, &sc, &bi);
 #pragma unroll
-    for (int t = 0; t < TMAX; ++t) {
-      if (t < T) {
-        float xv[8];
-        load8_x(x, x_elem, t * x_stride + c8 * 8, xv);
+      for (int t = 0; t < TMAX; ++t)
+        if (t < T) acc[t] += dot32_q4(words, sc, bi, x, x_elem, t * x_stride + int64_t(c32) * 32);
+    }
+  } else {
+    for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
+      float wv[8];
+      load8(w, row, c8, wv);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[t] += wv[i] * xv[i];
+      for (int t = 0; t < TMAX; ++t) {
+        if (t < T) {
+          float xv[8];
+          load8_x(x, x_elem, t * x_stride + c8 * 8, xv);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[t] += wv[i] * xv[i];
+        }
       }
     }
   }

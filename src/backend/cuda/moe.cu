@@ -12,6 +12,15 @@ constexpr int kWarps = 8;
 // Row `row` of w dotted with activation row x (bf16 or fp32, `elem` bytes), by one warp.
 __device__ float dot_row(const DeviceMatrix& w, int64_t row, const void* x, int elem, int64_t x_off, int lane) {
   float acc = 0.0f;
+  if (q4_wide(w)) {
+    for (int c32 = lane; c32 < w.cols / 32; c32 += 32) {
+      uint32_t words[4];
+      float sc, bi;
+      load32_q4(w, row, c32, words, &sc, &bi);
+      acc += dot32_q4(words, sc, bi, x, elem, x_off + int64_t(c32) * 32);
+    }
+    return warp_sum(acc);
+  }
   for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
     float wv[8], xv[8];
     load8(w, row, c8, wv);
@@ -23,14 +32,7 @@ __device__ float dot_row(const DeviceMatrix& w, int64_t row, const void* x, int 
 }
 
 __device__ float dot_row_f32(const DeviceMatrix& w, int64_t row, const float* x, int lane) {
-  float acc = 0.0f;
-  for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
-    float wv[8];
-    load8(w, row, c8, wv);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc += wv[i] * x[c8 * 8 + i];
-  }
-  return warp_sum(acc);
+  return dot_row(w, row, x, 4, 0, lane);
 }
 
 // grid (T), 8 warps. fp32 logits, softmax over all experts, k rounds of argmax (lowest index wins ties).
