@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/weights.h"
@@ -42,6 +43,13 @@ class SequenceState {
   int capacity = 0;  // tokens the KV cache can hold
   // Copies every cache and state of `other` (same backend and model) into this one.
   virtual void copy_from(const SequenceState& other) = 0;
+  // Appends, as fp32 in a fixed order, everything that decides what the sequence computes next:
+  // the KV rows of its n_past tokens, the conv state and the recurrent state, for tests that
+  // compare states. False (nothing appended) where the backend does not offer it.
+  virtual bool dump_state(std::vector<float>& out) const {
+    (void)out;
+    return false;
+  }
 };
 
 class Backend {

@@ -1,66 +1,153 @@
-// `petrel run DIR --prompt-ids 1,2,3 -n N [--temperature T] [--output-ids]`: generate from token ids.
-#include <chrono>
-#include <cstdio>
+// `petrel run DIR -p "prompt"`: one answer, streamed as it is generated. The prompt may also come
+// from a file or stdin, go in raw (no chat template), or be token ids (--prompt-ids; with
+// --output-ids the generated ids are printed space separated on one line).
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+
+#include "cli/answer_printer.h"
 #include "cli/common.h"
+#include "cli/generation_flags.h"
+#include "cli/interrupt.h"
 #include "cli/registry.h"
 #include "core/error.h"
-#include "generate/sampler.h"
+#include "generate/host_decoder.h"
 
 namespace petrel::cli {
 namespace {
 
 struct Args {
-  std::string dir, ids;
-  int n = 32;
-  float temperature = 0.0f;
-  uint64_t seed = 0;
-  bool output_ids = false;
+  std::string dir, prompt, file, ids;
+  bool raw = false, output_ids = false;
+  GenerationFlags gen;
   LoadOptions load;
 };
 
-void run(const Args& a) {
-  const std::vector<int32_t> prompt = parse_ids(a.ids, "--prompt-ids");
-  LoadedModel m = load_model(a.dir, a.load);
+std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
+
+// -p, -f FILE (- for stdin), or stdin when it is not a terminal.
+std::string prompt_text(const Args& a) {
+  if (!a.prompt.empty()) return a.prompt;
+  if (a.file == "-" || (a.file.empty() && !isatty(STDIN_FILENO))) return read_all(std::cin);
+  check(!a.file.empty(), "no prompt: give -p TEXT, -f FILE, --prompt-ids IDS, or pipe the prompt on stdin");
+  std::ifstream in(a.file, std::ios::binary);
+  check(bool(in), "-f: cannot open " + a.file);
+  return read_all(in);
+}
+
+// The sequence must hold the prompt and the answer; without --context, just enough for
+// --max-tokens, else the model's trained length.
+int context_for(const ModelConfig& c, const GenerationFlags& f, const ConversationOptions& o, int prompt_tokens) {
+  const std::string limit = c.max_position > 0 ? " (the model's limit is " + std::to_string(c.max_position) + ")" : "";
+  int capacity = f.context;
+  if (capacity == 0 && o.max_tokens > 0) capacity = prompt_tokens + o.max_tokens;
+  if (c.max_position > 0 && (capacity == 0 || (f.context == 0 && capacity > c.max_position))) capacity = c.max_position;
+  check(capacity > 0, "the model's config gives no context length: set --context");
+  check(prompt_tokens < capacity, "the prompt is " + std::to_string(prompt_tokens) + " tokens but the context holds " +
+                                      std::to_string(capacity) + limit + "; --context sets it");
+  if (c.max_position > 0 && capacity > c.max_position)
+    std::fprintf(stderr, "warning: --context %d exceeds the model's trained length %d\n", capacity, c.max_position);
+  return capacity;
+}
+
+void print_setup(const LoadedModel& m, const ConversationOptions& o) {
   std::fprintf(stderr, "%s\n", m.summary().c_str());
-  const int V = m.config().vocab;
-  const int capacity = int(prompt.size()) + a.n;
-  check(capacity <= m.config().max_position || m.config().max_position == 0,
-        "prompt (" + std::to_string(prompt.size()) + ") + -n " + std::to_string(a.n) +
-            " tokens exceed the model's context of " + std::to_string(m.config().max_position));
-  auto seq = m.model->new_sequence(capacity);
-  std::vector<float> logits(V);
-  Sampler sampler(a.temperature, a.seed);
-  const auto t0 = std::chrono::steady_clock::now();
-  m.model->forward(prompt.data(), int(prompt.size()), *seq, logits.data());
-  const auto t1 = std::chrono::steady_clock::now();
-  std::vector<int32_t> out;
-  for (int i = 0; i < a.n; ++i) {
-    int32_t next = sampler.sample(logits.data(), V);
-    out.push_back(next);
-    if (i + 1 < a.n) m.model->forward(&next, 1, *seq, logits.data());
+  std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity);
+  if (o.speculative.draft > 0) line += ", speculative ngram (draft " + std::to_string(o.speculative.draft) + ")";
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
+  const std::string text = prompt_text(a);
+  const Tokenizer tokenizer = Tokenizer::load(a.dir);
+  std::optional<ChatTemplate> chat_template;
+  if (!a.raw) {
+    try {
+      chat_template.emplace(ChatTemplate::load(a.dir));
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + "; --raw runs the prompt without a chat template");
+    }
   }
-  const auto t2 = std::chrono::steady_clock::now();
-  std::string line;
-  for (size_t i = 0; i < out.size(); ++i) line += (i ? " " : "") + std::to_string(out[i]);
-  std::printf("%s\n", line.c_str());
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens at %.1f tok/s\n",
-               prompt.size(), prefill_s, prompt.size() / prefill_s, a.n, a.n > 1 ? (a.n - 1) / decode_s : 0.0);
+  ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), &tokenizer);
+  HostDecoder decoder(*m.model);
+  const ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
+  o.capacity = 1;
+  const int prompt_tokens = int(Conversation(decoder, tokenizer, tmpl, o).prompt_for(text).size());
+  o.capacity = context_for(m.config(), a.gen, o, prompt_tokens);
+  print_setup(m, o);
+  Conversation conversation(decoder, tokenizer, tmpl, o);
+  AnswerPrinter printer(a.gen.show_thinking);
+  Interrupt interrupt(/*repeat_kills=*/true);
+  const Turn turn =
+      conversation.ask(text, [&](Channel c, std::string_view s) { printer.show(c, s); }, interrupt.flag());
+  printer.finish(turn.result, o.speculative.draft > 0);
+}
+
+void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
+  check(a.prompt.empty() && a.file.empty(), "--prompt-ids cannot be combined with -p or -f");
+  const std::vector<int32_t> prompt = parse_ids(a.ids, "--prompt-ids");
+  std::optional<Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(a.dir) / "tokenizer.json")) tokenizer.emplace(Tokenizer::load(a.dir));
+  check(tokenizer || a.gen.stops.empty(), "--stop needs the checkpoint's tokenizer.json, which " + a.dir + " lacks");
+  ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), tokenizer ? &*tokenizer : nullptr);
+  o.capacity = context_for(m.config(), a.gen, o, int(prompt.size()));
+  print_setup(m, o);
+
+  HostDecoder decoder(*m.model);
+  Generator generator(decoder);
+  auto st = m.model->new_sequence(o.capacity);
+  AnswerPrinter printer(a.gen.show_thinking);
+  std::optional<TextOutput> text;
+  const bool show_text = tokenizer && !a.output_ids;
+  if (tokenizer)
+    text.emplace(*tokenizer, ThinkFilter(), o.stops, [&](Channel c, std::string_view s) {
+      if (show_text) printer.show(c, s);
+    });
+  Interrupt interrupt(/*repeat_kills=*/true);
+  GenerateRequest req;
+  req.tokens = prompt;
+  req.sampling = o.sampling;
+  req.eos_ids = o.eos_ids;
+  req.max_tokens = o.max_tokens;
+  req.speculative = o.speculative;
+  req.cancel = interrupt.flag();
+  const GenerateResult r = generator.generate(st, req, [&](int32_t id) {
+    if (!show_text && !a.output_ids) std::printf("%d ", id);
+    return text ? text->push(id) : true;
+  });
+  if (text) text->finish();
+  if (a.output_ids) {
+    std::string line;
+    for (size_t i = 0; i < r.tokens.size(); ++i) line += (i ? " " : "") + std::to_string(r.tokens[i]);
+    std::printf("%s\n", line.c_str());
+  }
+  printer.finish(r, o.speculative.draft > 0);
+}
+
+void run(const CLI::App& cmd, Args& a) {
+  a.load.progress = isatty(STDERR_FILENO);
+  LoadedModel m = load_model(a.dir, a.load);
+  if (!a.ids.empty()) run_ids(cmd, a, m);
+  else run_text(cmd, a, m);
 }
 
 void add(CLI::App& app) {
   static Args a;
-  auto* cmd = app.add_subcommand("run", "Generate tokens from a prompt");
+  auto* cmd = app.add_subcommand("run", "Answer one prompt, streaming the answer");
   cmd->add_option("dir", a.dir, "Checkpoint folder")->required();
-  cmd->add_option("--prompt-ids", a.ids, "Prompt token ids, comma separated")->required();
-  cmd->add_option("-n,--max-tokens", a.n, "Tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", a.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", a.seed, "Random seed for sampling")->capture_default_str();
+  cmd->add_option("-p,--prompt", a.prompt, "The prompt (chat template applied unless --raw)");
+  cmd->add_option("-f,--file", a.file, "Read the prompt from a file (- for stdin)");
+  cmd->add_option("--prompt-ids", a.ids, "Prompt token ids, comma separated (no template)");
+  cmd->add_flag("--raw", a.raw, "Feed the prompt as is, without the chat template");
   cmd->add_flag("--output-ids", a.output_ids, "Print the generated token ids, space separated, on one line");
+  add_generation_flags(cmd, a.gen);
   add_load_flags(cmd, a.load);
-  cmd->callback([] { run(a); });
+  cmd->callback([cmd] { run(*cmd, a); });
 }
 
 CommandRegistrar reg(add);

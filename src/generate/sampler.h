@@ -1,22 +1,54 @@
-// Picking the next token from logits.
+// Picking the next token from a logits row on the host (the CPU reference; see decoder.h for
+// where a device backend plugs in its own).
 #pragma once
 #include <cstdint>
-#include <random>
+#include <vector>
+
+#include "generate/penalties.h"
+#include "generate/sampling_params.h"
 
 namespace petrel {
 
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(const float* logits, int n);
 
-// temperature 0 -> argmax; otherwise a draw from softmax(logits / temperature).
+// Penalties -> logit bias -> temperature -> top-k -> top-p -> min-p -> one draw. Filters use
+// partial selection (nth_element, growing partial sorts), never a sort of the whole vocabulary.
+// The draw's randomness is uniform01(seed, position): the same seed gives the same tokens, and
+// a token's draw does not depend on how many draws came before it.
 class Sampler {
  public:
-  Sampler(float temperature, uint64_t seed) : temperature_(temperature), rng_(seed) {}
-  int32_t sample(const float* logits, int n);
+  Sampler(const SamplingParams& params, int vocab);
+
+  const SamplingParams& params() const { return params_; }
+
+  // Appends a token of the sequence to the penalty history; `generated` marks model output.
+  void observe(int32_t token, bool generated) { penalties_.add(token, generated); }
+
+  // The token for sequence position `position`, drawn from `logits` (vocab floats, not modified).
+  int32_t sample(const float* logits, uint64_t position);
+
+  // The distribution sample() draws from, as probabilities over the whole vocabulary.
+  std::vector<double> distribution(const float* logits);
 
  private:
-  float temperature_;
-  std::mt19937_64 rng_;
+  struct Candidate {
+    float z;  // (logit - max logit) / temperature: log of the probability relative to the top token
+    int32_t id;
+  };
+  // adjusted_ = logits with penalties and bias applied.
+  void adjust(const float* logits);
+  // candidates_ = the tokens every filter keeps; returns the sum of their weights exp(z).
+  double select();
+  void keep_top_k();
+  void keep_top_p();
+  void keep_min_p();
+
+  SamplingParams params_;
+  int vocab_;
+  PenaltyState penalties_;
+  std::vector<float> adjusted_;
+  std::vector<Candidate> candidates_;
 };
 
 }  // namespace petrel

@@ -32,6 +32,12 @@ class CpuSequence final : public SequenceState {
     n_past = o.n_past;
     capacity = o.capacity;
   }
+
+  bool dump_state(std::vector<float>& out) const override {
+    for (const auto* part : {&k, &v, &conv, &S})
+      for (const auto& layer : *part) out.insert(out.end(), layer.begin(), layer.end());
+    return true;
+  }
 };
 
 

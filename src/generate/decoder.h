@@ -1,0 +1,32 @@
+// The seam between the generation loop and where logits live. The loop feeds tokens and asks for
+// the token after a fed row; it never touches logits itself. HostDecoder (CPU) copies logits to
+// the host and samples there; a device backend implements this interface to sample logits in
+// device memory (no full sort, no logits copy), so only the token id reaches the host.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "generate/sampling_params.h"
+
+namespace petrel {
+
+enum class KeepLogits { None, Last, All };
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual int vocab() const = 0;
+  virtual std::unique_ptr<SequenceState> new_sequence(int capacity) = 0;
+  // Starts a new answer: sampling parameters and an empty penalty history.
+  virtual void reset(const SamplingParams& params) = 0;
+  // Appends a token of the sequence to the penalty history (`generated`: produced by the model).
+  virtual void observe(int32_t token, bool generated) = 0;
+  // Consumes `n` tokens continuing `st`, keeping the logits `keep` says for sample().
+  virtual void feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) = 0;
+  // The token for sequence position `position` from kept row `row` (0 with KeepLogits::Last),
+  // under the penalty history observed so far.
+  virtual int32_t sample(int row, uint64_t position) = 0;
+};
+
+}  // namespace petrel

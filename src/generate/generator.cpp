@@ -1,0 +1,120 @@
+#include "generate/generator.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "generate/ngram_draft.h"
+#include "generate/speculative.h"
+
+namespace petrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void check_request(const SequenceState& st, const GenerateRequest& r) {
+  const int P = int(r.tokens.size());
+  check(r.max_tokens == -1 || r.max_tokens > 0,
+        "max tokens: expected a positive count or -1 (no limit), found " + std::to_string(r.max_tokens));
+  check(st.n_past < P, "generate: the state already holds " + std::to_string(st.n_past) +
+                           " tokens of a " + std::to_string(P) + "-token sequence (nothing left to prefill)");
+  check(P <= st.capacity, "the prompt is " + std::to_string(P) + " tokens but the context holds at most " +
+                              std::to_string(st.capacity));
+  check(r.speculative.draft >= 0, "draft length: expected >= 0, found " + std::to_string(r.speculative.draft));
+}
+
+}  // namespace
+
+// Long prompts go in pieces so that a cancel request is honoured within one piece; the piece is
+// a multiple of every usual prefill chunk, so the model chunks the prompt as it would in one go.
+bool Generator::prefill(SequenceState& st, const GenerateRequest& req) {
+  constexpr int kPiece = 4096;
+  const int P = int(req.tokens.size());
+  while (P - st.n_past > kPiece) {
+    decoder_.feed(req.tokens.data() + st.n_past, kPiece, st, KeepLogits::None);
+    if (req.cancel && req.cancel->load()) return false;
+  }
+  decoder_.feed(req.tokens.data() + st.n_past, P - st.n_past, st, KeepLogits::Last);
+  return true;
+}
+
+GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const GenerateRequest& req,
+                                   const TokenSink& sink) {
+  check_request(*st, req);
+  const int P = int(req.tokens.size());
+  GenerateResult result;
+  GenerationStats& stats = result.stats;
+  stats.prompt_tokens = P;
+  stats.prefilled = P - st->n_past;
+
+  decoder_.reset(req.sampling);
+  for (int32_t t : req.tokens) decoder_.observe(t, false);
+  std::optional<NgramDrafter> drafter;
+  if (req.speculative.draft > 0) {
+    drafter.emplace(req.speculative.ngram_min, req.speculative.ngram_max);
+    for (int32_t t : req.tokens) drafter->append(t);
+  }
+
+  Clock::time_point first, last;
+  // Every stop rule, in order, for each sampled token; false when the answer ends with it.
+  const EmitToken emit = [&](int32_t t) {
+    last = Clock::now();
+    if (result.tokens.empty()) first = last;
+    result.tokens.push_back(t);
+    decoder_.observe(t, true);
+    if (drafter) drafter->append(t);
+    const auto finish = [&](FinishReason why) {
+      result.reason = why;
+      return false;
+    };
+    if (std::find(req.eos_ids.begin(), req.eos_ids.end(), t) != req.eos_ids.end()) return finish(FinishReason::Eos);
+    if (!sink(t)) return finish(FinishReason::StopString);
+    if (req.max_tokens > 0 && int(result.tokens.size()) >= req.max_tokens) return finish(FinishReason::MaxTokens);
+    if (req.cancel && req.cancel->load()) return finish(FinishReason::Cancelled);
+    return true;
+  };
+  // Drafts never outrun the context (the verify forward must fit) nor the token budget (the
+  // bonus token after a fully accepted draft should still be wanted).
+  const auto draft_budget = [&] {
+    int k = std::min(req.speculative.draft, st->capacity - st->n_past - 1);
+    if (req.max_tokens > 0) k = std::min(k, req.max_tokens - int(result.tokens.size()) - 1);
+    return k;
+  };
+
+  if (!prefill(*st, req)) {
+    result.reason = FinishReason::Cancelled;
+    return result;
+  }
+  int32_t pending = decoder_.sample(0, uint64_t(st->n_past));
+  bool running = emit(pending);
+  while (running) {
+    if (st->n_past >= st->capacity) {
+      result.reason = FinishReason::ContextFull;
+      break;
+    }
+    const int budget = drafter ? draft_budget() : 0;
+    const std::vector<int32_t> draft = budget > 0 ? drafter->draft(budget) : std::vector<int32_t>{};
+    if (draft.empty()) {
+      decoder_.feed(&pending, 1, *st, KeepLogits::Last);
+      pending = decoder_.sample(0, uint64_t(st->n_past));
+      running = emit(pending);
+      continue;
+    }
+    if (!scratch_ || scratch_->capacity != st->capacity) scratch_ = decoder_.new_sequence(st->capacity);
+    const VerifyOutcome v = verify_draft(decoder_, st, scratch_, pending, draft, emit);
+    stats.drafted += int(draft.size());
+    stats.accepted += v.accepted;
+    ++stats.verify_steps;
+    pending = v.last;
+    running = !v.finished;
+  }
+  stats.generated = int(result.tokens.size());
+  stats.ttft_s = seconds(req.start, first);
+  stats.decode_s = seconds(first, last);
+  return result;
+}
+
+}  // namespace petrel

@@ -1,0 +1,66 @@
+// The generation loop: prefill, then sample token after token (optionally drafting and verifying
+// several at once) until a stop rule fires. Text, stop strings and printing live in the caller's
+// TokenSink; this file deals in token ids only.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "generate/decoder.h"
+#include "generate/sampling_params.h"
+#include "generate/stats.h"
+
+namespace petrel {
+
+struct SpeculativeOptions {
+  int draft = 0;      // tokens drafted per step by n-gram lookup; 0: no speculation
+  int ngram_min = 2;  // shortest suffix n-gram the drafter looks up
+  int ngram_max = 4;  // longest (tried first)
+};
+
+struct GenerateRequest {
+  // The whole sequence so far. The state passed to generate() already holds its first n_past
+  // tokens; the rest (at least one) is prefilled.
+  std::span<const int32_t> tokens;
+  SamplingParams sampling;
+  std::vector<int32_t> eos_ids;
+  int max_tokens = -1;  // -1: until EOS or the context is full
+  SpeculativeOptions speculative;
+  const std::atomic<bool>* cancel = nullptr;  // checked after every token
+  // Origin of the time-to-first-token, for callers that did work (e.g. a prefix checkpoint) first.
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+struct GenerateResult {
+  // Every sampled token in order, EOS included; empty when cancelled during the prefill (the
+  // state then holds part of the prompt: its first n_past tokens).
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::MaxTokens;
+  GenerationStats stats;
+  // The state passed in now holds request.tokens followed by all of `tokens` but the last.
+};
+
+// Called with every sampled token except EOS ids; returning false ends the answer (stop string).
+using TokenSink = std::function<bool(int32_t)>;
+
+class Generator {
+ public:
+  explicit Generator(Decoder& decoder) : decoder_(decoder) {}
+
+  // `st` may be swapped for an equivalent state object (speculation verifies on a scratch copy
+  // and keeps it when every drafted token was accepted).
+  GenerateResult generate(std::unique_ptr<SequenceState>& st, const GenerateRequest& request, const TokenSink& sink);
+
+ private:
+  // Feeds the tokens `st` does not hold yet, keeping the last row's logits; false if cancelled.
+  bool prefill(SequenceState& st, const GenerateRequest& req);
+
+  Decoder& decoder_;
+  std::unique_ptr<SequenceState> scratch_;  // verification copy, reused across calls
+};
+
+}  // namespace petrel

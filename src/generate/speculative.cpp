@@ -1,0 +1,47 @@
+// Why the output is exactly that of plain decoding:
+//  * Row i of the verify forward holds the logits plain decoding would compute after the tokens
+//    pending, d_0 .. d_{i-1} (same prefix). Each row is sampled with the same penalty history and
+//    the same randomness (uniform01(seed, position)) as plain decoding would use at that position,
+//    so the sampled token is the one plain decoding would produce. Drafted tokens only decide how
+//    far the rows can be trusted: while the sample equals the draft, the next row's prefix is
+//    still correct. (For a deterministic draft, "sample x ~ p, accept iff x == d" is the standard
+//    speculative-sampling rule: accept with probability p(d), otherwise draw from p without d.)
+//  * Rejected tokens leave no trace: the DeltaNet recurrent and conv state cannot be rewound, so
+//    the verify forward runs on `scratch`, a copy of the state. If every drafted token was
+//    accepted, scratch holds exactly the fed sequence and simply becomes the state (pointer swap).
+//    Otherwise the real state, never touched, is advanced by re-feeding only the accepted tokens.
+//    This costs one state copy per step (none of the per-position snapshots the model would
+//    have to expose), plus a short re-feed on partial acceptance.
+#include "generate/speculative.h"
+
+#include <utility>
+
+namespace petrel {
+
+VerifyOutcome verify_draft(Decoder& decoder, std::unique_ptr<SequenceState>& st, std::unique_ptr<SequenceState>& scratch,
+                           int32_t pending, const std::vector<int32_t>& draft, const EmitToken& emit) {
+  const int d = int(draft.size());
+  std::vector<int32_t> fed;
+  fed.reserve(size_t(d) + 1);
+  fed.push_back(pending);
+  fed.insert(fed.end(), draft.begin(), draft.end());
+
+  scratch->copy_from(*st);
+  decoder.feed(fed.data(), d + 1, *scratch, KeepLogits::All);
+
+  const uint64_t base = uint64_t(st->n_past) + 1;  // position of the token row 0 predicts
+  VerifyOutcome out;
+  int m = 0;  // index of the last emitted token among the rows
+  for (;; ++m) {
+    out.last = decoder.sample(m, base + uint64_t(m));
+    const bool agrees = m < d && out.last == draft[size_t(m)];
+    if (agrees) ++out.accepted;
+    out.finished = !emit(out.last);
+    if (out.finished || !agrees) break;
+  }
+  if (m == d) std::swap(st, scratch);  // scratch holds pending + the whole draft: all accepted
+  else decoder.feed(fed.data(), m + 1, *st, KeepLogits::None);
+  return out;
+}
+
+}  // namespace petrel
