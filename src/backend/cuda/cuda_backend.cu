@@ -107,6 +107,7 @@ class CudaBackend final : public Backend {
     if (c.n_experts > 0) {
       const int64_t k = c.top_k;
       moe_ids_ = alloc_raw<int>(T * k);
+      moe_logits_ = alloc_raw<float>(T * c.n_experts);
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
@@ -308,7 +309,7 @@ class CudaBackend final : public Backend {
     const cuda::ExpertStacks& E = weights_->experts(w);
     const DeviceMatrix* sg = w.has_shared ? &weights_->matrix(w.shared_gate) : nullptr;
     cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k, c.norm_topk_prob,
-                    moe_ids_, moe_w_, moe_sgate_, stream_);
+                    moe_logits_, moe_ids_, moe_w_, moe_sgate_, stream_);
     if (T <= cuda::kGemvMaxTokens) {
       const DeviceMatrix* s_gate = w.has_shared ? &weights_->matrix(w.shared.gate) : nullptr;
       const DeviceMatrix* s_up = w.has_shared ? &weights_->matrix(w.shared.up) : nullptr;
@@ -365,7 +366,7 @@ class CudaBackend final : public Backend {
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
-  float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr;
+  float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;
 };

@@ -86,6 +86,48 @@ __global__ void recurrent_kernel(DeltaNetShape d, int T, const float* q, const f
   }
 }
 
+// Same function with the state column held in registers for the whole call: the loads of a
+// column are independent (one round trip instead of dk dependent ones per token).
+template <int DK>
+__global__ void __launch_bounds__(128, 1) recurrent_reg_kernel(DeltaNetShape d, int T, const float* q, const float* k, const float* v,
+                                     const float* beta, const float* g, float* state, float* out) {
+  __shared__ float ks[DK], qs[DK];
+  const int j = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x, kh = j / (d.Hv / d.Hk);
+  const bool active = e < d.dv;
+  float* S = state + int64_t(j) * DK * d.dv;
+  float col[DK];
+#pragma unroll
+  for (int i = 0; i < DK; ++i) col[i] = active ? S[int64_t(i) * d.dv + e] : 0.0f;
+  for (int t = 0; t < T; ++t) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+      ks[i] = k[(int64_t(t) * d.Hk + kh) * DK + i];
+      qs[i] = q[(int64_t(t) * d.Hk + kh) * DK + i];
+    }
+    __syncthreads();
+    if (!active) continue;
+    const float decay = expf(g[int64_t(t) * d.Hv + j]), b = beta[int64_t(t) * d.Hv + j];
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] *= decay;
+      m += col[i] * ks[i];
+    }
+    const float delta = b * (v[(int64_t(t) * d.Hv + j) * d.dv + e] - m);
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] += ks[i] * delta;
+      o += col[i] * qs[i];
+    }
+    out[(int64_t(t) * d.Hv + j) * d.dv + e] = o;
+  }
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) S[int64_t(i) * d.dv + e] = col[i];
+  }
+}
+
 // Shared-memory layout of the chunked kernel for one (value head, column block).
 struct ChunkSmem {
   float *K, *Q, *W, *A, *QK, *U, *Dl, *S, *gamma, *beta;
@@ -231,8 +273,16 @@ void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float
 
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out, cudaStream_t s) {
-  recurrent_kernel<<<dim3(d.Hv, div_up(d.dv, 128)), 128, 2 * d.dk * sizeof(float), s>>>(d, T, q, k, v, beta, g, state,
+  const dim3 grid(d.Hv, div_up(d.dv, 128));
+  switch (d.dk) {
+    case 16: recurrent_reg_kernel<16><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    case 32: recurrent_reg_kernel<32><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    case 64: recurrent_reg_kernel<64><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    case 128: recurrent_reg_kernel<128><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    default:
+      recurrent_kernel<<<dim3(d.Hv, div_up(d.dv, 128)), 128, 2 * d.dk * sizeof(float), s>>>(d, T, q, k, v, beta, g, state,
                                                                                        out);
+  }
   PETREL_LAUNCHED("delta_rule_recurrent");
 }
 

@@ -35,23 +35,28 @@ __device__ float dot_row_f32(const DeviceMatrix& w, int64_t row, const float* x,
   return dot_row(w, row, x, 4, 0, lane);
 }
 
-// grid (T), 8 warps. fp32 logits, softmax over all experts, k rounds of argmax (lowest index wins ties).
-__global__ void route_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const void* x,
-                             int64_t x_stride, int x_elem, int E, int k, bool renorm, int* ids, float* weights,
-                             float* sgate) {
-  __shared__ float p[kMaxExperts];
-  const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// grid (ceil((E+1)/8), T): one warp per router row (row E is the shared-expert gate), fp32 logits.
+// Spread over many blocks: a single block per token would stream the router through one SM.
+__global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const void* x,
+                                     int64_t x_stride, int x_elem, int E, float* logits, float* sgate) {
+  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = blockIdx.x * kWarps + warp;
   const int64_t xo = t * x_stride;
-  for (int e = warp; e < E; e += kWarps) {
+  if (e < E) {
     const float v = dot_row(router, e, x, x_elem, xo, lane);
-    if (lane == 0) p[e] = v;
-  }
-  if (has_shared && warp == kWarps - 1) {
+    if (lane == 0) logits[int64_t(t) * E + e] = v;
+  } else if (e == E && has_shared) {
     const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
     if (lane == 0) sgate[t] = sigmoidf_(v);
   }
-  __syncthreads();
-  if (warp != 0) return;
+}
+
+// grid (T), one warp: softmax over all experts, k rounds of argmax (lowest index wins ties).
+__global__ void topk_kernel(const float* logits, int E, int k, bool renorm, int* ids, float* weights) {
+  __shared__ float p[kMaxExperts];
+  const int t = blockIdx.x, lane = threadIdx.x;
+  for (int e = lane; e < E; e += 32) p[e] = logits[int64_t(t) * E + e];
+  __syncwarp();
   float mx = -INFINITY;
   for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
   mx = warp_max(mx);
@@ -165,11 +170,13 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 }  // namespace
 
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
-               int T, int E, int k, bool renorm, int* ids, float* weights, float* sgate, cudaStream_t s) {
+               int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
-  route_kernel<<<T, 32 * kWarps, 0, s>>>(router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr,
-                                         x, x_stride, x_elem, E, k, renorm, ids, weights, sgate);
-  PETREL_LAUNCHED("moe_route");
+  router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
+      router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr, x, x_stride, x_elem, E, logits, sgate);
+  PETREL_LAUNCHED("moe router logits");
+  topk_kernel<<<T, 32, 0, s>>>(logits, E, k, renorm, ids, weights);
+  PETREL_LAUNCHED("moe top-k");
 }
 
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
