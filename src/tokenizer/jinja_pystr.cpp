@@ -37,6 +37,34 @@ char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(st
 char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
 char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
 
+// Python's full case mappings where one character becomes several (Unicode SpecialCasing.txt,
+// the unconditional entries that matter in practice); utf8proc maps one character to one.
+struct SpecialCase {
+  char32_t c;
+  const char32_t* lower;
+  const char32_t* title;
+  const char32_t* upper;
+};
+constexpr SpecialCase kSpecialCases[] = {
+    {0x00DF, U"\u00DF", U"Ss", U"SS"},            {0x0130, U"i\u0307", U"\u0130", U"\u0130"},
+    {0xFB00, U"\uFB00", U"Ff", U"FF"},            {0xFB01, U"\uFB01", U"Fi", U"FI"},
+    {0xFB02, U"\uFB02", U"Fl", U"FL"},            {0xFB03, U"\uFB03", U"Ffi", U"FFI"},
+    {0xFB04, U"\uFB04", U"Ffl", U"FFL"},          {0xFB05, U"\uFB05", U"St", U"ST"},
+    {0xFB06, U"\uFB06", U"St", U"ST"},            {0x0149, U"\u0149", U"\u02BCN", U"\u02BCN"},
+    {0x01F0, U"\u01F0", U"J\u030C", U"J\u030C"}, {0x0587, U"\u0587", U"\u0535\u0582", U"\u0535\u0552"},
+};
+
+enum class Case { Lower, Title, Upper };
+
+void append_case(std::u32string& out, char32_t c, Case which) {
+  for (const auto& sc : kSpecialCases) {
+    if (sc.c != c) continue;
+    out += which == Case::Lower ? sc.lower : which == Case::Title ? sc.title : sc.upper;
+    return;
+  }
+  out += which == Case::Lower ? to_lower(c) : which == Case::Title ? to_title(c) : to_upper(c);
+}
+
 bool is_line_break(char32_t c) {
   return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
          c == 0x2028 || c == 0x2029;
@@ -138,32 +166,34 @@ std::vector<std::string> splitlines(std::string_view s) {
 }
 
 std::string lower(std::string_view s) {
-  std::u32string t = decode_all(s);
-  for (auto& c : t) c = to_lower(c);
-  return encode_all(t);
+  std::u32string out;
+  for (char32_t c : decode_all(s)) append_case(out, c, Case::Lower);
+  return encode_all(out);
 }
 
 std::string upper(std::string_view s) {
-  std::u32string t = decode_all(s);
-  for (auto& c : t) c = to_upper(c);
-  return encode_all(t);
+  std::u32string out;
+  for (char32_t c : decode_all(s)) append_case(out, c, Case::Upper);
+  return encode_all(out);
 }
 
 std::string title(std::string_view s) {
-  std::u32string t = decode_all(s);
+  std::u32string out;
   bool previous_cased = false;
-  for (auto& c : t) {
+  for (char32_t c : decode_all(s)) {
     const bool cased = is_cased(c);
-    c = cased ? (previous_cased ? to_lower(c) : to_title(c)) : c;
+    if (cased) append_case(out, c, previous_cased ? Case::Lower : Case::Title);
+    else out += c;
     previous_cased = cased;
   }
-  return encode_all(t);
+  return encode_all(out);
 }
 
 std::string capitalize(std::string_view s) {
-  std::u32string t = decode_all(s);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = i == 0 ? to_title(t[i]) : to_lower(t[i]);
-  return encode_all(t);
+  std::u32string out;
+  const std::u32string t = decode_all(s);
+  for (size_t i = 0; i < t.size(); ++i) append_case(out, t[i], i == 0 ? Case::Title : Case::Lower);
+  return encode_all(out);
 }
 
 std::string replace(std::string_view s, std::string_view old, std::string_view replacement, long count) {
