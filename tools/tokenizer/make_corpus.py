@@ -349,6 +349,46 @@ JINJA_FEATURES = {
                     "{{ 1.5e300 * 1e10 }} {{ 1/3 }} {{ 2.0 ** 0.5 }} {{ 9007199254740993 }} {{ 2 ** 62 }} {{ 0.0001 }} {{ 0.00001 }}",
 }
 
+# Corner cases of whitespace control, scoping, Python value semantics and case mapping.
+EDGE_CASES = {
+ "lstrip_dash": "a\n    {%- if true %}\n  x\n    {% endif -%}\n  y",
+ "comment_trim": "a {# c #}\nb\n  {#- d -#}  \nc",
+ "nested_macro_scope": "{% set g = 'G' %}{% macro a(x) %}{{ x }}{{ g }}{% set g = 'L' %}{{ g }}{% endmacro %}{{ a(1) }}{{ g }}",
+ "loop_in_macro": "{% macro m(items) %}{% for i in items %}{{ loop.index }}{{ i }}{% endfor %}{% endmacro %}{{ m(['a','b']) }}",
+ "set_in_if_in_loop": "{% for i in [1,2] %}{% if i == 1 %}{% set v = 'x' %}{% endif %}[{{ v }}]{% endfor %}",
+ "ns_in_loop": "{% set ns = namespace(a=[]) %}{% for i in range(3) %}{% set ns.a = ns.a + [i] %}{% endfor %}{{ ns.a }}",
+ "string_escapes": "{{ '\\'\\\"\\\\\\n\\t\\x41\\u00e9\\101' }}|{{ \"a'b\" }}|{{ 'a\\qb' }}",
+ "tojson_nested": "{{ {'a': [1, {'b': none}], 'c': 'é\"'} | tojson(indent=2, sort_keys=true) }}",
+ "filters_chain": "{{ ' A b '|trim|lower|replace('b', 'c')|upper }}",
+ "cond_chain": "{{ 'a' if false else 'b' if false else 'c' }}",
+ "compare_chain": "{{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }} {{ 1 == 1 != 2 }}",
+ "slice_neg": "{{ [1,2,3,4,5][-2:] }} {{ [1,2,3,4,5][:-2:2] }} {{ 'hello'[-3:] }} {{ [1,2,3][5:] }} {{ 'abc'[::-2] }}",
+ "float_print": "{{ 1.5 }} {{ 1e16 }} {{ 1e15 }} {{ 123456789.123456789 }} {{ 0.1 * 3 }} {{ -1e-10 }} {{ 2.0 }}",
+ "int_ops": "{{ 7 // -2 }} {{ -7 % 2 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ 10 / 3 }}",
+ "attr_on_none": "{{ none.x is defined }} {{ none['y'] is defined }}",
+ "dict_order_and_get": "{% set d = {'z': 1, 'a': 2} %}{% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}{{ d.get('q', 'no') }}",
+ "join_attribute": "{{ [{'n': 'a'}, {'n': 'b'}]|join(',', attribute='n') }}",
+ "is_sequence": "{{ 'x' is string and 'x' is not mapping }} {{ none is not none }}",
+ "whitespace_var_dash": "a  {{- 1 -}}  b  {{ 2 }}  c",
+ "raw_lstrip": "x\n    {% raw %}  y  {% endraw %}\nz",
+ "macro_kw_default_ref": "{% macro f(a, b=a) %}{{ a }}-{{ b }}{% endmacro %}{{ f(1) }} {{ f(1, b=3) }}",
+ "loop_else_filter": "{% for x in [1,2] if x > 5 %}{{ x }}{% else %}none{% endfor %}",
+ "unicode_upper": "{{ 'straße ǆ éa'|upper }} {{ 'ÉCOLE'|lower }} {{ 'hello wORLD'.title() }} {{ 'a-b c(d'|title }}",
+ "indent_filter": "{{ 'a\\n\\nb'|indent }}|{{ 'a\\nb'|indent(width='> ', first=true) }}",
+ "in_ops": "{{ 'ab' in ['ab'] }} {{ 'a' not in 'xyz' }} {{ 1 in [1.0] }}",
+ "block_set_ws": "{% set x %}\n  inner\n{% endset %}[{{ x }}]",
+ "strip_chars": "{{ 'xxhixx'.strip('x') }} {{ '<<a>>'.lstrip('<') }} {{ '  a  '.rstrip() }}|",
+ "split_max": "{{ 'a b c d'.split(' ', 2) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ '  '.split() }} {{ ''.split(',') }}",
+ "bool_arith": "{{ true + true }} {{ 3 * true }} {{ 'x' * 2 }}",
+ "nested_loop_vars": "{% for a in [1,2] %}{% for b in [3] %}{{ loop.index }}{{ a }}{{ b }}{% endfor %}{{ loop.index }}{% endfor %}",
+ "items_nested": "{% for k, v in {'a': {'b': 1}}|items %}{{ k }}={{ v|tojson }}{% endfor %}",
+ "default_chain": "{{ nope|default(none)|string }} {{ nope is defined }} {{ (nope or 'x') }}",
+ "round_variants": "{{ 2.675|round(2) }} {{ 0.5|round }} {{ 1.5|round }} {{ 2.5|round(0, 'ceil') }} {{ 7|round(1) }}",
+ "string_concat_num": "{{ 'n=' ~ 1.0 ~ ' ' ~ [1] ~ ' ' ~ {'a': none} }}",
+}
+
+JINJA_FEATURES.update({'edge_' + k: v for k, v in EDGE_CASES.items()})
+
 FEATURE_VARS = {
     "s": "Hello World", "p": "  \n padded\t \n", "u": "héllo wörld",
     "xs": [3, 1, 4, 1, 5, 9, 2, 6], "x": "ex",
