@@ -14,7 +14,6 @@ class Normalizer {
   // Reads the "normalizer" value (null means none); other normalizer types are an error.
   static Normalizer from_json(const nlohmann::json& j);
 
-  bool is_identity() const { return forms_.empty(); }
   // Whether apply(text) would return `text` unchanged without looking closer (ASCII, or no forms).
   bool trivially_unchanged(std::string_view text) const;
   std::string apply(std::string_view text) const;

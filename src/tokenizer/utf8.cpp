@@ -116,16 +116,6 @@ size_t length(std::string_view s) {
   return n;
 }
 
-size_t offset_of(std::string_view s, size_t index) {
-  size_t pos = 0;
-  while (pos < s.size() && index > 0) {
-    ++pos;
-    while (pos < s.size() && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
-    --index;
-  }
-  return pos;
-}
-
 bool is_white_space(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||

@@ -34,9 +34,6 @@ inline std::string lossy(std::string_view bytes) {
 // Number of code points in valid UTF-8.
 size_t length(std::string_view s);
 
-// Byte offset of code point `index` (clamped to s.size()) in valid UTF-8.
-size_t offset_of(std::string_view s, size_t index);
-
 // Unicode White_Space (what Rust's and Oniguruma's `\s` match).
 bool is_white_space(char32_t cp);
 

@@ -1,6 +1,8 @@
 // Encodings and decodings agree with Hugging Face `tokenizers` (goldens from tools/tokenizer).
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tokenizer_test_util.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
@@ -74,6 +76,25 @@ TEST(TokenizerGolden, DecodeMatchesHuggingFace) {
     EXPECT_EQ(got, c["text"].get<std::string>()) << c["name"].get<std::string>();
     EXPECT_TRUE(utf8::is_valid(got)) << c["name"].get<std::string>();
   }
+}
+
+TEST(TokenizerGolden, ConcurrentEncodesAgree) {
+  PETREL_REQUIRE_QWEN3();
+  // A server encodes requests on several threads at once; the shared word cache must not mix them.
+  const auto corpus = read_json(tokenizer_fixtures() / "corpus.json");
+  const auto goldens = read_json(tokenizer_fixtures() / "encode_goldens.json")["qwen3"];
+  test::qwen3().clear_cache();
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (const auto& [name, text] : corpus.items())
+          mismatches[t] += test::qwen3().encode(text.get<std::string>()) != goldens[name].get<std::vector<uint32_t>>();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
 }  // namespace
