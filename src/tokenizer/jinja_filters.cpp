@@ -361,12 +361,13 @@ Value f_wordcount(const Value& v, CallArgs& a) {
 // map: either map(attribute='x') or map('filter', args...).
 Value f_map(const Value& v, CallArgs& a) {
   List out;
-  for (const auto& [key, val] : a.keyword) {
-    if (key != "attribute" && key != "default") throw std::runtime_error("map() got an unexpected keyword argument '" + key + "'");
-  }
   const Value* attribute = nullptr;
   const Value* fallback = nullptr;
-  for (const auto& [key, val] : a.keyword) (key == "attribute" ? attribute : fallback) = &val;
+  for (const auto& [key, val] : a.keyword) {
+    if (key == "attribute") attribute = &val;
+    else if (key == "default") fallback = &val;
+    else throw std::runtime_error("map() got an unexpected keyword argument '" + key + "'");
+  }
   if (attribute) {
     for (const Value& item : iterate(v)) {
       Value got = get_path(item, to_str(*attribute));

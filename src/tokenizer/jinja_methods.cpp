@@ -292,10 +292,8 @@ bool has_method(const Value& object, const std::string& name) {
 
 Value call_method(const Value& object, const std::string& name, CallArgs& args) {
   const auto* table = methods_for(object);
-  auto it = table ? table->find(name) : decltype(table->end()){};
-  if (!table || it == table->end())
-    throw std::runtime_error("unsupported method '" + name + "' on " + type_name(object));
-  return it->second(object, args);
+  if (!table || !table->count(name)) throw std::runtime_error("unsupported method '" + name + "' on " + type_name(object));
+  return table->at(name)(object, args);
 }
 
 std::vector<std::pair<std::string, Value>> global_functions() {
