@@ -1,0 +1,70 @@
+// `petrel tokenize`, `detokenize` and `template` as a person runs them: output and exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tokenizer_test_util.h"
+
+namespace petrel {
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout followed by stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(PETREL_BINARY_DIR) + "/src/petrel " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string qwen3_arg() { return test::qwen3_dir().string(); }
+
+TEST(TokenizerCli, TokenizeAndDetokenize) {
+  PETREL_REQUIRE_QWEN3();
+  EXPECT_EQ(run("tokenize " + qwen3_arg() + " --text 'Hello world<|im_end|>'").out, "9707,1879,151645\n");
+  EXPECT_EQ(run("detokenize " + qwen3_arg() + " --ids 9707,1879,151645").out, "Hello world<|im_end|>\n");
+  EXPECT_EQ(run("detokenize " + qwen3_arg() + " --ids 9707,1879,151645 --skip-special").out, "Hello world\n");
+  const Result bad = run("detokenize " + qwen3_arg() + " --ids 9707,99999999");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.out.find("token id 99999999 is not in the vocabulary"), std::string::npos) << bad.out;
+}
+
+TEST(TokenizerCli, BenchReportsThroughput) {
+  PETREL_REQUIRE_QWEN3();
+  const Result r = run("tokenize " + qwen3_arg() + " --text 'Some text to measure.' --bench --runs 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("MB/s"), std::string::npos) << r.out;
+}
+
+TEST(TokenizerCli, TemplateRendersLikeTransformers) {
+  PETREL_REQUIRE_QWEN3();
+  const auto conversations = test::read_json(test::tokenizer_fixtures() / "conversations.json");
+  const auto goldens = test::read_json(test::tokenizer_fixtures() / "render_goldens.json");
+  for (const auto& conv : conversations) {
+    if (conv["name"] != "tools_full_exchange" && conv["name"] != "thinking_off") continue;
+    const auto path = std::filesystem::temp_directory_path() / ("petrel_cli_" + conv["name"].get<std::string>() + ".json");
+    nlohmann::ordered_json doc = {{"messages", conv["messages"]}};
+    if (conv.contains("tools")) doc["tools"] = conv["tools"];
+    std::ofstream(path) << doc.dump();
+    std::string args = "template " + qwen3_arg() + " --messages " + path.string();
+    if (conv["add_generation_prompt"].get<bool>()) args += " --add-generation-prompt";
+    if (conv.contains("kwargs") && conv["kwargs"].contains("enable_thinking")) args += " --no-think";
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out, goldens["qwen3/" + conv["name"].get<std::string>()]["text"].get<std::string>());
+    std::filesystem::remove(path);
+  }
+}
+
+}  // namespace
+}  // namespace petrel
