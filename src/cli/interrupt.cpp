@@ -6,6 +6,7 @@ namespace petrel::cli {
 namespace {
 
 std::atomic<bool> g_raised{false};
+std::atomic<uint64_t> g_count{0};
 bool g_repeat_kills = false;
 struct sigaction g_previous;
 
@@ -15,7 +16,8 @@ void on_sigint(int) {
     raise(SIGINT);
     return;
   }
-  g_raised.store(true);
+  g_count.fetch_add(1);
+  g_raised.store(true);  // after the count, so clear_up_to() never loses a press
 }
 
 }  // namespace
@@ -34,6 +36,11 @@ Interrupt::~Interrupt() { sigaction(SIGINT, &g_previous, nullptr); }
 
 const std::atomic<bool>* Interrupt::flag() const { return &g_raised; }
 bool Interrupt::raised() const { return g_raised.load(); }
-void Interrupt::clear() { g_raised.store(false); }
+uint64_t Interrupt::count() const { return g_count.load(); }
+
+void Interrupt::clear_up_to(uint64_t seen) {
+  g_raised.store(false);
+  if (g_count.load() != seen) g_raised.store(true);
+}
 
 }  // namespace petrel::cli

@@ -63,7 +63,9 @@ void print_setup(const LoadedModel& m, const ConversationOptions& o) {
 }
 
 void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
-  const std::string text = prompt_text(a);
+  std::string text = prompt_text(a);
+  // A file or piped line ends in a newline that is no part of the message.
+  if (!a.raw && a.prompt.empty() && !text.empty() && text.back() == '\n') text.pop_back();
   const Tokenizer tokenizer = Tokenizer::load(a.dir);
   std::optional<ChatTemplate> chat_template;
   if (!a.raw) {

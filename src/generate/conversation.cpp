@@ -80,6 +80,7 @@ Turn Conversation::ask(const std::string& user, const TextOutput::Show& show, co
             " tokens but the context holds at most " + std::to_string(options_.capacity) + " (with room to answer)");
   try {
     reuse_prefix(prompt);
+    const int reused = int(st_tokens_.size());
     if (template_ && options_.multi_turn) checkpoint(messages, prompt);
     TextOutput text(tokenizer_, template_ ? ThinkFilter(tokenizer_, prompt) : ThinkFilter(), options_.stops, show);
     GenerateRequest req;
@@ -94,6 +95,7 @@ Turn Conversation::ask(const std::string& user, const TextOutput::Show& show, co
     turn.result = generator_.generate(st_, req, [&](int32_t id) { return text.push(id); });
     text.finish();
     turn.text = text.transcript();
+    turn.result.stats.prefilled = int(prompt.size()) - reused;  // the checkpoint's prefill included
     const auto& out = turn.result.tokens;
     st_tokens_.assign(prompt.begin(), prompt.begin() + std::min<ptrdiff_t>(st_->n_past, ptrdiff_t(prompt.size())));
     if (!out.empty()) st_tokens_.insert(st_tokens_.end(), out.begin(), out.end() - 1);

@@ -6,7 +6,7 @@ namespace petrel {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Eos: return "end of sequence";
+    case FinishReason::Eos: return "eos";
     case FinishReason::StopString: return "stop string";
     case FinishReason::MaxTokens: return "max tokens";
     case FinishReason::ContextFull: return "context full";
@@ -26,7 +26,7 @@ std::string stats_line(const GenerationStats& s, FinishReason reason, bool specu
     std::snprintf(buf, sizeof buf, ", drafts %.0f%% accepted (%d/%d)", 100.0 * s.acceptance(), s.accepted, s.drafted);
     line += buf;
   }
-  return line + ", stopped by " + finish_reason_name(reason);
+  return line + ", ended: " + finish_reason_name(reason);
 }
 
 }  // namespace petrel

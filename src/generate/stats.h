@@ -20,7 +20,7 @@ struct GenerationStats {
 };
 
 // "prompt 812 tokens (790 cached), first token 0.21 s, 128 tokens at 41.3 tok/s,
-//  drafts 61% accepted (203/333), stopped by max tokens"
+//  drafts 61% accepted (203/333), ended: max tokens"
 std::string stats_line(const GenerationStats& s, FinishReason reason, bool speculative);
 
 }  // namespace petrel

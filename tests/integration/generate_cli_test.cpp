@@ -1,0 +1,183 @@
+// `petrel run` and `petrel chat` as a person uses them, on the bundled petrel-tiny model: the
+// binary is driven through a pseudo-terminal (chat) or pipes (run) and its output checked.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace petrel {
+namespace {
+
+const std::string kPetrel = std::string(PETREL_BINARY_DIR) + "/src/petrel";
+const std::string kTiny = std::string(PETREL_FIXTURES_DIR) + "/../../models/petrel-tiny";
+
+// A program running on a pseudo-terminal: keys typed in, screen output read back.
+class Terminal {
+ public:
+  explicit Terminal(const std::vector<std::string>& argv) {
+    pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
+    if (pid_ == 0) {
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Terminal() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  bool started() const { return pid_ > 0; }
+  void type(const std::string& keys) { ASSERT_EQ(write(fd_, keys.data(), keys.size()), ssize_t(keys.size())); }
+
+  // Waits until `text` appears after the previous match; true when it did within the timeout.
+  bool wait_for(const std::string& text, double timeout_s = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      const size_t at = out_.find(text, seen_);
+      if (at != std::string::npos) {
+        seen_ = at + text.size();
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > end || !pump(100)) return false;
+    }
+  }
+
+  // The exit status, or -1 when the program is still running after the timeout.
+  int wait_exit(double timeout_s = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < end) {
+      pump(50);
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        while (pump(50)) {
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    return -1;
+  }
+
+  const std::string& output() const { return out_; }
+
+ private:
+  // Reads what the program wrote; false once the terminal is closed.
+  bool pump(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return true;
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    out_.append(buf, size_t(n));
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool exited_ = false;
+  std::string out_;
+  size_t seen_ = 0;
+};
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+void require_binary() {
+  ASSERT_TRUE(std::filesystem::exists(kPetrel)) << kPetrel << " is missing: build the petrel target";
+}
+
+TEST(ChatCli, AnswersTwoTurnsHandlesResetAndExitsCleanly) {
+  require_binary();
+  Terminal t({kPetrel, "chat", kTiny});
+  ASSERT_TRUE(t.started());
+  t.type("What is 2 + 3?\rReverse the word petrel.\r/reset\rWhat is 10 + 5?\r/exit\r");
+  EXPECT_TRUE(t.wait_for("Answer: 5"));
+  EXPECT_TRUE(t.wait_for("lertep"));
+  EXPECT_TRUE(t.wait_for("(conversation reset)"));
+  EXPECT_TRUE(t.wait_for("Answer: 15"));
+  EXPECT_EQ(t.wait_exit(), 0);
+  EXPECT_EQ(count(t.output(), "ended: eos]"), 3u) << t.output();
+  EXPECT_EQ(count(t.output(), "cached)"), 1u) << "the second turn reuses the first's state\n" << t.output();
+}
+
+TEST(ChatCli, CtrlCStopsTheAnswerNotTheProgram) {
+  require_binary();
+  Terminal t({kPetrel, "chat", kTiny, "--ignore-eos", "-n", "1800"});
+  ASSERT_TRUE(t.started());
+  t.type("What is 2 + 3?\r");
+  ASSERT_TRUE(t.wait_for("Answer: 5")) << t.output();
+  t.type("\x03");
+  EXPECT_TRUE(t.wait_for("ended: interrupted]")) << t.output();
+  t.type("half a line\x03");
+  EXPECT_TRUE(t.wait_for("(Ctrl-C stops an answer; /exit or Ctrl-D quits)")) << t.output();
+  t.type("Reverse the word petrel.\r");
+  EXPECT_TRUE(t.wait_for("lertep")) << t.output();
+  t.type("\x03");
+  EXPECT_TRUE(t.wait_for("ended: interrupted]")) << t.output();
+  t.type("\x04");
+  EXPECT_EQ(t.wait_exit(), 0) << t.output();
+}
+
+// Runs `command` through the shell; returns its stdout.
+std::string shell(const std::string& command, int* status = nullptr) {
+  FILE* p = popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int s = pclose(p);
+  if (status) *status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return out;
+}
+
+TEST(RunCli, AnswersAPromptThroughTheChatTemplate) {
+  require_binary();
+  EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' 2>/dev/null"),
+            "Digits from the right: 09575\nAnswer: 57590\n");
+  EXPECT_EQ(shell("echo 'Reverse the word petrel.' | " + kPetrel + " run " + kTiny + " 2>/dev/null"), "lertep\n");
+}
+
+TEST(RunCli, PromptIdsGiveIdsOnOneLine) {
+  require_binary();
+  EXPECT_EQ(shell(kPetrel + " run " + kTiny +
+                  " --prompt-ids 1,269,201,294,292,223,22,26,20,19,21,295,223,27,21,25,25,33,2,201,1,271,201"
+                  " -n 21 --temperature 0 --output-ids 2>/dev/null"),
+            "289 277 273 287 28 223 18 27 23 25 23 201 288 28 223 23 25 23 27 18 2\n");
+}
+
+TEST(RunCli, StopStringEndsTheAnswerAndIsNotPrinted) {
+  require_binary();
+  EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' --stop 'Answer' 2>/dev/null"),
+            "Digits from the right: 09575\n");
+  EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' --stop '575\nAns' 2>/dev/null"),
+            "Digits from the right: 09\n");
+}
+
+TEST(RunCli, BadFlagsAreClearErrors) {
+  require_binary();
+  int status = 0;
+  const std::string err = shell(kPetrel + " run " + kTiny + " -p hi --logit-bias 5x 2>&1 >/dev/null; true", &status);
+  EXPECT_NE(err.find("--logit-bias: expected TOKEN_ID=BIAS"), std::string::npos) << err;
+  const std::string ctx = shell(kPetrel + " run " + kTiny + " -p 'What is 1 + 1?' --context 8 2>&1", &status);
+  EXPECT_NE(ctx.find("the prompt is 16 tokens but the context holds 8 (the model's limit is 2048)"), std::string::npos) << ctx;
+  EXPECT_EQ(status, 1);
+}
+
+}  // namespace
+}  // namespace petrel
