@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, build, and run a small checkpoint from tests/fixtures/
-# (a random-weight Qwen3.5-MoE in its released VLM-wrapped layout) on the CPU.
+# The main job: install what is missing, build, and ask the bundled petrel-tiny model (a 7.7M-
+# parameter Qwen3.5-MoE trained by tools/tiny on exact tasks) a question on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-model=tests/fixtures/models/qwen35moe-vlm-fused
-./build/src/petrel inspect "$model"
-./build/src/petrel run "$model" --prompt-ids 16,241,103,7,58,201,99,12,150,33,87,64 -n 24 --temperature 0 --output-ids
+./build/src/petrel inspect models/petrel-tiny
+./build/src/petrel run models/petrel-tiny -p "${1:-What is 48213 + 9377?}" --device cpu
