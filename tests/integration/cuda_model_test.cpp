@@ -3,6 +3,7 @@
 // within bf16 noise, and is reported). Skipped, with a message, where there is no GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,25 +44,11 @@ TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
   auto cs = cpu.new_sequence(T + N + 1), gs = gpu.new_sequence(T + N + 1);
   cpu.forward(prompt.data(), T, *cs, nullptr, a.data());
   gpu.forward(prompt.data(), T, *gs, nullptr, b.data());
-  double worst = 1.0;
-  int below = 0, worst_pos = 0;
-  std::vector<double> cosines;
-  for (int t = 0; t < T; ++t) {
-    double dot = 0, na = 0, nb = 0;
-    for (int v = 0; v < V; ++v) {
-      const double x = a[size_t(t) * V + v], y = b[size_t(t) * V + v];
-      dot += x * y;
-      na += x * x;
-      nb += y * y;
-    }
-    const double cs_t = dot / std::sqrt(na * nb);
-    cosines.push_back(cs_t);
-    below += cs_t < 0.999;
-    if (cs_t < worst) {
-      worst = cs_t;
-      worst_pos = t;
-    }
-  }
+  std::vector<double> cosines = test::row_cosines(a, b, T, V);
+  const auto worst_it = std::min_element(cosines.begin(), cosines.end());
+  const double worst = *worst_it;
+  const int worst_pos = int(worst_it - cosines.begin());
+  const int below = int(std::count_if(cosines.begin(), cosines.end(), [](double c) { return c < 0.999; }));
   std::sort(cosines.begin(), cosines.end());
   const double median = cosines[cosines.size() / 2];
   std::printf("note: %s cosine min %.6f at position %d, median %.6f, %d of %d positions below 0.999\n",

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include "../unit/test_util.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "model/forward.h"
+#include "model/synthetic.h"
 
 namespace petrel {
 namespace {
@@ -75,27 +77,11 @@ struct RealShapeModel {
   }
 
   RealShapeModel() {
-    c.arch = Arch::Qwen3_5Moe;
+    c = synthetic_config("qwen3.5-35b-a3b");  // every per-layer dimension of the released model
     c.vocab = 4096;
-    c.hidden = 2048;
     c.n_layers = 2;
     c.layer_kinds = {LayerKind::DeltaNet, LayerKind::FullAttention};
     c.layer_is_moe = {true, true};
-    c.n_heads = 16;
-    c.n_kv_heads = 2;
-    c.head_dim = 256;
-    c.attn_output_gate = true;
-    c.rotary_dim = 64;
-    c.rope_theta = 1e7f;
-    c.lin_k_heads = 16;
-    c.lin_v_heads = 32;
-    c.lin_k_dim = 128;
-    c.lin_v_dim = 128;
-    c.conv_kernel = 4;
-    c.n_experts = 256;
-    c.top_k = 8;
-    c.moe_intermediate = 512;
-    c.shared_intermediate = 512;
     const int64_t H = c.hidden;
     w.embed = dense("embed", c.vocab, H);
     w.lm_head = affine4("lm_head", c.vocab, H);
@@ -399,17 +385,7 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
     cpu.forward(&next, 1, *cs, a.data() + size_t(T + i) * V);
     gpu.forward(&next, 1, *gs, b.data() + size_t(T + i) * V);
   }
-  std::vector<double> cosines;
-  for (int t = 0; t < T + 3; ++t) {
-    double dot = 0, na = 0, nb = 0;
-    for (int v = 0; v < V; ++v) {
-      const double x = a[size_t(t) * V + v], y = b[size_t(t) * V + v];
-      dot += x * y;
-      na += x * x;
-      nb += y * y;
-    }
-    cosines.push_back(dot / std::sqrt(na * nb));
-  }
+  std::vector<double> cosines = test::row_cosines(a, b, T + 3, V);
   // Layer 1's router sees layer 0's output, which carries bf16 rounding (attention/DeltaNet outputs,
   // expert intermediates); where two experts sit within that noise the backends pick different
   // ones, and that position's logits move (a discrete effect HF bf16 shows against fp32 too).

@@ -1,5 +1,6 @@
 // Small helpers for tests: temporary folders, fixture paths, a safetensors writer.
 #pragma once
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -55,6 +56,22 @@ inline std::map<std::string, RawTensor> read_all(const std::string& path) {
   std::map<std::string, RawTensor> out;
   for (const auto& [name, t] : f.tensors())
     out[name] = RawTensor{dtype_name(t.dtype), t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+  return out;
+}
+
+// Cosine similarity of each of `rows` rows of length n in a and b (row-major).
+inline std::vector<double> row_cosines(const std::vector<float>& a, const std::vector<float>& b, int rows, int n) {
+  std::vector<double> out;
+  for (int t = 0; t < rows; ++t) {
+    double dot = 0, na = 0, nb = 0;
+    for (int v = 0; v < n; ++v) {
+      const double x = a[size_t(t) * n + v], y = b[size_t(t) * n + v];
+      dot += x * y;
+      na += x * x;
+      nb += y * y;
+    }
+    out.push_back(dot / std::sqrt(na * nb));
+  }
   return out;
 }
 
