@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "generate/draft_policy.h"
 #include "generate/ngram_draft.h"
 #include "generate/speculative.h"
 
@@ -53,6 +54,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
   decoder_.reset(req.sampling);
   for (int32_t t : req.tokens) decoder_.observe(t, false);
   std::optional<NgramDrafter> drafter;
+  DraftPolicy policy(req.speculative.draft);
   if (req.speculative.draft > 0) {
     drafter.emplace(req.speculative.ngram_min, req.speculative.ngram_max);
     for (int32_t t : req.tokens) drafter->append(t);
@@ -79,7 +81,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
   // Drafts never outrun the context (the verify forward must fit) nor the token budget (the
   // bonus token after a fully accepted draft should still be wanted).
   const auto draft_budget = [&] {
-    int k = std::min(req.speculative.draft, st->capacity - st->n_past - 1);
+    int k = std::min(policy.length(), st->capacity - st->n_past - 1);
     if (req.max_tokens > 0) k = std::min(k, req.max_tokens - int(result.tokens.size()) - 1);
     return k;
   };
@@ -105,6 +107,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     }
     if (!scratch_ || scratch_->capacity != st->capacity) scratch_ = decoder_.new_sequence(st->capacity);
     const VerifyOutcome v = verify_draft(decoder_, st, scratch_, pending, draft, emit);
+    policy.update(int(draft.size()), v.accepted);
     stats.drafted += int(draft.size());
     stats.accepted += v.accepted;
     ++stats.verify_steps;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "generate/draft_policy.h"
 #include "generate/ngram_draft.h"
 
 namespace petrel {
@@ -50,6 +51,30 @@ TEST(NgramDrafter, GrowsIncrementally) {
 TEST(NgramDrafter, RejectsBadSizes) {
   EXPECT_THROW(NgramDrafter(0, 2), Error);
   EXPECT_THROW(NgramDrafter(3, 2), Error);
+}
+
+TEST(DraftPolicy, FollowsAcceptanceAndBacksOffAfterFailures) {
+  DraftPolicy p(8);
+  EXPECT_EQ(p.length(), 8);
+  p.update(8, 3);
+  EXPECT_EQ(p.length(), 4) << "one more than was accepted";
+  p.update(4, 4);
+  EXPECT_EQ(p.length(), 6) << "grows after full acceptance";
+  p.update(6, 6);
+  p.update(8, 8);
+  EXPECT_EQ(p.length(), 8) << "never beyond the maximum";
+  p.update(8, 0);
+  EXPECT_EQ(p.length(), 0) << "pauses one step after nothing was accepted";
+  EXPECT_EQ(p.length(), 1);
+  p.update(1, 0);
+  EXPECT_EQ(p.length(), 0);
+  EXPECT_EQ(p.length(), 0);
+  EXPECT_EQ(p.length(), 1) << "the pause doubled";
+  p.update(1, 1);
+  EXPECT_EQ(p.length(), 3);
+  p.update(3, 0);
+  EXPECT_EQ(p.length(), 0);
+  EXPECT_EQ(p.length(), 1) << "a success reset the back-off";
 }
 
 }  // namespace

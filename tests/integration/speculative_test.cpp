@@ -21,7 +21,7 @@ namespace {
 const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
                                             "qwen3next-sharded",   "qwen3moe",                  "qwen3-dense-f32",
                                             "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit"};
-constexpr int kTokens = 64;
+constexpr int kTokens = 128;
 
 struct Loaded {
   std::unique_ptr<Checkpoint> ck;
@@ -106,16 +106,24 @@ class Speculative : public ::testing::TestWithParam<std::string> {};
 TEST_P(Speculative, GreedyEqualsPlainGreedyAndLeavesTheSameState) {
   Loaded m(GetParam());
   int accepted = 0;
-  for (const auto& prompt : {reference_prompt(GetParam()), distinct_prompt(), looping_prompt()}) {
-    const Outcome plain = generate(*m.model, prompt, greedy(), 0);
+  // A repetition penalty below 1 rewards repeating: the model loops and most drafts are accepted,
+  // which also checks that the penalty history is the same under speculation.
+  SamplingParams sticky = greedy();
+  sticky.repetition_penalty = 0.3f;
+  for (const auto& [prompt, sampling] : {std::pair{reference_prompt(GetParam()), greedy()}, {distinct_prompt(), greedy()},
+                                         {looping_prompt(), greedy()}, {looping_prompt(), sticky}}) {
+    const Outcome plain = generate(*m.model, prompt, sampling, 0);
     ASSERT_EQ(int(plain.tokens.size()), kTokens);
     for (int draft : {3, 8}) {
       SCOPED_TRACE("prompt of " + std::to_string(prompt.size()) + " tokens, draft " + std::to_string(draft));
-      const Outcome spec = generate(*m.model, prompt, greedy(), draft);
+      const Outcome spec = generate(*m.model, prompt, sampling, draft);
       EXPECT_EQ(spec.tokens, plain.tokens);
       expect_same_state(*spec.st, *plain.st);
       EXPECT_GT(spec.stats.verify_steps, 0);
       accepted += spec.stats.accepted;
+      if (sampling.repetition_penalty < 1.0f) {
+        EXPECT_GE(spec.stats.accepted, 20) << "the looping run should accept many drafts";
+      }
     }
   }
   EXPECT_GT(accepted, 0) << "no draft was ever accepted: the test did not exercise acceptance";
