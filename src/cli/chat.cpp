@@ -26,7 +26,8 @@ constexpr const char* kHelp =
     "  /system TEXT    set the system message (/system alone removes it)\n"
     "  /think on|off   let the model think before answering, or not\n"
     "  /exit           quit (also /quit or Ctrl-D)\n"
-    "  Ctrl-C stops the answer being written; a line ending in \\ continues on the next line.\n";
+    "  Ctrl-C stops the answer being written. A line ending in \\ continues on the next line;\n"
+    "  a line of \"\"\" starts a multi-line message that the next \"\"\" line ends.\n";
 
 struct Args {
   std::string dir;
@@ -76,14 +77,28 @@ class LineReader {
   bool eof_ = false;
 };
 
-// One message: lines ending in a backslash continue it.
+// One message: a line ending in a backslash continues on the next; a line of three double
+// quotes starts a block (pasted text) that the next such line ends.
 Input read_message(LineReader& reader, std::string& message, const Interrupt& interrupt) {
   message.clear();
   std::string line;
+  bool block = false;
   for (;;) {
     const Input in = reader.next(line, interrupt);
     if (in != Input::Line) return in == Input::End && !message.empty() ? Input::Line : in;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "\"\"\"") {
+      if (block) {
+        if (!message.empty()) message.pop_back();  // the newline before the closing quotes
+        return Input::Line;
+      }
+      block = true;
+      continue;
+    }
+    if (block) {
+      message += line + "\n";
+      continue;
+    }
     if (line.empty() || line.back() != '\\') {
       message += line;
       return Input::Line;
@@ -142,9 +157,9 @@ class ChatLoop {
     } else if (name == "/system") {
       conversation_.set_system(arg);
       note(arg.empty() ? "system message removed" : "system message set");
-    } else if (name == "/think" && (arg == "on" || arg == "off")) {
-      conversation_.set_thinking(arg == "on");
-      note(arg == "on" ? "thinking on" : "thinking off");
+    } else if (name == "/think") {
+      if (arg == "on" || arg == "off") conversation_.set_thinking(arg == "on");
+      note(arg == "on" ? "thinking on" : arg == "off" ? "thinking off" : "usage: /think on|off");
     } else if (name == "/help") {
       std::printf("%s", kHelp);
     } else {
