@@ -92,7 +92,12 @@ ConversationOptions resolve_generation(const CLI::App& cmd, const GenerationFlag
   s.presence_penalty = f.presence_penalty;
   s.frequency_penalty = f.frequency_penalty;
   s.penalty_last_n = f.repeat_last_n;
-  for (const std::string& b : f.logit_bias) s.logit_bias[parse_bias(b).first] = parse_bias(b).second;
+  for (const std::string& b : f.logit_bias) {
+    const auto [id, bias] = parse_bias(b);
+    check(id >= 0 && id < config.vocab, "--logit-bias: token id " + std::to_string(id) +
+                                            " is outside the vocabulary (0.." + std::to_string(config.vocab - 1) + ")");
+    s.logit_bias[id] = bias;
+  }
   s.seed = given(cmd, "--seed") ? f.seed : std::random_device{}();
   s.validate(config.vocab);
 
