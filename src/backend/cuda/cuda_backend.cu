@@ -25,21 +25,26 @@ class CudaSequence final : public SequenceState {
     for (void* p : allocations_) cudaFree(p);
   }
 
+  // row_bytes > 0 marks a KV cache: only its first n_past rows hold data worth copying.
   template <typename T>
-  T* alloc(size_t n) {
+  T* alloc(size_t n, size_t row_bytes = 0) {
     void* p = nullptr;
     PETREL_CUDA(cudaMalloc(&p, n * sizeof(T)));
     PETREL_CUDA(cudaMemsetAsync(p, 0, n * sizeof(T), stream_));
     allocations_.push_back(p);
     sizes_.push_back(n * sizeof(T));
+    row_bytes_.push_back(row_bytes);
     return static_cast<T*>(p);
   }
 
+  // Speculative rollback copies states every verify step: KV caches only up to n_past.
   void copy_from(const SequenceState& other) override {
     const auto& o = dynamic_cast<const CudaSequence&>(other);
     check(o.sizes_ == sizes_, "copy_from: sequences of different capacity or model");
-    for (size_t i = 0; i < allocations_.size(); ++i)
-      PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], sizes_[i], cudaMemcpyDeviceToDevice, stream_));
+    for (size_t i = 0; i < allocations_.size(); ++i) {
+      const size_t bytes = row_bytes_[i] ? std::min(sizes_[i], row_bytes_[i] * size_t(o.n_past)) : sizes_[i];
+      if (bytes) PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
     n_past = o.n_past;
   }
 
@@ -50,7 +55,7 @@ class CudaSequence final : public SequenceState {
  private:
   cudaStream_t stream_;
   std::vector<void*> allocations_;
-  std::vector<size_t> sizes_;
+  std::vector<size_t> sizes_, row_bytes_;
 };
 
 class CudaBackend final : public Backend {
@@ -150,8 +155,9 @@ class CudaBackend final : public Backend {
     cuda::check_device_memory(need, "a sequence of " + std::to_string(capacity) + " tokens");
     for (int i = 0; i < c.n_layers; ++i) {
       if (c.layer_kinds[i] == LayerKind::FullAttention) {
-        s->k[i] = s->alloc<bf16>(kv);
-        s->v[i] = s->alloc<bf16>(kv);
+        const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
+        s->k[i] = s->alloc<bf16>(kv, row);
+        s->v[i] = s->alloc<bf16>(kv, row);
       } else {
         s->conv[i] = s->alloc<float>(size_t(c.conv_kernel - 1) * c.gdn_conv_channels());
         s->S[i] = s->alloc<float>(size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
