@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: build (sm_90a + portable PTX), run every GPU test and the benchmark, and end
-# with a short table. Where apt is unavailable, run scripts/vendor-deps.sh on a Debian machine
-# first and bring .deps along. Logs go to $OUT when set (the device tool), else build-gpu/.
+# with a short table. Where apt is unavailable (the device tool's GPU machine), run
+# scripts/vendor-deps.sh on a Debian machine first and bring .deps along (device tool: carry
+# [".deps"], command "scripts/gpu-check.sh"). Logs go to $OUT when set, else build-gpu/.
 # Usage: scripts/gpu-check.sh [--skip-bench] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
