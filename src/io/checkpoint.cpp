@@ -456,14 +456,11 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  ck->config_ = load_hf_config(cfg_path);
-  {
-    std::ifstream in(cfg_path);
-    json root = json::parse(in);
-    if (root.contains("quantization") && root["quantization"].is_object()) ck->quantization_ = root["quantization"];
-    else if (root.contains("quantization_config") && root["quantization_config"].is_object())
-      ck->quantization_ = root["quantization_config"];
-  }
+  const json root = read_hf_config_json(cfg_path);
+  ck->config_ = parse_hf_config(root, cfg_path);
+  if (root.contains("quantization") && root["quantization"].is_object()) ck->quantization_ = root["quantization"];
+  else if (root.contains("quantization_config") && root["quantization_config"].is_object())
+    ck->quantization_ = root["quantization_config"];
   ck->open_files();
   if (ck->info_.format == CheckpointFormat::Mlx)
     check(ck->quantization_.is_object(), cfg_path + ": tensors carry .scales (MLX quantized) but config.json has "

@@ -176,16 +176,14 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
   return c;
 }
 
-ModelConfig load_hf_config(const std::string& config_json_path) {
+json read_hf_config_json(const std::string& config_json_path) {
   std::ifstream in(config_json_path);
   check(bool(in), config_json_path + ": cannot open (a checkpoint folder needs config.json)");
-  json root;
   try {
-    root = json::parse(in);
+    return json::parse(in);
   } catch (const json::exception& e) {
     throw Error(config_json_path + ": not valid JSON (" + e.what() + ")");
   }
-  return parse_hf_config(root, config_json_path);
 }
 
 }  // namespace petrel

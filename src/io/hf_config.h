@@ -9,6 +9,7 @@ namespace petrel {
 
 // `path` is used in error messages only.
 ModelConfig parse_hf_config(const nlohmann::json& root, const std::string& path);
-ModelConfig load_hf_config(const std::string& config_json_path);
+// The parsed config.json, with an error naming the file when it is missing or not JSON.
+nlohmann::json read_hf_config_json(const std::string& config_json_path);
 
 }  // namespace petrel
