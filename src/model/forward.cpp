@@ -59,14 +59,17 @@ void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_l
 void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                           float* all_logits) {
   const ModelConfig& c = config_;
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int first = all_logits ? 0 : (want_last ? T - 1 : T);
-  if (all_logits && ws_.all_logits.data == nullptr)  // only dump-style callers pay for [chunk, vocab]
+  // A decode step always computes its logits into ws_.logits: the step may be recorded once and
+  // replayed (CUDA graphs), so it must not depend on what this particular caller wants.
+  const bool decode = T == 1;
+  // Otherwise only the rows whose logits are wanted go through the final norm and the LM head.
+  const int first = decode || all_logits ? 0 : (want_last ? T - 1 : T);
+  if (all_logits && !decode && ws_.all_logits.data == nullptr)  // only dump-style callers pay for it
     ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab, /*fp32=*/true);
-  Tensor logits = (all_logits ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
+  Tensor logits = (all_logits && !decode ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
   backend_.begin_forward(ids, T, st);
   auto ops = [&] { compute_chunk(T, st, first, logits); };
-  if (T == 1) backend_.run_decode_step(st, ops);
+  if (decode) backend_.run_decode_step(st, ops);
   else ops();
   st.n_past += T;
   if (all_logits) {

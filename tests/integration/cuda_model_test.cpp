@@ -92,6 +92,30 @@ TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
   }
 }
 
+// A decode step is recorded as a CUDA graph on its first call; a first step that wanted no logits
+// must not leave later steps without them.
+TEST(CudaDecodeGraph, StepsWithAndWithoutLogitsShareOneRecording) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
+  auto ck = Checkpoint::open(dir);
+  nlohmann::json ref = nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  CudaOptions o;
+  o.progress = false;
+  auto backend = make_cuda_backend(o);
+  Model model(ck->config(), ck->weights(), *backend);
+  const int V = ck->config().vocab;
+  std::vector<float> quiet_first(V, NAN), logits_first(V, NAN), scratch(V);
+  auto a = model.new_sequence(110), b = model.new_sequence(110);
+  model.forward(prompt.data(), 100, *a, nullptr);
+  model.forward(prompt.data(), 100, *b, nullptr);
+  model.forward(&prompt[100], 1, *a, nullptr);  // recorded without anyone wanting logits
+  model.forward(&prompt[100], 1, *b, scratch.data());
+  model.forward(&prompt[101], 1, *a, quiet_first.data());
+  model.forward(&prompt[101], 1, *b, logits_first.data());
+  EXPECT_EQ(quiet_first, logits_first) << "same kernels on the same inputs must give identical logits";
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CudaFixture, ::testing::ValuesIn(kFixtures), [](const auto& info) {
   std::string s = info.param;
   for (char& ch : s)
