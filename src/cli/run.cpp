@@ -111,12 +111,7 @@ void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
       if (show_text) printer.show(c, s);
     });
   Interrupt interrupt(/*repeat_kills=*/true);
-  GenerateRequest req;
-  req.tokens = prompt;
-  req.sampling = o.sampling;
-  req.eos_ids = o.eos_ids;
-  req.max_tokens = o.max_tokens;
-  req.speculative = o.speculative;
+  GenerateRequest req = make_request(o, prompt);
   req.cancel = interrupt.flag();
   const GenerateResult r = generator.generate(st, req, [&](int32_t id) {
     if (!show_text && !a.output_ids) std::printf("%d ", id);

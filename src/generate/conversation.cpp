@@ -6,6 +6,16 @@
 #include "core/error.h"
 
 namespace petrel {
+
+GenerateRequest make_request(const ConversationOptions& o, std::span<const int32_t> tokens) {
+  GenerateRequest req;
+  req.tokens = tokens;
+  req.sampling = o.sampling;
+  req.eos_ids = o.eos_ids;
+  req.max_tokens = o.max_tokens;
+  req.speculative = o.speculative;
+  return req;
+}
 namespace {
 
 using nlohmann::ordered_json;
@@ -83,12 +93,7 @@ Turn Conversation::ask(const std::string& user, const TextOutput::Show& show, co
     const int reused = int(st_tokens_.size());
     if (template_ && options_.multi_turn) checkpoint(messages, prompt);
     TextOutput text(tokenizer_, template_ ? ThinkFilter(tokenizer_, prompt) : ThinkFilter(), options_.stops, show);
-    GenerateRequest req;
-    req.tokens = prompt;
-    req.sampling = options_.sampling;
-    req.eos_ids = options_.eos_ids;
-    req.max_tokens = options_.max_tokens;
-    req.speculative = options_.speculative;
+    GenerateRequest req = make_request(options_, prompt);
     req.cancel = cancel;
     req.start = start;
     Turn turn;

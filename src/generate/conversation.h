@@ -27,6 +27,9 @@ struct ConversationOptions {
   SpeculativeOptions speculative;
 };
 
+// The generation request those options describe for `tokens` (cancel and start left to the caller).
+GenerateRequest make_request(const ConversationOptions& o, std::span<const int32_t> tokens);
+
 struct Turn {
   GenerateResult result;
   std::string text;  // the answer as the history keeps it (see TextOutput::transcript)
