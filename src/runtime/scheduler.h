@@ -1,0 +1,82 @@
+// Continuous batching: requests join and leave the running batch at every step. One scheduler
+// thread owns the model; each step runs one batched decode step for every running sequence and
+// then (if a prompt is waiting) one prefill chunk, so long prompts never stall running streams.
+// The HTTP layer (src/server) talks to the model only through this interface.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "generate/sampling_params.h"
+#include "generate/stats.h"
+#include "model/forward.h"
+
+namespace petrel {
+
+struct SchedulerOptions {
+  int max_sequences = 16;  // sequences decoding at once (state slots allocated up front)
+  int max_queued = 64;     // requests waiting for a slot beyond that; submit() refuses more
+  int context = 4096;      // tokens per sequence (prompt + output); longer prompts are refused
+  int prefill_chunk = 256; // prompt tokens fed between two decode steps
+};
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  SamplingParams sampling;
+  std::vector<int32_t> eos_ids;  // a sampled EOS ends the sequence (reason Eos) and is reported
+  int max_tokens = -1;           // -1: until EOS or the context is full
+  int top_logprobs = -1;         // -1: no logprobs; 0..20: the token's logprob plus that many alternatives
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;  // log-softmax of the raw model logits (before penalties / temperature)
+};
+
+// One event per sampled token; the last event of a request has done = true (and token = -1 when
+// the request ended without a new token: cancelled, or an error).
+struct StepEvent {
+  int32_t token = -1;
+  TokenLogprob chosen;               // valid when top_logprobs >= 0
+  std::vector<TokenLogprob> top;     // top_logprobs alternatives, most likely first
+  bool done = false;
+  FinishReason reason = FinishReason::MaxTokens;
+  GenerationStats stats;             // filled on the last event
+  std::string error;                 // non-empty when the request failed inside the engine
+};
+
+// Runs on the scheduler thread. Return false to end the request now (stop string matched, client
+// gone): its slot is freed before the next step and no further event is sent.
+using StepCallback = std::function<bool(const StepEvent&)>;
+
+enum class SubmitStatus { Accepted, QueueFull, PromptTooLong, ShuttingDown };
+
+struct SchedulerMetrics {
+  int running = 0, queued = 0;
+  int slots_total = 0, slots_in_use = 0;
+  int64_t kv_tokens_in_use = 0;  // tokens held in the KV caches of slots in use
+  int last_batch_size = 0;       // sequences in the most recent decode step
+  uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Model& model, const SchedulerOptions& options);
+  ~Scheduler();  // cancels everything still running or queued, then joins the thread
+
+  // Thread-safe. On Accepted, `id` identifies the request for cancel().
+  SubmitStatus submit(CompletionRequest request, StepCallback callback, uint64_t* id = nullptr);
+  // Thread-safe; the request's callback gets a final done event with reason Cancelled.
+  void cancel(uint64_t id);
+  // Stops accepting; finishes running requests when `drain`, else cancels them. Blocks until idle.
+  void shutdown(bool drain);
+  SchedulerMetrics metrics() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace petrel
