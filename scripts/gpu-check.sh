@@ -18,12 +18,8 @@ while [ $# -gt 0 ]; do
 done
 logs="${OUT:-build-gpu}"
 mkdir -p "$logs"
-prefix=()
-[ -d .deps/usr ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps/usr")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPETREL_NATIVE=OFF \
-  -DPETREL_CUDA_ARCHS="90a-real;80-virtual" "${prefix[@]}" > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" > "$logs/build.log" 2>&1 || { grep -E "error|Error" "$logs/build.log" | head -40; exit 1; }
+scripts/gpu-build.sh "$logs" || exit 1
 
 ./build-gpu/tests/petrel_tests --gtest_filter='*Cuda*' --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
 tests_rc=$?
@@ -52,6 +48,11 @@ for p in d["prefill"]:
 for q in d["decode"]:
     row.append(f"tg@{q['context']} {q['tok_per_s']:.1f}/s ({100*q['fraction_of_bandwidth']:.0f}% BW)")
 print(" | ".join(row))
+if "breakdown" in d:
+    total = sum(r["us_per_step"] for r in d["breakdown"])
+    print(f"  decode step ops timed one by one: {total:.0f} us")
+    for r in d["breakdown"][:16]:
+        print(f"    {r['op']:28s} {r['us_per_step']:8.1f} us {100 * r['us_per_step'] / total:5.1f}%")
 PY
   done
 fi

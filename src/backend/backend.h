@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -77,6 +78,14 @@ class Backend {
   virtual void run_decode_step(SequenceState& st, const std::function<void()>& ops) { (void)st; ops(); }
   // Waits for queued device work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // Per-op device time, for `petrel bench --breakdown`. While enabled, every op is timed on its
+  // own (decode steps are not recorded as graphs); false where the backend cannot time ops.
+  virtual bool time_ops(bool enable) {
+    (void)enable;
+    return false;
+  }
+  // Seconds spent per op label since the last call, in order of first appearance.
+  virtual std::vector<std::pair<std::string, double>> take_op_times() { return {}; }
   // Index of the largest value of a one-row fp32 logits tensor (lowest index on ties); the only
   // value a greedy decode step reads back from the device.
   virtual int32_t argmax(const Tensor& logits) = 0;

@@ -19,7 +19,7 @@ namespace {
 struct Args {
   std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096";
   int decode_tokens = 64, runs = 5, chunk = 8192;
-  bool json = false, graphs = true;
+  bool json = false, graphs = true, breakdown = false;
 };
 
 struct Stat {
@@ -68,6 +68,33 @@ std::vector<int32_t> tokens(int n, int vocab) {
   std::vector<int32_t> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = int32_t((1103515245u * uint32_t(i) + 12345u) % uint32_t(vocab));
   return ids;
+}
+
+// Device time per op label of one decode step at context 0, averaged over several steps, with
+// each op timed on its own (no graph), so the sum exceeds a replayed step by the launch gaps.
+nlohmann::json decode_breakdown(Model& model, Backend& backend, int vocab) {
+  constexpr int kSteps = 8;
+  const std::vector<int32_t> prompt = tokens(16, vocab);
+  auto seq = model.new_sequence(int(prompt.size()) + kSteps + 4);
+  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+  check(backend.time_ops(true), "--breakdown: the " + backend.name() + " backend cannot time its ops");
+  backend.take_op_times();
+  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  auto times = backend.take_op_times();
+  backend.time_ops(false);
+  std::sort(times.begin(), times.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [label, seconds] : times) rows.push_back({{"op", label}, {"us_per_step", 1e6 * seconds / kSteps}});
+  return rows;
+}
+
+void print_breakdown(const nlohmann::json& rows) {
+  double total = 0;
+  for (const auto& r : rows) total += r["us_per_step"].get<double>();
+  std::printf("\ndecode step, ops timed one by one (total %.0f us)\n", total);
+  for (const auto& r : rows)
+    std::printf("  %-28s %9.1f us  %5.1f%%\n", r["op"].get<std::string>().c_str(), r["us_per_step"].get<double>(),
+                100.0 * r["us_per_step"].get<double>() / total);
 }
 
 void run(const Args& a) {
@@ -136,6 +163,7 @@ void run(const Args& a) {
                              {"bytes_per_token", bytes},
                              {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
   }
+  if (a.breakdown) out["breakdown"] = decode_breakdown(model, *backend, config.vocab);
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -153,6 +181,7 @@ void run(const Args& a) {
                 d["context"].get<int>(), d["tok_per_s"].get<double>(), d["min"].get<double>(), d["max"].get<double>(),
                 format_bytes(d["bytes_per_token"].get<double>()).c_str(),
                 100.0 * d["fraction_of_bandwidth"].get<double>());
+  if (a.breakdown) print_breakdown(out["breakdown"]);
 }
 
 void add(CLI::App& app) {
@@ -169,6 +198,7 @@ void add(CLI::App& app) {
   cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
   cmd->add_flag("--json", a.json, "Machine-readable output");
+  cmd->add_flag("--breakdown", a.breakdown, "Device time per op of one decode step (ops timed one by one)");
   cmd->callback([] { run(a); });
 }
 

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/op_timer.h"
 #include "core/progress.h"
 
 namespace petrel {
@@ -94,6 +95,7 @@ class CudaBackend final : public Backend {
     d_ids_ = alloc_raw<int>(T);
     d_pos_ = alloc_raw<int>(1);
     d_token_ = alloc_raw<int>(1);
+    argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
     attn_partial_ = alloc_raw<float>(size_t(std::max<int64_t>(256, T * c.n_heads)) * (c.head_dim + 2));
     if (c.hybrid()) {
       const int64_t C = c.gdn_conv_channels();
@@ -211,7 +213,7 @@ class CudaBackend final : public Backend {
 
   void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
     auto& s = dynamic_cast<CudaSequence&>(st);
-    if (!opt_.graphs) return ops();
+    if (!opt_.graphs || timer_.enabled()) return ops();
     if (!s.graph_exec) {
       cudaGraph_t graph = nullptr;
       PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -231,36 +233,48 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { PETREL_CUDA(cudaStreamSynchronize(stream_)); }
 
+  bool time_ops(bool enable) override {
+    timer_.enable(enable);
+    return true;
+  }
+  std::vector<std::pair<std::string, double>> take_op_times() override { return timer_.take(stream_); }
+
   int32_t argmax(const Tensor& logits) override {
     check(logits.elem_size == 4, "argmax needs fp32 logits");
-    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), d_token_, stream_);
+    const cuda::TimedOp timed(timer_, stream_, "argmax");
+    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, d_token_, stream_);
     PETREL_CUDA(cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
     PETREL_CUDA(cudaStreamSynchronize(stream_));
     return *h_token_;
   }
 
   void embed(const Matrix& table, Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "embed");
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "rms_norm");
     cuda::rms_norm(x.data, x.stride, x.elem_size, weights_->vec(w), int(x.rows), int(x.cols), eps, out.data, out.stride,
                    out.elem_size, stream_);
   }
 
   void linear(const Tensor& x, const Matrix& w, Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "linear", w.rows, w.cols);
     cuda::linear(weights_->matrix(w), x.data, x.stride, x.elem_size, int(x.rows), out.data, out.stride, out.elem_size,
                  stream_);
   }
 
   void add(Tensor h, const Tensor& a) override {
+    const cuda::TimedOp timed(timer_, stream_, "add");
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
 
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
     const ModelConfig& c = c_;
+    const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
     cuda::qk_norm_rope(bf(q), q.stride, int(q.rows), c.n_heads, c.head_dim, weights_->vec(w.q_norm), c.rms_eps,
                        c.rotary_dim, c.rope_theta, d_pos_, stream_);
     cuda::qk_norm_rope(bf(k), k.stride, int(k.rows), c.n_kv_heads, c.head_dim, weights_->vec(w.k_norm), c.rms_eps,
@@ -275,6 +289,7 @@ class CudaBackend final : public Backend {
     check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
                                             " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    const cuda::TimedOp timed(timer_, stream_, "attention");
     cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], d_pos_, stream_);
     // Enough key ranges to give every SM work when there are few queries (decode).
     const int splits = std::clamp(256 / (T * c.n_heads), 1, 64);
@@ -288,6 +303,7 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int T = int(qkv.rows);
     const cuda::DeltaNetShape d{c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel};
+    const cuda::TimedOp timed(timer_, stream_, "deltanet");
     cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
                            s.conv[layer], gdn_u_, stream_);
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
@@ -303,6 +319,7 @@ class CudaBackend final : public Backend {
   void mlp(const Tensor& x, const MlpWeights& w, Tensor out) override {
     const int T = int(x.rows), I = int(w.gate.rows);
     const int64_t stride = (I + 7) / 8 * 8;
+    const cuda::TimedOp timed(timer_, stream_, "mlp");
     cuda::linear(weights_->matrix(w.gate), x.data, x.stride, x.elem_size, T, mlp_g_, stride, 2, stream_);
     cuda::linear(weights_->matrix(w.up), x.data, x.stride, x.elem_size, T, mlp_u_, stride, 2, stream_);
     cuda::silu_mul(mlp_g_, mlp_u_, stride, T, I, mlp_act_, stride, stream_);
@@ -314,8 +331,12 @@ class CudaBackend final : public Backend {
     const int T = int(x.rows), k = c.top_k;
     const cuda::ExpertStacks& E = weights_->experts(w);
     const DeviceMatrix* sg = w.has_shared ? &weights_->matrix(w.shared_gate) : nullptr;
-    cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k, c.norm_topk_prob,
-                    moe_logits_, moe_ids_, moe_w_, moe_sgate_, stream_);
+    {
+      const cuda::TimedOp timed(timer_, stream_, "moe.route");
+      cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k,
+                      c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, stream_);
+    }
+    const cuda::TimedOp timed(timer_, stream_, "moe.experts");
     if (T <= cuda::kGemvMaxTokens) {
       const DeviceMatrix* s_gate = w.has_shared ? &weights_->matrix(w.shared.gate) : nullptr;
       const DeviceMatrix* s_up = w.has_shared ? &weights_->matrix(w.shared.up) : nullptr;
@@ -360,6 +381,7 @@ class CudaBackend final : public Backend {
 
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
+  cuda::OpTimer timer_;
   ModelConfig c_;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::vector<void*> allocations_;
@@ -367,6 +389,7 @@ class CudaBackend final : public Backend {
   int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
   int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
   float* attn_partial_ = nullptr;
+  float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr;
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;

@@ -83,7 +83,9 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
 
 // ---- sampling.cu ---------------------------------------------------------------------------------
 // Index of the largest of n fp32 logits (lowest index on ties) -> *out.
-void argmax(const float* logits, int n, int* out, cudaStream_t s);
+// scratch: 2·kArgmaxBlocks floats of device memory for the per-block candidates.
+constexpr int kArgmaxBlocks = 128;
+void argmax(const float* logits, int n, float* scratch, int* out, cudaStream_t s);
 
 // ---- weights.cu ----------------------------------------------------------------------------------
 // MLX-scheme affine quantisation of a bf16 [rows, cols] matrix on the device.

@@ -2,14 +2,86 @@
 // weights decoded to bf16 in shared memory) for many rows (prefill), and its grouped form for MoE.
 #include <mma.h>
 
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace petrel::cuda {
 namespace {
 
 constexpr int kGemvWarps = 8;
+constexpr int kGemvRowsInFlight = 4;  // rows each lane streams at once: 64 bytes of loads in flight
+constexpr int kStagedGemvMaxTokens = 4;
+constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
-// One warp per output row; lanes stride over 8-column chunks so each warp load is coalesced.
+// The decode GEMV: activations staged once per block, `lpr` lanes per row, each warp streaming
+// kGemvRowsInFlight row groups at once; blocks stride over the rows (grid sized to the GPU).
+template <WFormat F, int TMAX>
+__global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(DeviceMatrix w, const void* x, int64_t x_stride,
+                                                                      int x_elem, int T, void* y, int64_t y_stride,
+                                                                      int y_elem, int lpr) {
+  extern __shared__ float4 smem4[];
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
+                                     [&](int t) { return t * x_stride; });
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
+  const int warp_rows = kGemvRowsInFlight * pass, block_rows = kGemvWarps * warp_rows;
+  for (int64_t base = int64_t(blockIdx.x) * block_rows + warp * warp_rows; base < w.rows;
+       base += int64_t(gridDim.x) * block_rows) {
+    float acc[kGemvRowsInFlight][TMAX] = {};
+    for (int c = sl; c < st.chunks; c += lpr) {
+      Chunk ch[kGemvRowsInFlight];
+#pragma unroll
+      for (int r = 0; r < kGemvRowsInFlight; ++r) {
+        const int64_t row = base + r * pass + sub;
+        if (row < w.rows) ch[r] = load_chunk<F>(w, row, c);
+      }
+#pragma unroll
+      for (int r = 0; r < kGemvRowsInFlight; ++r)
+#pragma unroll
+        for (int t = 0; t < TMAX; ++t)
+          if (t < T) acc[r][t] += dot_chunk<F>(ch[r], st.chunk(t, c), st.sum(t, c));
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvRowsInFlight; ++r) {
+      const int64_t row = base + r * pass + sub;
+#pragma unroll
+      for (int t = 0; t < TMAX; ++t) {
+        const float v = group_sum(acc[r][t], lpr);
+        if (t < T && sl == 0 && row < w.rows) store_act(y, y_elem, t * y_stride + row, v);
+      }
+    }
+  }
+}
+
+template <WFormat F, int TMAX>
+void launch_gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
+                        int64_t y_stride, int y_elem, size_t smem, cudaStream_t s) {
+  static bool configured = false;  // one attribute call per instantiation
+  if (!configured) {
+    PETREL_CUDA(cudaFuncSetAttribute(gemv_staged_kernel<F, TMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(kStagedGemvMaxSmem)));
+    configured = true;
+  }
+  const int lpr = lanes_per_row(w.cols / chunk_weights(F));
+  const int block_rows = kGemvWarps * kGemvRowsInFlight * (32 / lpr);
+  const int grid = std::min(div_up(w.rows, block_rows), sm_count() * 4);
+  gemv_staged_kernel<F, TMAX><<<grid, 32 * kGemvWarps, smem, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, lpr);
+}
+
+template <WFormat F>
+void gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
+                 int y_elem, size_t smem, cudaStream_t s) {
+  if (T == 1) launch_gemv_staged<F, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+  else if (T == 2) launch_gemv_staged<F, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+  else launch_gemv_staged<F, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+}
+
+// Staging takes up to 4 activation rows that fit in shared memory.
+bool gemv_staged_fits(const DeviceMatrix& w, int T) {
+  return T <= kStagedGemvMaxTokens && chunked_layout(w) && staged_bytes(w.format, w.cols, T) <= kStagedGemvMaxSmem;
+}
+
+// The general fallback (odd shapes, up to 8 tokens): one warp per output row; lanes stride over 8-column chunks so each warp load is coalesced.
 template <int TMAX>
 __global__ void gemv_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
                             int64_t y_stride, int y_elem) {
@@ -138,9 +210,27 @@ void check_shapes(const DeviceMatrix& w, int64_t x_stride) {
 
 }  // namespace
 
+int sm_count() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    PETREL_CUDA(cudaGetDevice(&device));
+    PETREL_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return n;
+}
+
 void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
             int y_elem, cudaStream_t s) {
   check_shapes(w, x_stride);
+  if (gemv_staged_fits(w, T)) {
+    const size_t smem = staged_bytes(w.format, w.cols, T);
+    if (w.format == WFormat::Q4) gemv_staged<WFormat::Q4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+    else if (w.format == WFormat::Q8) gemv_staged<WFormat::Q8>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+    else gemv_staged<WFormat::BF16>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+    PETREL_LAUNCHED("gemv");
+    return;
+  }
   if (T <= kGemvMaxTokens) {
     const dim3 grid(div_up(w.rows, kGemvWarps)), block(32 * kGemvWarps);
     if (T == 1) gemv_kernel<1><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);

@@ -1,6 +1,7 @@
 // Mixture of experts on the GPU with routing decided on the device: router softmax + top-k, the
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace petrel::cuda {
@@ -125,6 +126,124 @@ __global__ void down_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_sha
   if (lane == 0) out[t * out_stride + h] = __float2bfloat16(acc);
 }
 
+constexpr int kStagedRows = 2;  // rows per warp in the staged expert kernels
+
+// grid (width/16, slots), staged form of gate_up_kernel: the block stages its token's activation
+// row, each warp streams kStagedRows rows of gate and of up at once.
+template <WFormat F>
+__global__ void __launch_bounds__(32 * kWarps) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
+                                                                     DeviceMatrix s_gate, DeviceMatrix s_up,
+                                                                     bool has_shared, const void* x, int64_t x_stride,
+                                                                     int x_elem, int T, int k, const int* ids,
+                                                                     float* act, int act_stride, int lpr) {
+  extern __shared__ float4 smem4[];
+  const int slot = blockIdx.y;
+  const bool routed = slot < T * k;
+  if (!routed && !has_shared) return;
+  const int token = routed ? slot / k : slot - T * k;
+  const DeviceMatrix g = routed ? gate.entry(ids[slot]) : s_gate;
+  const DeviceMatrix u = routed ? up.entry(ids[slot]) : s_up;
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, g.cols, 1,
+                                     [&](int) { return token * x_stride; });
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
+  const int base = (blockIdx.x * kWarps + warp) * kStagedRows * pass;
+  float ga[kStagedRows] = {}, ua[kStagedRows] = {};
+  for (int c = sl; c < st.chunks; c += lpr) {
+    Chunk gc[kStagedRows], uc[kStagedRows];
+#pragma unroll
+    for (int r = 0; r < kStagedRows; ++r) {
+      const int row = base + r * pass + sub;
+      if (row < g.rows) {
+        gc[r] = load_chunk<F>(g, row, c);
+        uc[r] = load_chunk<F>(u, row, c);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kStagedRows; ++r) {
+      ga[r] += dot_chunk<F>(gc[r], st.chunk(0, c), st.sum(0, c));
+      ua[r] += dot_chunk<F>(uc[r], st.chunk(0, c), st.sum(0, c));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kStagedRows; ++r) {
+    const int row = base + r * pass + sub;
+    const float gv = group_sum(ga[r], lpr), uv = group_sum(ua[r], lpr);
+    if (sl == 0 && row < g.rows) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
+  }
+}
+
+// grid (H/16, T), staged form of down_kernel: the block stages its token's k (+1 shared)
+// activation rows; a warp's lanes spread over (expert, chunk) pairs of kStagedRows output rows.
+template <WFormat F>
+__global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix down, DeviceMatrix s_down,
+                                                                  bool has_shared, int T, int k, const int* ids,
+                                                                  const float* weights, const float* sgate,
+                                                                  const float* act, int act_stride, bf16* out,
+                                                                  int64_t out_stride) {
+  extern __shared__ float4 smem4[];
+  __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
+  __shared__ int expert[33];
+  const int t = blockIdx.y, n = k + (has_shared ? 1 : 0);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    expert[j] = j < k ? ids[t * k + j] : -1;
+    mix[j] = j < k ? weights[t * k + j] : sgate[t];
+  }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), act, 4, down.cols, n, [&](int j) {
+    return int64_t(j < k ? t * k + j : T * k + t) * act_stride;
+  });
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int base = (blockIdx.x * kWarps + warp) * kStagedRows;
+  float acc[kStagedRows] = {};
+  for (int p = lane; p < n * st.chunks; p += 32) {
+    const int j = p / st.chunks, c = p % st.chunks;
+    const DeviceMatrix m = expert[j] >= 0 ? down.entry(expert[j]) : s_down;
+    Chunk ch[kStagedRows];
+#pragma unroll
+    for (int r = 0; r < kStagedRows; ++r)
+      if (base + r < m.rows) ch[r] = load_chunk<F>(m, base + r, c);
+#pragma unroll
+    for (int r = 0; r < kStagedRows; ++r) acc[r] += mix[j] * dot_chunk<F>(ch[r], st.chunk(j, c), st.sum(j, c));
+  }
+#pragma unroll
+  for (int r = 0; r < kStagedRows; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && base + r < down.rows) out[t * out_stride + base + r] = __float2bfloat16(v);
+  }
+}
+
+// The staged kernels need every expert matrix (and the shared expert's) in one chunked format.
+bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                     const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k) {
+  const DeviceMatrix* all[] = {&gate, &up, &down, s_gate, s_up, s_down};
+  for (const DeviceMatrix* m : all)
+    if (m && (m->format != gate.format || !chunked_layout(*m))) return false;
+  if (s_down && (s_down->cols != down.cols || s_gate->cols != gate.cols)) return false;
+  return k + 1 <= 33 && staged_bytes(gate.format, down.cols, k + 1) <= 48 * 1024 &&
+         staged_bytes(gate.format, gate.cols, 1) <= 48 * 1024;
+}
+
+template <WFormat F>
+void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
+                       const void* x, int64_t x_stride, int x_elem, int T, int k, const int* ids,
+                       const float* weights, const float* sgate, float* act, int width, bf16* out,
+                       int64_t out_stride, cudaStream_t s) {
+  const bool shared = s_gate != nullptr;
+  const int slots = T * k + (shared ? T : 0);
+  const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
+  const int gu_rows = kWarps * kStagedRows * (32 / lpr);
+  gate_up_staged_kernel<F><<<dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1), s>>>(
+      gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
+      ids, act, width, lpr);
+  PETREL_LAUNCHED("moe gate_up");
+  const int n = k + (shared ? 1 : 0);
+  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps * kStagedRows), T), 32 * kWarps,
+                          staged_bytes(F, down.cols, n), s>>>(down, shared ? *s_down : DeviceMatrix{}, shared, T, k,
+                                                              ids, weights, sgate, act, width, out, out_stride);
+  PETREL_LAUNCHED("moe down");
+}
+
 // One block: per-expert counts, segments padded to the GEMM tile, then each assignment's row.
 __global__ void plan_kernel(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token,
                             int* slot_row, int* tile_expert) {
@@ -186,6 +305,19 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
                 cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
+  if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
+    if (gate.format == WFormat::Q4)
+      moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                     sgate, act, width, out, out_stride, s);
+    else if (gate.format == WFormat::Q8)
+      moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                     sgate, act, width, out, out_stride, s);
+    else
+      moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                       sgate, act, width, out, out_stride, s);
+    return;
+  }
+
   const int slots = T * k + (shared ? T : 0);
   gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
       gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
