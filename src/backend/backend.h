@@ -98,6 +98,11 @@ class Backend {
   virtual void linear(const Tensor& x, const Matrix& w, Tensor out) = 0;
   // h += a
   virtual void add(Tensor h, const Tensor& a) = 0;
+  // h += a, then out = rms_norm(h): the residual add and the next norm in one pass where fused.
+  virtual void add_rms_norm(Tensor h, const Tensor& a, const std::vector<float>& w, float eps, Tensor out) {
+    add(h, a);
+    rms_norm(h, w, eps, out);
+  }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
   virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;

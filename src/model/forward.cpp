@@ -85,16 +85,17 @@ void Model::compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor 
   Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
   Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
   backend_.embed(weights_.embed, h);
+  backend_.rms_norm(h, weights_.layers[0].input_norm, c.rms_eps, x);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
-    backend_.rms_norm(h, L.input_norm, c.rms_eps, x);
     if (L.kind == LayerKind::DeltaNet) deltanet_block(i, x, st, mix);
     else attention_block(i, x, st, mix);
-    backend_.add(h, mix);
-    backend_.rms_norm(h, L.post_norm, c.rms_eps, x);
+    backend_.add_rms_norm(h, mix, L.post_norm, c.rms_eps, x);
     if (L.ffn.moe) backend_.moe(x, L.ffn, ffn);
     else backend_.mlp(x, L.ffn.dense, ffn);
-    backend_.add(h, ffn);
+    // The residual add meets the next layer's input norm (the last layer's meets the final norm below).
+    if (i + 1 < c.n_layers) backend_.add_rms_norm(h, ffn, weights_.layers[i + 1].input_norm, c.rms_eps, x);
+    else backend_.add(h, ffn);
   }
   if (first_logit_row == T) return;
   Tensor hs = h.rows_view(first_logit_row, T - first_logit_row), xs = x.rows_view(first_logit_row, T - first_logit_row);

@@ -234,8 +234,23 @@ TEST_P(CudaLinear, Bf16AndInt4MatchCpu) {
   }
 }
 
-// T=1 and 5 take the GEMV kernel, 37 and 130 the tensor-core GEMM.
-INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 5, 37, 130));
+// 4-bit GEMV activations travel as fp16, scaled down by a power of two when large: inputs far
+// beyond fp16's comfortable range (|x| ~ 3e4) must come out as accurate as ordinary ones.
+TEST(CudaOps, LinearWithLargeActivationsMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const Matrix& w = m.w.layers[1].attn.o;  // 4-bit
+  for (bool fp32_input : {false, true}) {
+    Input x(2, w.cols, 7, 30000.0f, fp32_input);
+    Output y(2, w.rows);
+    pair().cpu.linear(x.cpu, w, y.cpu);
+    pair().gpu->linear(x.gpu, w, y.gpu);
+    EXPECT_LT(y.rel_error(), kLinearTol) << "fp32 input " << fp32_input;
+  }
+}
+
+// T=1..3 take the staged GEMV kernel, 5 the general one, 37 and 130 the tensor-core GEMM.
+INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 130));
 
 TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
   REQUIRE_GPU();
@@ -258,6 +273,11 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
     pair().cpu.add(x.cpu, n.cpu);
     pair().gpu->add(x.gpu, n.gpu);
     EXPECT_LT(rel_error(x.cpu, x.gpu), kNormTol) << "fp32 residual " << fp32_residual;
+    Output fused(9, m.c.hidden);  // the fused residual add + norm the forward pass uses
+    pair().cpu.add_rms_norm(x.cpu, n.cpu, m.w.layers[0].post_norm, 1e-6f, fused.cpu);
+    pair().gpu->add_rms_norm(x.gpu, n.gpu, m.w.layers[0].post_norm, 1e-6f, fused.gpu);
+    EXPECT_LT(rel_error(x.cpu, x.gpu), kNormTol) << "fused add, fp32 residual " << fp32_residual;
+    EXPECT_LT(fused.rel_error(), kNormTol) << "fused norm, fp32 residual " << fp32_residual;
   }
 }
 

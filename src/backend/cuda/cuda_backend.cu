@@ -272,6 +272,12 @@ class CudaBackend final : public Backend {
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
 
+  void add_rms_norm(Tensor h, const Tensor& a, const std::vector<float>& w, float eps, Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "add_rms_norm");
+    cuda::add_rms_norm(h.data, h.stride, h.elem_size, bf(a), a.stride, weights_->vec(w), int(h.rows), int(h.cols), eps,
+                       out.data, out.stride, out.elem_size, stream_);
+  }
+
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
     const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");

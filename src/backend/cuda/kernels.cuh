@@ -25,6 +25,9 @@ void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t 
 void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
               int64_t out_stride, int out_elem, cudaStream_t s);
 void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
+// h += a, then out = rms_norm(h)·w, in one kernel (rows up to 8192 wide).
+void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, const float* w, int T, int n,
+                  float eps, void* out, int64_t out_stride, int out_elem, cudaStream_t s);
 // Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
                   float theta, const int* pos0, cudaStream_t s);

@@ -9,40 +9,45 @@ namespace petrel::cuda {
 namespace {
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvRowsInFlight = 4;  // rows each lane streams at once: 64 bytes of loads in flight
+constexpr int kGemvChunksInFlight = 4;  // 16-byte weight loads each lane keeps in flight
 constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
-// The decode GEMV: activations staged once per block, `lpr` lanes per row, each warp streaming
-// kGemvRowsInFlight row groups at once; blocks stride over the rows (grid sized to the GPU).
-template <WFormat F, int TMAX>
+// The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 4
+// chunks in flight: NR rows x (4 / NR) consecutive chunk steps. Blocks stride over the rows.
+template <WFormat F, int TMAX, int NR>
 __global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(DeviceMatrix w, const void* x, int64_t x_stride,
                                                                       int x_elem, int T, void* y, int64_t y_stride,
                                                                       int y_elem, int lpr) {
+  constexpr int U = kGemvChunksInFlight / NR;
   extern __shared__ float4 smem4[];
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
                                      [&](int t) { return t * x_stride; });
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
-  const int warp_rows = kGemvRowsInFlight * pass, block_rows = kGemvWarps * warp_rows;
+  const int warp_rows = NR * pass, block_rows = kGemvWarps * warp_rows;
   for (int64_t base = int64_t(blockIdx.x) * block_rows + warp * warp_rows; base < w.rows;
        base += int64_t(gridDim.x) * block_rows) {
-    float acc[kGemvRowsInFlight][TMAX] = {};
-    for (int c = sl; c < st.chunks; c += lpr) {
-      Chunk ch[kGemvRowsInFlight];
+    float acc[NR][TMAX] = {};
+    for (int c0 = sl; c0 < st.chunks; c0 += lpr * U) {
+      Chunk ch[NR][U];
 #pragma unroll
-      for (int r = 0; r < kGemvRowsInFlight; ++r) {
-        const int64_t row = base + r * pass + sub;
-        if (row < w.rows) ch[r] = load_chunk<F>(w, row, c);
-      }
+      for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int r = 0; r < kGemvRowsInFlight; ++r)
+        for (int u = 0; u < U; ++u) {
+          const int64_t row = base + r * pass + sub;
+          if (row < w.rows && c0 + u * lpr < st.chunks) ch[r][u] = load_chunk<F>(w, row, c0 + u * lpr);
+        }
 #pragma unroll
-        for (int t = 0; t < TMAX; ++t)
-          if (t < T) acc[r][t] += dot_chunk<F>(ch[r], st.chunk(t, c), st.sum(t, c));
+      for (int r = 0; r < NR; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int t = 0; t < TMAX; ++t)
+            if (t < T && c0 + u * lpr < st.chunks) acc[r][t] += st.dot(ch[r][u], t, c0 + u * lpr);
     }
 #pragma unroll
-    for (int r = 0; r < kGemvRowsInFlight; ++r) {
+    for (int r = 0; r < NR; ++r) {
       const int64_t row = base + r * pass + sub;
 #pragma unroll
       for (int t = 0; t < TMAX; ++t) {
@@ -53,27 +58,38 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(DeviceMatr
   }
 }
 
-template <WFormat F, int TMAX>
+template <WFormat F, int TMAX, int NR>
 void launch_gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
-                        int64_t y_stride, int y_elem, size_t smem, cudaStream_t s) {
+                        int64_t y_stride, int y_elem, size_t smem, int lpr, cudaStream_t s) {
   static bool configured = false;  // one attribute call per instantiation
   if (!configured) {
-    PETREL_CUDA(cudaFuncSetAttribute(gemv_staged_kernel<F, TMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    PETREL_CUDA(cudaFuncSetAttribute(gemv_staged_kernel<F, TMAX, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      int(kStagedGemvMaxSmem)));
     configured = true;
   }
-  const int lpr = lanes_per_row(w.cols / chunk_weights(F));
-  const int block_rows = kGemvWarps * kGemvRowsInFlight * (32 / lpr);
+  const int block_rows = kGemvWarps * NR * (32 / lpr);
   const int grid = std::min(div_up(w.rows, block_rows), sm_count() * 4);
-  gemv_staged_kernel<F, TMAX><<<grid, 32 * kGemvWarps, smem, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, lpr);
+  gemv_staged_kernel<F, TMAX, NR><<<grid, 32 * kGemvWarps, smem, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem,
+                                                                       lpr);
+}
+
+// Rows in flight per warp: as many as keep at least two blocks per multiprocessor busy.
+template <WFormat F, int TMAX>
+void gemv_staged_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
+                      int64_t y_stride, int y_elem, size_t smem, cudaStream_t s) {
+  const int lpr = lanes_per_row(w.cols / chunk_weights(F)), pass = 32 / lpr;
+  auto enough = [&](int nr) { return div_up(w.rows, kGemvWarps * nr * pass) >= 2 * sm_count(); };
+  if (enough(4)) launch_gemv_staged<F, TMAX, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
+  else if (enough(2)) launch_gemv_staged<F, TMAX, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
+  else launch_gemv_staged<F, TMAX, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
 }
 
 template <WFormat F>
 void gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
                  int y_elem, size_t smem, cudaStream_t s) {
-  if (T == 1) launch_gemv_staged<F, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-  else if (T == 2) launch_gemv_staged<F, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-  else launch_gemv_staged<F, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+  if (T == 1) gemv_staged_rows<F, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+  else if (T == 2) gemv_staged_rows<F, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+  else gemv_staged_rows<F, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
 }
 
 // Staging takes up to 4 activation rows that fit in shared memory.

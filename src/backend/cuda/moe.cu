@@ -126,7 +126,8 @@ __global__ void down_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_sha
   if (lane == 0) out[t * out_stride + h] = __float2bfloat16(acc);
 }
 
-constexpr int kStagedRows = 2;  // rows per warp in the staged expert kernels
+constexpr int kStagedRows = 2;  // gate and up rows per warp in the staged expert kernel
+constexpr int kDownRows = 1;    // output rows per warp of the staged down kernel: 256 blocks per token
 
 // grid (width/16, slots), staged form of gate_up_kernel: the block stages its token's activation
 // row, each warp streams kStagedRows rows of gate and of up at once.
@@ -161,8 +162,8 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_staged_kernel(DeviceMatri
     }
 #pragma unroll
     for (int r = 0; r < kStagedRows; ++r) {
-      ga[r] += dot_chunk<F>(gc[r], st.chunk(0, c), st.sum(0, c));
-      ua[r] += dot_chunk<F>(uc[r], st.chunk(0, c), st.sum(0, c));
+      ga[r] += st.dot(gc[r], 0, c);
+      ua[r] += st.dot(uc[r], 0, c);
     }
   }
 #pragma unroll
@@ -193,20 +194,20 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
     return int64_t(j < k ? t * k + j : T * k + t) * act_stride;
   });
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int base = (blockIdx.x * kWarps + warp) * kStagedRows;
-  float acc[kStagedRows] = {};
+  const int base = (blockIdx.x * kWarps + warp) * kDownRows;
+  float acc[kDownRows] = {};
   for (int p = lane; p < n * st.chunks; p += 32) {
     const int j = p / st.chunks, c = p % st.chunks;
     const DeviceMatrix m = expert[j] >= 0 ? down.entry(expert[j]) : s_down;
-    Chunk ch[kStagedRows];
+    Chunk ch[kDownRows];
 #pragma unroll
-    for (int r = 0; r < kStagedRows; ++r)
+    for (int r = 0; r < kDownRows; ++r)
       if (base + r < m.rows) ch[r] = load_chunk<F>(m, base + r, c);
 #pragma unroll
-    for (int r = 0; r < kStagedRows; ++r) acc[r] += mix[j] * dot_chunk<F>(ch[r], st.chunk(j, c), st.sum(j, c));
+    for (int r = 0; r < kDownRows; ++r) acc[r] += mix[j] * st.dot(ch[r], j, c);
   }
 #pragma unroll
-  for (int r = 0; r < kStagedRows; ++r) {
+  for (int r = 0; r < kDownRows; ++r) {
     const float v = warp_sum(acc[r]);
     if (lane == 0 && base + r < down.rows) out[t * out_stride + base + r] = __float2bfloat16(v);
   }
@@ -219,6 +220,7 @@ bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const Dev
   for (const DeviceMatrix* m : all)
     if (m && (m->format != gate.format || !chunked_layout(*m))) return false;
   if (s_down && (s_down->cols != down.cols || s_gate->cols != gate.cols)) return false;
+  if (std::max(gate.rows, s_gate ? s_gate->rows : 0) % 8) return false;  // staged act rows start 16-byte aligned
   return k + 1 <= 33 && staged_bytes(gate.format, down.cols, k + 1) <= 48 * 1024 &&
          staged_bytes(gate.format, gate.cols, 1) <= 48 * 1024;
 }
@@ -238,7 +240,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
       ids, act, width, lpr);
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps * kStagedRows), T), 32 * kWarps,
+  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps * kDownRows), T), 32 * kWarps,
                           staged_bytes(F, down.cols, n), s>>>(down, shared ? *s_down : DeviceMatrix{}, shared, T, k,
                                                               ids, weights, sgate, act, width, out, out_stride);
   PETREL_LAUNCHED("moe down");

@@ -51,6 +51,31 @@ __global__ void add_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a,
   }
 }
 
+constexpr int kAddNormPerThread = 8;  // row elements each thread keeps in registers
+
+// One block per row: h += a, then out = h · rsqrt(mean(h²) + eps) · w with h held in registers.
+__global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride,
+                                    const float* w, int n, float eps, void* out, int64_t out_stride, int out_elem) {
+  const int64_t hb = blockIdx.x * h_stride, ab = blockIdx.x * a_stride, ob = blockIdx.x * out_stride;
+  float v[kAddNormPerThread];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kAddNormPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n) {
+      v[k] = load_act(h, h_elem, hb + i) + __bfloat162float(a[ab + i]);
+      store_act(h, h_elem, hb + i, v[k]);
+      ss += v[k] * v[k];
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(n) + eps);
+#pragma unroll
+  for (int k = 0; k < kAddNormPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n) store_act(out, out_elem, ob + i, v[k] * inv * w[i]);
+  }
+}
+
 // One warp per (token, head); D <= 512.
 __global__ void qk_norm_rope_kernel(bf16* x, int64_t stride, int heads, int D, const float* w, float eps, int rotary,
                                     float theta, const int* pos0) {
@@ -108,6 +133,17 @@ void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a
                  cudaStream_t s) {
   add_kernel<<<T, 256, 0, s>>>(h, h_stride, h_elem, a, a_stride, n);
   PETREL_LAUNCHED("add");
+}
+
+void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, const float* w, int T, int n,
+                  float eps, void* out, int64_t out_stride, int out_elem, cudaStream_t s) {
+  const int threads = std::max(32, div_up(div_up(n, kAddNormPerThread), 32) * 32);
+  if (threads > 1024) {
+    add_inplace(h, h_stride, h_elem, a, a_stride, T, n, s);
+    return rms_norm(h, h_stride, h_elem, w, T, n, eps, out, out_stride, out_elem, s);
+  }
+  add_rms_norm_kernel<<<T, threads, 0, s>>>(h, h_stride, h_elem, a, a_stride, w, n, eps, out, out_stride, out_elem);
+  PETREL_LAUNCHED("add_rms_norm");
 }
 
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary, float theta,
