@@ -96,6 +96,11 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) = 0;
   // out = x · Wᵀ
   virtual void linear(const Tensor& x, const Matrix& w, Tensor out) = 0;
+  // outs[i] = x · ws[i]ᵀ for several matrices reading one input (a layer's input projections),
+  // in one pass over x where the backend can.
+  virtual void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) {
+    for (int i = 0; i < n; ++i) linear(x, *ws[i], outs[i]);
+  }
   // h += a
   virtual void add(Tensor h, const Tensor& a) = 0;
   // h += a, then out = rms_norm(h): the residual add and the next norm in one pass where fused.

@@ -108,15 +108,11 @@ void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tenso
   const int64_t T = x.rows;
   Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
   Tensor attn = ws_.attn.rows_view(0, T);
-  backend_.linear(x, A.q, q);
-  backend_.linear(x, A.k, k);
-  backend_.linear(x, A.v, v);
+  Tensor gate = A.gate.valid() ? ws_.gate.rows_view(0, T) : Tensor{};
+  const Matrix* proj[] = {&A.q, &A.k, &A.v, &A.gate};
+  const Tensor proj_out[] = {q, k, v, gate};
+  backend_.linear_many(x, proj, proj_out, A.gate.valid() ? 4 : 3);
   backend_.qk_norm_rope(q, k, A);
-  Tensor gate;
-  if (A.gate.valid()) {
-    gate = ws_.gate.rows_view(0, T);
-    backend_.linear(x, A.gate, gate);
-  }
   backend_.attention(q, k, v, A.gate.valid() ? &gate : nullptr, layer, st, attn);
   backend_.linear(attn, A.o, out);
 }
@@ -126,10 +122,9 @@ void Model::deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor
   const int64_t T = x.rows;
   Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
   Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
-  backend_.linear(x, G.qkv, qkv);
-  backend_.linear(x, G.z, z);
-  backend_.linear(x, G.b, b);
-  backend_.linear(x, G.a, a);
+  const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
+  const Tensor proj_out[] = {qkv, z, b, a};
+  backend_.linear_many(x, proj, proj_out, 4);
   backend_.deltanet(qkv, z, b, a, G, layer, st, o);
   backend_.linear(o, G.out, out);
 }

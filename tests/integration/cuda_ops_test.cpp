@@ -249,6 +249,35 @@ TEST(CudaOps, LinearWithLargeActivationsMatchesCpu) {
   }
 }
 
+// A layer's input projections in one launch (decode) or one GEMM each (prefill), outputs of both
+// element types and weights of both formats (neighbours of one format share a launch), against
+// the CPU computing them one by one.
+TEST(CudaOps, LinearManyMatchesCpu) {
+  REQUIRE_GPU();
+  const ModelWeights& w = model().w;
+  const DeltaNetWeights& G = w.layers[0].gdn;
+  const AttentionWeights& A = w.layers[1].attn;
+  const std::vector<std::vector<const Matrix*>> lists = {
+      {&G.qkv, &G.z, &G.b, &G.a}, {&A.q, &A.k, &A.v, &A.gate}, {&G.b, &w.lm_head, &G.a}};
+  for (int T : {1, 3, 20}) {
+    Input x(T, model().c.hidden, 11 + T);
+    for (const auto& ws : lists) {
+      if (T == 20 && ws[1] == &w.lm_head) continue;  // the CPU LM head at 20 tokens adds nothing but time
+      std::vector<Output> outs;
+      outs.reserve(ws.size());
+      std::vector<Tensor> cpu, gpu;
+      for (const Matrix* m : ws) {
+        outs.emplace_back(T, m->rows, /*fp32=*/m == &G.b || m == &G.a || m == &w.lm_head);
+        cpu.push_back(outs.back().cpu);
+        gpu.push_back(outs.back().gpu);
+      }
+      pair().cpu.linear_many(x.cpu, ws.data(), cpu.data(), int(ws.size()));
+      pair().gpu->linear_many(x.gpu, ws.data(), gpu.data(), int(ws.size()));
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kLinearTol) << ws[i]->name << " T=" << T;
+    }
+  }
+}
+
 // T=1..3 take the staged GEMV kernel, 5 the general one, 37 and 130 the tensor-core GEMM.
 INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 130));
 

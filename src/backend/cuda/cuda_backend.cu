@@ -267,6 +267,17 @@ class CudaBackend final : public Backend {
                  stream_);
   }
 
+  void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
+    const cuda::TimedOp timed(timer_, stream_, "linear_many", n, ws[0]->cols);
+    std::vector<const DeviceMatrix*> mats;
+    std::vector<cuda::GemvOut> dst;
+    for (int i = 0; i < n; ++i) {
+      mats.push_back(&weights_->matrix(*ws[i]));
+      dst.push_back({outs[i].data, outs[i].stride, outs[i].elem_size});
+    }
+    cuda::linear_many(mats.data(), dst.data(), int(mats.size()), x.data, x.stride, x.elem_size, int(x.rows), stream_);
+  }
+
   void add(Tensor h, const Tensor& a) override {
     const cuda::TimedOp timed(timer_, stream_, "add");
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);

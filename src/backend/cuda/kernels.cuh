@@ -11,6 +11,28 @@ namespace petrel::cuda {
 constexpr int kGemvMaxTokens = 8;
 void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
             int y_elem, cudaStream_t s);
+// Where a linear writes: element type 2 (bf16) or 4 (fp32).
+struct GemvOut {
+  void* y = nullptr;
+  int64_t stride = 0;
+  int elem = 2;
+};
+// Up to kMax matrices sharing one input, for one decode GEMV launch (block ranges set at launch).
+struct GemvSegments {
+  static constexpr int kMax = 4;
+  DeviceMatrix w[kMax];
+  GemvOut out[kMax];
+  int first_block[kMax + 1] = {};
+  int n = 0;
+  void add(const DeviceMatrix& m, void* y, int64_t stride, int elem) {
+    w[n] = m;
+    out[n] = {y, stride, elem};
+    ++n;
+  }
+};
+// outs[i] = x · ws[i]ᵀ: a layer's projections of one input, in as few launches as their formats allow.
+void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.

@@ -14,20 +14,32 @@ constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
 // The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 4
-// chunks in flight: NR rows x (4 / NR) consecutive chunk steps. Blocks stride over the rows.
+// chunks in flight: NR rows x (4 / NR) consecutive chunk steps. Several matrices sharing the
+// input (a layer's projections) run in one launch, each over its own range of blocks, which
+// stride over its rows.
 template <WFormat F, int TMAX, int NR>
-__global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(DeviceMatrix w, const void* x, int64_t x_stride,
-                                                                      int x_elem, int T, void* y, int64_t y_stride,
-                                                                      int y_elem, int lpr) {
+__global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(GemvSegments segs, const void* x,
+                                                                      int64_t x_stride, int x_elem, int T, int lpr) {
   constexpr int U = kGemvChunksInFlight / NR;
+  DeviceMatrix w;
+  GemvOut out;
+  int block = 0, blocks = 0;
+#pragma unroll
+  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
+    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
+      w = segs.w[i];
+      out = segs.out[i];
+      block = blockIdx.x - segs.first_block[i];
+      blocks = segs.first_block[i + 1] - segs.first_block[i];
+    }
   extern __shared__ float4 smem4[];
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
                                      [&](int t) { return t * x_stride; });
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
   const int warp_rows = NR * pass, block_rows = kGemvWarps * warp_rows;
-  for (int64_t base = int64_t(blockIdx.x) * block_rows + warp * warp_rows; base < w.rows;
-       base += int64_t(gridDim.x) * block_rows) {
+  for (int64_t base = int64_t(block) * block_rows + warp * warp_rows; base < w.rows;
+       base += int64_t(blocks) * block_rows) {
     float acc[NR][TMAX] = {};
     for (int c0 = sl; c0 < st.chunks; c0 += lpr * U) {
       Chunk ch[NR][U];
@@ -52,15 +64,15 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(DeviceMatr
 #pragma unroll
       for (int t = 0; t < TMAX; ++t) {
         const float v = group_sum(acc[r][t], lpr);
-        if (t < T && sl == 0 && row < w.rows) store_act(y, y_elem, t * y_stride + row, v);
+        if (t < T && sl == 0 && row < w.rows) store_act(out.y, out.elem, t * out.stride + row, v);
       }
     }
   }
 }
 
 template <WFormat F, int TMAX, int NR>
-void launch_gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
-                        int64_t y_stride, int y_elem, size_t smem, int lpr, cudaStream_t s) {
+void launch_gemv_staged(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, size_t smem, int lpr,
+                        cudaStream_t s) {
   static bool configured = false;  // one attribute call per instantiation
   if (!configured) {
     PETREL_CUDA(cudaFuncSetAttribute(gemv_staged_kernel<F, TMAX, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -68,28 +80,40 @@ void launch_gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, 
     configured = true;
   }
   const int block_rows = kGemvWarps * NR * (32 / lpr);
-  const int grid = std::min(div_up(w.rows, block_rows), sm_count() * 4);
-  gemv_staged_kernel<F, TMAX, NR><<<grid, 32 * kGemvWarps, smem, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem,
-                                                                       lpr);
+  segs.first_block[0] = 0;
+  for (int i = 0; i < segs.n; ++i)
+    segs.first_block[i + 1] = segs.first_block[i] + std::min(div_up(segs.w[i].rows, block_rows), sm_count() * 4);
+  gemv_staged_kernel<F, TMAX, NR><<<segs.first_block[segs.n], 32 * kGemvWarps, smem, s>>>(segs, x, x_stride, x_elem,
+                                                                                            T, lpr);
 }
 
 // Rows in flight per warp: as many as keep at least two blocks per multiprocessor busy.
 template <WFormat F, int TMAX>
-void gemv_staged_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y,
-                      int64_t y_stride, int y_elem, size_t smem, cudaStream_t s) {
-  const int lpr = lanes_per_row(w.cols / chunk_weights(F)), pass = 32 / lpr;
-  auto enough = [&](int nr) { return div_up(w.rows, kGemvWarps * nr * pass) >= 2 * sm_count(); };
-  if (enough(4)) launch_gemv_staged<F, TMAX, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
-  else if (enough(2)) launch_gemv_staged<F, TMAX, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
-  else launch_gemv_staged<F, TMAX, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, lpr, s);
+void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, size_t smem,
+                      cudaStream_t s) {
+  const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), pass = 32 / lpr;
+  int64_t rows = 0;
+  for (int i = 0; i < segs.n; ++i) rows += segs.w[i].rows;
+  auto enough = [&](int nr) { return div_up(rows, kGemvWarps * nr * pass) >= 2 * sm_count(); };
+  if (enough(4)) launch_gemv_staged<F, TMAX, 4>(segs, x, x_stride, x_elem, T, smem, lpr, s);
+  else if (enough(2)) launch_gemv_staged<F, TMAX, 2>(segs, x, x_stride, x_elem, T, smem, lpr, s);
+  else launch_gemv_staged<F, TMAX, 1>(segs, x, x_stride, x_elem, T, smem, lpr, s);
 }
 
 template <WFormat F>
-void gemv_staged(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
-                 int y_elem, size_t smem, cudaStream_t s) {
-  if (T == 1) gemv_staged_rows<F, 1>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-  else if (T == 2) gemv_staged_rows<F, 2>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-  else gemv_staged_rows<F, 4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, cudaStream_t s) {
+  const size_t smem = staged_bytes(F, segs.w[0].cols, T);
+  if (T == 1) gemv_staged_rows<F, 1>(segs, x, x_stride, x_elem, T, smem, s);
+  else if (T == 2) gemv_staged_rows<F, 2>(segs, x, x_stride, x_elem, T, smem, s);
+  else gemv_staged_rows<F, 4>(segs, x, x_stride, x_elem, T, smem, s);
+}
+
+void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, cudaStream_t s) {
+  switch (segs.w[0].format) {
+    case WFormat::Q4: return gemv_staged<WFormat::Q4>(segs, x, x_stride, x_elem, T, s);
+    case WFormat::Q8: return gemv_staged<WFormat::Q8>(segs, x, x_stride, x_elem, T, s);
+    case WFormat::BF16: return gemv_staged<WFormat::BF16>(segs, x, x_stride, x_elem, T, s);
+  }
 }
 
 // Staging takes up to 4 activation rows that fit in shared memory.
@@ -240,10 +264,9 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
             int y_elem, cudaStream_t s) {
   check_shapes(w, x_stride);
   if (gemv_staged_fits(w, T)) {
-    const size_t smem = staged_bytes(w.format, w.cols, T);
-    if (w.format == WFormat::Q4) gemv_staged<WFormat::Q4>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-    else if (w.format == WFormat::Q8) gemv_staged<WFormat::Q8>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
-    else gemv_staged<WFormat::BF16>(w, x, x_stride, x_elem, T, y, y_stride, y_elem, smem, s);
+    GemvSegments segs;
+    segs.add(w, y, y_stride, y_elem);
+    gemv_staged(segs, x, x_stride, x_elem, T, s);
     PETREL_LAUNCHED("gemv");
     return;
   }
@@ -259,6 +282,28 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
   const dim3 grid(div_up(w.rows, BN), div_up(T, BM));
   gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem);
   PETREL_LAUNCHED("gemm");
+}
+
+void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, cudaStream_t s) {
+  // Runs of neighbouring matrices with one format share a launch; anything else goes alone.
+  for (int i = 0; i < n;) {
+    GemvSegments segs;
+    if (gemv_staged_fits(*ws[i], T))
+      for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format &&
+                      ws[j]->cols == ws[i]->cols && gemv_staged_fits(*ws[j], T);
+           ++j)
+        segs.add(*ws[j], outs[j].y, outs[j].stride, outs[j].elem);
+    if (segs.n == 0) {
+      linear(*ws[i], x, x_stride, x_elem, T, outs[i].y, outs[i].stride, outs[i].elem, s);
+      ++i;
+      continue;
+    }
+    check_shapes(*ws[i], x_stride);
+    gemv_staged(segs, x, x_stride, x_elem, T, s);
+    PETREL_LAUNCHED("gemv (several matrices)");
+    i += segs.n;
+  }
 }
 
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,

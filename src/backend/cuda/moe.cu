@@ -127,7 +127,7 @@ __global__ void down_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_sha
 }
 
 constexpr int kStagedRows = 2;  // gate and up rows per warp in the staged expert kernel
-constexpr int kDownRows = 1;    // output rows per warp of the staged down kernel: 256 blocks per token
+constexpr int kDownChunksInFlight = 4;  // per lane in the staged down kernel (one output row per warp)
 
 // grid (width/16, slots), staged form of gate_up_kernel: the block stages its token's activation
 // row, each warp streams kStagedRows rows of gate and of up at once.
@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_staged_kernel(DeviceMatri
   }
 }
 
-// grid (H/16, T), staged form of down_kernel: the block stages its token's k (+1 shared)
-// activation rows; a warp's lanes spread over (expert, chunk) pairs of kStagedRows output rows.
+// grid (H/8, T), staged form of down_kernel: the block stages its token's k (+1 shared)
+// activation rows; a warp's lanes spread over the (expert, chunk) pairs of one output row.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix down, DeviceMatrix s_down,
                                                                   bool has_shared, int T, int k, const int* ids,
@@ -193,24 +193,24 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), act, 4, down.cols, n, [&](int j) {
     return int64_t(j < k ? t * k + j : T * k + t) * act_stride;
   });
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int base = (blockIdx.x * kWarps + warp) * kDownRows;
-  float acc[kDownRows] = {};
-  for (int p = lane; p < n * st.chunks; p += 32) {
-    const int j = p / st.chunks, c = p % st.chunks;
-    const DeviceMatrix m = expert[j] >= 0 ? down.entry(expert[j]) : s_down;
-    Chunk ch[kDownRows];
+  const int lane = threadIdx.x % 32, h = blockIdx.x * kWarps + threadIdx.x / 32;
+  const int pairs = n * st.chunks;
+  float acc = 0.0f;
+  for (int p0 = lane; p0 < pairs; p0 += 32 * kDownChunksInFlight) {
+    Chunk ch[kDownChunksInFlight];
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r)
-      if (base + r < m.rows) ch[r] = load_chunk<F>(m, base + r, c);
+    for (int u = 0; u < kDownChunksInFlight; ++u) {
+      const int p = p0 + 32 * u, j = p / st.chunks;
+      if (p < pairs && h < down.rows) ch[u] = load_chunk<F>(expert[j] >= 0 ? down.entry(expert[j]) : s_down, h, p % st.chunks);
+    }
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r) acc[r] += mix[j] * st.dot(ch[r], j, c);
+    for (int u = 0; u < kDownChunksInFlight; ++u) {
+      const int p = p0 + 32 * u, j = p / st.chunks;
+      if (p < pairs) acc += mix[j] * st.dot(ch[u], j, p % st.chunks);
+    }
   }
-#pragma unroll
-  for (int r = 0; r < kDownRows; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0 && base + r < down.rows) out[t * out_stride + base + r] = __float2bfloat16(v);
-  }
+  acc = warp_sum(acc);
+  if (lane == 0 && h < down.rows) out[t * out_stride + h] = __float2bfloat16(acc);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked format.
@@ -240,7 +240,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
       ids, act, width, lpr);
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps * kDownRows), T), 32 * kWarps,
+  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps,
                           staged_bytes(F, down.cols, n), s>>>(down, shared ? *s_down : DeviceMatrix{}, shared, T, k,
                                                               ids, weights, sgate, act, width, out, out_stride);
   PETREL_LAUNCHED("moe down");
