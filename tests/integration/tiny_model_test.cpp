@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/test_util.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/npy.h"
 #include "io/checkpoint.h"
@@ -25,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string tiny_dir() { return (fs::path(PETREL_FIXTURES_DIR) / ".." / ".." / "models" / "petrel-tiny").lexically_normal().string(); }
+std::string tiny_dir() { return test::tiny_model_dir(); }
 
 struct Problem {
   std::string task, question, response, answer, prompt_hf_rendered;

@@ -17,6 +17,11 @@ inline std::string fixture_model(const std::string& name) {
   return std::string(PETREL_FIXTURES_DIR) + "/models/" + name;
 }
 
+// models/petrel-tiny, the small trained model shipped with the repository.
+inline std::string tiny_model_dir() {
+  return (std::filesystem::path(PETREL_FIXTURES_DIR) / ".." / ".." / "models" / "petrel-tiny").lexically_normal().string();
+}
+
 // A fresh folder under the system temp dir, removed at scope exit.
 struct TempDir {
   std::filesystem::path path;
