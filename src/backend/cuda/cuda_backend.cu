@@ -321,9 +321,13 @@ class CudaBackend final : public Backend {
     const int T = int(qkv.rows);
     const cuda::DeltaNetShape d{c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel};
     const cuda::TimedOp timed(timer_, stream_, "deltanet");
+    check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
+    if (T == 1 && cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
+                                        weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer],
+                                        weights_->vec(w.norm), bf(z), c.rms_eps, bf(out), stream_))
+      return;
     cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
                            s.conv[layer], gdn_u_, stream_);
-    check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
     cuda::deltanet_prepare(d, gdn_u_, T, f32(b), b.stride, f32(a), a.stride, weights_->vec(w.A_log),
                            weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
     if (T == 1)

@@ -255,6 +255,96 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
   }
 }
 
+// The whole decode step of one DeltaNet layer for one key head and its Hv/Hk value heads (one
+// thread per value column): conv + SiLU of the head's q, k and v channels (continuing the conv
+// state), q/k L2 norms and gates, the delta rule on the fp32 state column held in registers, and
+// the gated RMSNorm. The state loads are issued first so their latency overlaps the conv.
+template <int DK>
+__global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d, const bf16* x, const float* conv_w,
+                                                                 float* conv_state, const float* b, const float* a,
+                                                                 const float* A_log, const float* dt_bias, float* state,
+                                                                 const float* norm_w, const bf16* z, float eps,
+                                                                 bf16* out) {
+  extern __shared__ float vs[];  // the block's v channels, then their outputs
+  __shared__ float qs[DK], ks[DK], head_inv[32];
+  const int kh = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
+  const int ratio = d.Hv / d.Hk, cols = ratio * d.dv;
+  const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
+  const bool active = tid < cols;
+  const int jl = tid / d.dv, e = tid % d.dv, j = kh * ratio + jl;
+  float* S = state + int64_t(j) * DK * d.dv;
+  float col[DK];
+#pragma unroll
+  for (int i = 0; i < DK; ++i) col[i] = active ? S[int64_t(i) * d.dv + e] : 0.0f;
+
+  for (int ch = tid; ch < 2 * DK + cols; ch += blockDim.x) {
+    const int c = ch < DK ? kh * DK + ch : ch < 2 * DK ? key_dim + kh * DK + ch - DK : 2 * key_dim + kh * cols + ch - 2 * DK;
+    float acc = conv_w[int64_t(c) * d.K + hist] * __bfloat162float(x[c]);
+    for (int t = 0; t < hist; ++t) {
+      const float w_t = conv_state[int64_t(t) * C + c];
+      acc += conv_w[int64_t(c) * d.K + t] * w_t;
+      if (t > 0) conv_state[int64_t(t - 1) * C + c] = w_t;
+    }
+    if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = __bfloat162float(x[c]);
+    const float u = siluf_(acc);
+    if (ch < DK) qs[ch] = u;
+    else if (ch < 2 * DK) ks[ch - DK] = u;
+    else vs[ch - 2 * DK] = u;
+  }
+  __syncthreads();
+  for (int which = warp; which < 2; which += warps) {  // q (with the 1/sqrt(dk) scale), then k
+    float* v = which == 0 ? qs : ks;
+    float ss = 0.0f;
+    for (int i = lane; i < DK; i += 32) ss += v[i] * v[i];
+    const float inv = rsqrtf(warp_sum(ss) + 1e-6f) * (which == 0 ? rsqrtf(float(DK)) : 1.0f);
+    for (int i = lane; i < DK; i += 32) v[i] *= inv;
+  }
+  __syncthreads();
+  float o = 0.0f;
+  if (active) {
+    const float av = a[j] + dt_bias[j];
+    const float decay = expf(-expf(A_log[j]) * (av > 20.0f ? av : log1pf(expf(av))));
+    const float beta = 1.0f / (1.0f + expf(-b[j]));
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] *= decay;
+      m += col[i] * ks[i];
+    }
+    const float delta = beta * (vs[tid] - m);
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] += ks[i] * delta;
+      o += col[i] * qs[i];
+    }
+#pragma unroll
+    for (int i = 0; i < DK; ++i) S[int64_t(i) * d.dv + e] = col[i];
+  }
+  __syncthreads();  // every v channel read: its slot now holds this column's output
+  if (active) vs[tid] = o;
+  __syncthreads();
+  for (int h = warp; h < ratio; h += warps) {
+    float ss = 0.0f;
+    for (int i = lane; i < d.dv; i += 32) ss += vs[h * d.dv + i] * vs[h * d.dv + i];
+    const float inv = rsqrtf(warp_sum(ss) / float(d.dv) + eps);
+    if (lane == 0) head_inv[h] = inv;
+  }
+  __syncthreads();
+  if (active) {
+    const int64_t c = int64_t(j) * d.dv + e;
+    out[c] = __float2bfloat16(o * head_inv[jl] * norm_w[e] * siluf_(__bfloat162float(z[c])));
+  }
+}
+
+template <int DK>
+void launch_deltanet_decode(const DeltaNetShape& d, int threads, const bf16* x, const float* conv_w, float* conv_state,
+                            const float* b, const float* a, const float* A_log, const float* dt_bias, float* state,
+                            const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
+  const int cols = d.Hv / d.Hk * d.dv;
+  deltanet_decode_kernel<DK><<<d.Hk, threads, cols * sizeof(float), s>>>(d, x, conv_w, conv_state, b, a, A_log, dt_bias,
+                                                                         state, norm_w, z, eps, out);
+}
+
 }  // namespace
 
 void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state, float* u,
@@ -296,6 +386,22 @@ void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const flo
   }
   chunked_kernel<<<dim3(d.Hv, div_up(d.dv, kColBlock)), 256, smem, s>>>(d, T, q, k, v, beta, g, state, out);
   PETREL_LAUNCHED("delta_rule_chunked");
+}
+
+bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
+                     const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
+                     const bf16* z, float eps, bf16* out, cudaStream_t s) {
+  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = div_up(int64_t(ratio) * d.dv, 32) * 32;
+  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 256 || ratio > 32 || d.K < 1 || d.K > 8) return false;
+  switch (d.dk) {
+    case 16: launch_deltanet_decode<16>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    default: return false;
+  }
+  PETREL_LAUNCHED("deltanet_decode");
+  return true;
 }
 
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,

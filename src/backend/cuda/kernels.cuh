@@ -83,6 +83,11 @@ void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const f
 void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                         const float* beta, const float* g, float* state, float* out, cudaStream_t s);
 // out = rmsnorm(o per value head)·w·silu(z), bf16.
+// A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
+// one launch; false (nothing done) for shapes it does not cover.
+bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
+                     const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
+                     const bf16* z, float eps, bf16* out, cudaStream_t s);
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,
                     float eps, bf16* out, int64_t out_stride, cudaStream_t s);
 
