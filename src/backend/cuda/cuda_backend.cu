@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PETREL_CUDA(cudaMallocHost(&h_pos_, sizeof(int)));
     PETREL_CUDA(cudaMallocHost(&h_token_, sizeof(int)));
+    PETREL_CUDA(cudaEventCreateWithFlags(&inputs_read_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -74,6 +75,7 @@ class CudaBackend final : public Backend {
     if (h_ids_) cudaFreeHost(h_ids_);
     cudaFreeHost(h_pos_);
     cudaFreeHost(h_token_);
+    cudaEventDestroy(inputs_read_);
     cudaStreamDestroy(stream_);
   }
 
@@ -199,8 +201,9 @@ class CudaBackend final : public Backend {
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override {
     check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
                                 std::to_string(max_tokens_));
-    // The previous step may still read the pinned inputs; wait before overwriting them.
-    PETREL_CUDA(cudaStreamSynchronize(stream_));
+    // The previous chunk's copies may still read the pinned inputs: wait only then (never in a
+    // decode loop, whose previous step ended by reading its token).
+    if (cudaEventQuery(inputs_read_) == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
     for (int t = 0; t < n; ++t) {
       check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
                                                   std::to_string(t) + " is outside the vocabulary (0.." +
@@ -252,6 +255,7 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
@@ -408,6 +412,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> allocations_;
   int max_tokens_ = 0, n_tokens_ = 0;
   int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
+  cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has copied the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
   float* attn_partial_ = nullptr;
   float* argmax_scratch_ = nullptr;

@@ -1,0 +1,86 @@
+// A decode step on the GPU synchronises with the host once, to read the sampled token, and never
+// allocates device or pinned memory: CUPTI counts every blocking or allocating CUDA runtime call
+// the process makes during a run of greedy decode steps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../unit/test_util.h"
+#include "backend/cuda/cuda_backend.h"
+#include "io/checkpoint.h"
+#include "model/forward.h"
+
+#ifdef PETREL_HAVE_CUPTI
+#include <cupti.h>
+#endif
+
+namespace petrel {
+namespace {
+
+#ifdef PETREL_HAVE_CUPTI
+struct RuntimeCalls {
+  std::atomic<int> syncs{0}, allocations{0};
+};
+
+void CUPTIAPI count_call(void* user, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
+  if (static_cast<const CUpti_CallbackData*>(data)->callbackSite != CUPTI_API_ENTER) return;
+  auto* calls = static_cast<RuntimeCalls*>(user);
+  switch (id) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:  // the synchronous copies
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020:
+      ++calls->syncs;
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
+      ++calls->allocations;
+      break;
+    default:
+      break;
+  }
+}
+#endif
+
+TEST(CudaDecodeStep, OneSyncForTheTokenAndNoAllocation) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+#ifndef PETREL_HAVE_CUPTI
+  GTEST_SKIP() << "built without CUPTI: the runtime calls of a decode step cannot be counted";
+#else
+  const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
+  auto ck = Checkpoint::open(dir);
+  const auto ref = nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  CudaOptions o;
+  o.progress = false;
+  auto backend = make_cuda_backend(o);
+  Model model(ck->config(), ck->weights(), *backend);
+  constexpr int kSteps = 16;
+  auto seq = model.new_sequence(int(prompt.size()) + kSteps + 4);
+  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+  for (int i = 0; i < 2; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // records the step's graph
+
+  RuntimeCalls calls;
+  CUpti_SubscriberHandle subscriber;
+  ASSERT_EQ(cuptiSubscribe(&subscriber, count_call, &calls), CUPTI_SUCCESS);
+  ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), CUPTI_SUCCESS);
+  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  cuptiUnsubscribe(subscriber);
+
+  EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " decode steps (one token read each)";
+  EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " decode steps";
+  EXPECT_GE(tok, 0);
+#endif
+}
+
+}  // namespace
+}  // namespace petrel
