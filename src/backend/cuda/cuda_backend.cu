@@ -203,7 +203,9 @@ class CudaBackend final : public Backend {
                                 std::to_string(max_tokens_));
     // The previous chunk's copies may still read the pinned inputs: wait only then (never in a
     // decode loop, whose previous step ended by reading its token).
-    if (cudaEventQuery(inputs_read_) == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
+    const cudaError_t read = cudaEventQuery(inputs_read_);
+    if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
+    else PETREL_CUDA(read);
     for (int t = 0; t < n; ++t) {
       check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
                                                   std::to_string(t) + " is outside the vocabulary (0.." +
@@ -232,6 +234,7 @@ class CudaBackend final : public Backend {
       PETREL_CUDA(cudaGraphDestroy(graph));
     }
     PETREL_CUDA(cudaGraphLaunch(s.graph_exec, stream_));
+    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
   }
 
   void synchronize() override { PETREL_CUDA(cudaStreamSynchronize(stream_)); }
@@ -255,7 +258,9 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
-    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PETREL_CUDA(cudaStreamIsCapturing(stream_, &capture));
+    if (capture == cudaStreamCaptureStatusNone) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
