@@ -129,6 +129,7 @@ TEST(CudaTinyModel, TrainedModelLogitsMatchCpuAtEveryPosition) {
   o.progress = false;
   auto gpu_backend = make_cuda_backend(o);
   Model cpu(ck->config(), ck->weights(), cpu_backend), gpu(ck->config(), ck->weights(), *gpu_backend);
+  const int32_t kEos = 2;  // models/petrel-tiny/generation_config.json
   std::ifstream in(dir + "/reference/heldout.jsonl");
   std::string line;
   double worst = 1.0;
@@ -146,9 +147,10 @@ TEST(CudaTinyModel, TrainedModelLogitsMatchCpuAtEveryPosition) {
     for (int t = 0; t < T; ++t) EXPECT_GE(cosines[t], 0.999) << "problem " << problem << " position " << t;
     worst = std::min(worst, *std::min_element(cosines.begin(), cosines.end()));
 
-    auto cg = cpu.new_sequence(P + 64), gg = gpu.new_sequence(P + 64);  // greedy answers from the prompt
+    // Greedy answers from the prompt, up to the end of the answer (eos id 2; what follows is noise).
+    auto cg = cpu.new_sequence(P + 64), gg = gpu.new_sequence(P + 64);
     int32_t c_tok = cpu.forward_greedy(ids.data(), P, *cg), g_tok = gpu.forward_greedy(ids.data(), P, *gg);
-    for (int i = 0; i < 48 && c_tok == g_tok; ++i) {
+    for (int i = 0; i < 48 && c_tok == g_tok && c_tok != kEos; ++i) {
       c_tok = cpu.forward_greedy(&c_tok, 1, *cg);
       g_tok = gpu.forward_greedy(&g_tok, 1, *gg);
     }
