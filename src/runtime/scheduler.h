@@ -12,6 +12,7 @@
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
 #include "model/forward.h"
+#include "runtime/logprobs.h"
 
 namespace petrel {
 
@@ -30,11 +31,6 @@ struct CompletionRequest {
   int top_logprobs = -1;         // -1: no logprobs; 0..20: the token's logprob plus that many alternatives
 };
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;  // log-softmax of the raw model logits (before penalties / temperature)
-};
-
 // One event per sampled token; the last event of a request has done = true (and token = -1 when
 // the request ended without a new token: cancelled, or an error).
 struct StepEvent {
@@ -44,7 +40,7 @@ struct StepEvent {
   bool done = false;
   FinishReason reason = FinishReason::MaxTokens;
   GenerationStats stats;             // filled on the last event
-  std::string error;                 // non-empty when the request failed inside the engine
+  std::string error;                 // non-empty when the request failed inside the engine (reason Cancelled)
 };
 
 // Runs on the scheduler thread. Return false to end the request now (stop string matched, client
@@ -61,17 +57,26 @@ struct SchedulerMetrics {
   uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
 };
 
+// Callbacks run on the scheduler thread and must not call shutdown() or destroy the scheduler.
 class Scheduler {
  public:
+  // Allocates options.max_sequences states of options.context tokens and starts the thread. Throws
+  // petrel::Error naming the option when one is out of range (max_sequences may not exceed the
+  // model's batch limit, Model::max_batch()).
   Scheduler(Model& model, const SchedulerOptions& options);
   ~Scheduler();  // cancels everything still running or queued, then joins the thread
 
-  // Thread-safe. On Accepted, `id` identifies the request for cancel().
+  // Thread-safe. On Accepted, `id` identifies the request for cancel(). A malformed request (empty
+  // prompt, token id outside the vocabulary, max_tokens, top_logprobs or a sampling value out of
+  // range) throws petrel::Error naming the field; a prompt longer than the context is PromptTooLong.
+  // QueueFull when max_sequences + max_queued requests are already running or waiting.
   SubmitStatus submit(CompletionRequest request, StepCallback callback, uint64_t* id = nullptr);
   // Thread-safe; the request's callback gets a final done event with reason Cancelled.
   void cancel(uint64_t id);
-  // Stops accepting; finishes running requests when `drain`, else cancels them. Blocks until idle.
+  // Stops accepting; finishes running requests when `drain` (queued ones too), else cancels them.
+  // Blocks until idle; the thread then ends. Calling it again is harmless.
   void shutdown(bool drain);
+  // Thread-safe snapshot. After a request's final event, its slot is already counted as free.
   SchedulerMetrics metrics() const;
 
  private:
