@@ -44,6 +44,9 @@ class SequenceState {
   int capacity = 0;  // tokens the KV cache can hold
   // Copies every cache and state of `other` (same backend and model) into this one.
   virtual void copy_from(const SequenceState& other) = 0;
+  // Forgets every token, keeping the memory: n_past = 0, conv and recurrent state zero (KV rows
+  // are rewritten before they are read again). A server reuses states this way.
+  virtual void reset() = 0;
   // Appends, as fp32 in a fixed order, everything that decides what the sequence computes next:
   // the KV rows of its n_past tokens, the conv state and the recurrent state, for tests that
   // compare states. False (nothing appended) where the backend does not offer it.
@@ -72,6 +75,10 @@ class Backend {
   // Stages the inputs of one forward chunk: token ids and their positions st.n_past, st.n_past+1, ...
   // Host-side only; the ops that follow read the staged values.
   virtual void begin_forward(const int32_t* ids, int n, const SequenceState& st) = 0;
+  // Stages one decode step over B sequences with one new token each: row b is ids[b] at position
+  // seqs[b]->n_past. Row-wise ops (embed, norms, linear, mlp, moe) then run over the B rows at
+  // once; qk_norm_rope uses each row's position, and the *_batch ops each row's own state.
+  virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) = 0;
   // Runs the device work of one decode step. A backend may record it on the first call for `st`
   // and replay the recording afterwards (CUDA graphs), so `ops` must issue the same op sequence
   // every time and depend on nothing but staged inputs and device state.
@@ -120,6 +127,24 @@ class Backend {
   // the fp32 state (chunked form for T>1, recurrent for T=1), then gated RMSNorm with z.
   virtual void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a,
                         const DeltaNetWeights& w, int layer, SequenceState& st, Tensor out) = 0;
+  // attention() for a step staged by begin_batch: row b appends to and attends over seqs[b]'s cache.
+  // The default runs the single-sequence op on each row (right where that op reads positions from
+  // its state, as the CPU does).
+  virtual void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                               SequenceState* const* seqs, Tensor out) {
+    for (int64_t r = 0; r < q.rows; ++r) {
+      const Tensor gate_row = gate ? gate->rows_view(r, 1) : Tensor{};
+      attention(q.rows_view(r, 1), k.rows_view(r, 1), v.rows_view(r, 1), gate ? &gate_row : nullptr, layer,
+                *seqs[r], out.rows_view(r, 1));
+    }
+  }
+  // deltanet() for a step staged by begin_batch: row b continues seqs[b]'s conv and recurrent state.
+  virtual void deltanet_batch(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a,
+                              const DeltaNetWeights& w, int layer, SequenceState* const* seqs, Tensor out) {
+    for (int64_t r = 0; r < qkv.rows; ++r)
+      deltanet(qkv.rows_view(r, 1), z.rows_view(r, 1), b.rows_view(r, 1), a.rows_view(r, 1), w, layer, *seqs[r],
+               out.rows_view(r, 1));
+  }
   // out = down(silu(gate·x) ⊙ up·x)
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor out) = 0;
   // Router softmax → top-k → (renormalise) → weighted experts, plus the sigmoid-gated shared expert.

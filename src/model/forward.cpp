@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -64,11 +65,9 @@ void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool wan
   const bool decode = T == 1;
   // Otherwise only the rows whose logits are wanted go through the final norm and the LM head.
   const int first = decode || all_logits ? 0 : (want_last ? T - 1 : T);
-  if (all_logits && !decode && ws_.all_logits.data == nullptr)  // only dump-style callers pay for it
-    ws_.all_logits = backend_.alloc(options_.max_chunk, c.vocab, /*fp32=*/true);
-  Tensor logits = (all_logits && !decode ? ws_.all_logits : ws_.logits).rows_view(0, T - first);
+  Tensor logits = (all_logits && !decode ? all_logits_buffer() : ws_.logits).rows_view(0, T - first);
   backend_.begin_forward(ids, T, st);
-  auto ops = [&] { compute_chunk(T, st, first, logits); };
+  auto ops = [&] { compute_chunk(T, StepStates{&st, nullptr}, first, logits); };
   if (decode) backend_.run_decode_step(st, ops);
   else ops();
   st.n_past += T;
@@ -80,7 +79,30 @@ void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool wan
   }
 }
 
-void Model::compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor logits) {
+void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {
+  check(B >= 1 && B <= max_batch(), "forward_batch: " + std::to_string(B) + " sequences, expected 1.." +
+                                        std::to_string(max_batch()) + " (the prefill chunk length)");
+  for (int b = 0; b < B; ++b) {
+    check(seqs[b]->n_past < seqs[b]->capacity, "forward_batch: sequence " + std::to_string(b) + " is full (" +
+                                                   std::to_string(seqs[b]->capacity) + " tokens)");
+    for (int other = 0; other < b; ++other)
+      check(seqs[other] != seqs[b], "forward_batch: rows " + std::to_string(other) + " and " + std::to_string(b) +
+                                        " continue the same sequence");
+  }
+  Tensor out = all_logits_buffer().rows_view(0, B);
+  backend_.begin_batch(ids, seqs, B);
+  compute_chunk(B, StepStates{nullptr, seqs}, 0, out);
+  for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
+  backend_.to_host(out, logits);
+}
+
+Tensor Model::all_logits_buffer() {
+  if (ws_.all_logits.data == nullptr)  // only callers that want many logits rows pay for them
+    ws_.all_logits = backend_.alloc(options_.max_chunk, config_.vocab, /*fp32=*/true);
+  return ws_.all_logits;
+}
+
+void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits) {
   const ModelConfig& c = config_;
   Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
   Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
@@ -103,7 +125,7 @@ void Model::compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor 
   backend_.linear(xs, weights_.lm_head, logits);
 }
 
-void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out) {
+void Model::attention_block(int layer, const Tensor& x, const StepStates& st, Tensor out) {
   const AttentionWeights& A = weights_.layers[layer].attn;
   const int64_t T = x.rows;
   Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
@@ -113,11 +135,13 @@ void Model::attention_block(int layer, const Tensor& x, SequenceState& st, Tenso
   const Tensor proj_out[] = {q, k, v, gate};
   backend_.linear_many(x, proj, proj_out, A.gate.valid() ? 4 : 3);
   backend_.qk_norm_rope(q, k, A);
-  backend_.attention(q, k, v, A.gate.valid() ? &gate : nullptr, layer, st, attn);
+  const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
+  if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
+  else backend_.attention(q, k, v, gate_or_null, layer, *st.chunk, attn);
   backend_.linear(attn, A.o, out);
 }
 
-void Model::deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor out) {
+void Model::deltanet_block(int layer, const Tensor& x, const StepStates& st, Tensor out) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
   const int64_t T = x.rows;
   Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
@@ -125,7 +149,8 @@ void Model::deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
   backend_.linear_many(x, proj, proj_out, 4);
-  backend_.deltanet(qkv, z, b, a, G, layer, st, o);
+  if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
+  else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
   backend_.linear(o, G.out, out);
 }
 

@@ -27,15 +27,30 @@ class Model {
   // Like forward, but the logits stay on the device and only the argmax of the last one comes back.
   int32_t forward_greedy(const int32_t* ids, int n, SequenceState& st);
 
+  // One decode step for B distinct sequences, one new token each: ids[b] continues *seqs[b].
+  // Projections, norms, MLP/MoE and the LM head run once over the B rows; attention and DeltaNet
+  // use each row's own state and position. Row b of `logits` (B x vocab floats) is what forward()
+  // of ids[b] on seqs[b] alone would give (bit for bit on the CPU). B is at most max_batch().
+  void forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits);
+  int max_batch() const { return options_.max_chunk; }
+
  private:
+  // Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens),
+  // or one sequence per row (a batched decode step).
+  struct StepStates {
+    SequenceState* chunk = nullptr;
+    SequenceState* const* rows = nullptr;
+  };
+
   void run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits, float* all_logits);
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                      float* all_logits);
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
-  void compute_chunk(int T, SequenceState& st, int first_logit_row, Tensor logits);
-  void attention_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
-  void deltanet_block(int layer, const Tensor& x, SequenceState& st, Tensor out);
+  void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);
+  void attention_block(int layer, const Tensor& x, const StepStates& st, Tensor out);
+  void deltanet_block(int layer, const Tensor& x, const StepStates& st, Tensor out);
+  Tensor all_logits_buffer();
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
@@ -47,7 +62,7 @@ class Model {
     Tensor q, gate, k, v, attn;
     Tensor qkv, z, b, a, gdn;
     Tensor logits;      // [1, vocab]
-    Tensor all_logits;  // [max_chunk, vocab], allocated on first use
+    Tensor all_logits;  // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
   } ws_;
 };
 

@@ -33,6 +33,14 @@ class CpuSequence final : public SequenceState {
     capacity = o.capacity;
   }
 
+  void reset() override {
+    for (auto* cache : {&k, &v})
+      for (auto& layer : *cache) layer.clear();
+    for (auto* state : {&conv, &S})
+      for (auto& layer : *state) std::fill(layer.begin(), layer.end(), 0.0f);
+    n_past = 0;
+  }
+
   bool dump_state(std::vector<float>& out) const override {
     for (const auto* part : {&k, &v, &conv, &S})
       for (const auto& layer : *part) out.insert(out.end(), layer.begin(), layer.end());
@@ -43,8 +51,12 @@ class CpuSequence final : public SequenceState {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const CpuOptions& options) {
-  if (options.threads > 0) omp_set_num_threads(options.threads);
+CpuBackend::CpuBackend(const CpuOptions& options) : threads_(options.threads) {}
+
+// OpenMP keeps the thread count per calling thread, and a server runs the model on its scheduler
+// thread rather than the one that built the backend, so every step sets it where it runs.
+void CpuBackend::use_threads() const {
+  if (threads_ > 0) omp_set_num_threads(threads_);
 }
 
 void CpuBackend::prepare(const ModelConfig& config, const ModelWeights&) { config_ = config; }
@@ -85,8 +97,17 @@ void CpuBackend::from_host(const float* src, Tensor t) {
 }
 
 void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& st) {
+  use_threads();
   ids_.assign(ids, ids + n);
-  pos0_ = st.n_past;
+  positions_.resize(size_t(n));
+  std::iota(positions_.begin(), positions_.end(), st.n_past);
+}
+
+void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) {
+  use_threads();
+  ids_.assign(ids, ids + B);
+  positions_.resize(size_t(B));
+  for (int b = 0; b < B; ++b) positions_[size_t(b)] = seqs[b]->n_past;
 }
 
 int32_t CpuBackend::argmax(const Tensor& logits) {
@@ -123,18 +144,18 @@ void CpuBackend::add(Tensor h, const Tensor& a) {
 
 void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) {
   const ModelConfig& c = config_;
-  const int pos0 = pos0_;
   const int D = c.head_dim;
   for (int64_t t = 0; t < q.rows; ++t) {
+    const int pos = positions_[size_t(t)];
     for (int h = 0; h < c.n_heads; ++h) {
       float* qh = row(q, t) + h * D;
       cpu::rms_norm(qh, w.q_norm.data(), D, c.rms_eps, qh);
-      cpu::rope_neox(qh, c.rotary_dim, pos0 + int(t), c.rope_theta);
+      cpu::rope_neox(qh, c.rotary_dim, pos, c.rope_theta);
     }
     for (int h = 0; h < c.n_kv_heads; ++h) {
       float* kh = row(k, t) + h * D;
       cpu::rms_norm(kh, w.k_norm.data(), D, c.rms_eps, kh);
-      cpu::rope_neox(kh, c.rotary_dim, pos0 + int(t), c.rope_theta);
+      cpu::rope_neox(kh, c.rotary_dim, pos, c.rope_theta);
     }
   }
 }

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& t, float* dst) override;
   void from_host(const float* src, Tensor t) override;
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
+  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override;
   int32_t argmax(const Tensor& logits) override;
 
   void embed(const Matrix& table, Tensor out) override;
@@ -38,10 +39,13 @@ class CpuBackend final : public Backend {
   void moe(const Tensor& x, const FfnWeights& w, Tensor out) override;
 
  private:
+  void use_threads() const;
+
+  int threads_;
   ModelConfig config_;
   std::deque<std::vector<float>> buffers_;
-  std::vector<int32_t> ids_;  // staged by begin_forward
-  int pos0_ = 0;
+  std::vector<int32_t> ids_;        // staged by begin_forward / begin_batch
+  std::vector<int> positions_;      // of each staged row
 };
 
 }  // namespace petrel

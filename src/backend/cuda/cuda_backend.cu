@@ -49,6 +49,13 @@ class CudaSequence final : public SequenceState {
     n_past = o.n_past;
   }
 
+  // KV rows past n_past are never read, so only the conv and recurrent states need zeroing.
+  void reset() override {
+    for (size_t i = 0; i < allocations_.size(); ++i)
+      if (!row_bytes_[i]) PETREL_CUDA(cudaMemsetAsync(allocations_[i], 0, sizes_[i], stream_));
+    n_past = 0;
+  }
+
   std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
   std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
   cudaGraphExec_t graph_exec = nullptr;
@@ -73,6 +80,7 @@ class CudaBackend final : public Backend {
     weights_.reset();
     for (void* p : allocations_) cudaFree(p);
     if (h_ids_) cudaFreeHost(h_ids_);
+    if (h_row_pos_) cudaFreeHost(h_row_pos_);
     cudaFreeHost(h_pos_);
     cudaFreeHost(h_token_);
     cudaEventDestroy(inputs_read_);
@@ -94,8 +102,10 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int64_t T = max_tokens;
     PETREL_CUDA(cudaMallocHost(&h_ids_, sizeof(int) * T));
+    PETREL_CUDA(cudaMallocHost(&h_row_pos_, sizeof(int) * T));
     d_ids_ = alloc_raw<int>(T);
     d_pos_ = alloc_raw<int>(1);
+    d_row_pos_ = alloc_raw<int>(T);
     d_token_ = alloc_raw<int>(1);
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
     attn_partial_ = alloc_raw<float>(size_t(std::max<int64_t>(256, T * c.n_heads)) * (c.head_dim + 2));
@@ -199,21 +209,17 @@ class CudaBackend final : public Backend {
   }
 
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override {
-    check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
-                                std::to_string(max_tokens_));
-    // The previous chunk's copies may still read the pinned inputs: wait only then (never in a
-    // decode loop, whose previous step ended by reading its token).
-    const cudaError_t read = cudaEventQuery(inputs_read_);
-    if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
-    else PETREL_CUDA(read);
-    for (int t = 0; t < n; ++t) {
-      check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
-                                                  std::to_string(t) + " is outside the vocabulary (0.." +
-                                                  std::to_string(c_.vocab - 1) + ")");
-      h_ids_[t] = ids[t];
-    }
+    stage_ids(ids, n);
     *h_pos_ = st.n_past;
-    n_tokens_ = n;
+    batch_ = false;
+  }
+
+  // Positions go to the device as one per row; the per-sequence ops then run row by row, each
+  // reading its row's position (no batched kernels yet, and no graph: batches change every step).
+  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override {
+    stage_ids(ids, B);
+    for (int b = 0; b < B; ++b) h_row_pos_[b] = seqs[b]->n_past;
+    batch_ = true;
   }
 
   void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
@@ -258,6 +264,8 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (batch_)
+      PETREL_CUDA(cudaMemcpyAsync(d_row_pos_, h_row_pos_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     PETREL_CUDA(cudaStreamIsCapturing(stream_, &capture));
     if (capture == cudaStreamCaptureStatusNone) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
@@ -299,28 +307,25 @@ class CudaBackend final : public Backend {
   }
 
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
-    const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
-    cuda::qk_norm_rope(bf(q), q.stride, int(q.rows), c.n_heads, c.head_dim, weights_->vec(w.q_norm), c.rms_eps,
-                       c.rotary_dim, c.rope_theta, d_pos_, stream_);
-    cuda::qk_norm_rope(bf(k), k.stride, int(k.rows), c.n_kv_heads, c.head_dim, weights_->vec(w.k_norm), c.rms_eps,
-                       c.rotary_dim, c.rope_theta, d_pos_, stream_);
+    if (!batch_) return qk_norm_rope_at(q, k, w, d_pos_);
+    for (int64_t r = 0; r < q.rows; ++r) qk_norm_rope_at(q.rows_view(r, 1), k.rows_view(r, 1), w, d_row_pos_ + r);
   }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
                  Tensor out) override {
-    auto& s = dynamic_cast<CudaSequence&>(st);
-    const ModelConfig& c = c_;
-    const int T = int(q.rows);
-    check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
-                                            " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
-    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], d_pos_, stream_);
-    // Enough key ranges to give every SM work when there are few queries (decode).
-    const int splits = std::clamp(256 / (T * c.n_heads), 1, 64);
-    cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, d_pos_, splits,
-                    attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+    attention_at(q, k, v, gate, layer, st, out, d_pos_);
+  }
+
+  void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                       SequenceState* const* seqs, Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "attention");
+    for (int64_t r = 0; r < q.rows; ++r) {
+      const Tensor gate_row = gate ? gate->rows_view(r, 1) : Tensor{};
+      attention_at(q.rows_view(r, 1), k.rows_view(r, 1), v.rows_view(r, 1), gate ? &gate_row : nullptr, layer,
+                   *seqs[r], out.rows_view(r, 1), d_row_pos_ + r);
+    }
   }
 
   void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
@@ -396,6 +401,48 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  void stage_ids(const int32_t* ids, int n) {
+    check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
+                                std::to_string(max_tokens_));
+    // The previous chunk's copies may still read the pinned inputs: wait only then (never in a
+    // decode loop, whose previous step ended by reading its token).
+    const cudaError_t read = cudaEventQuery(inputs_read_);
+    if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
+    else PETREL_CUDA(read);
+    for (int t = 0; t < n; ++t) {
+      check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
+                                                  std::to_string(t) + " is outside the vocabulary (0.." +
+                                                  std::to_string(c_.vocab - 1) + ")");
+      h_ids_[t] = ids[t];
+    }
+    n_tokens_ = n;
+  }
+
+  // qk_norm_rope with row t of q and k at position *pos0 + t.
+  void qk_norm_rope_at(Tensor q, Tensor k, const AttentionWeights& w, const int* pos0) {
+    const ModelConfig& c = c_;
+    cuda::qk_norm_rope(bf(q), q.stride, int(q.rows), c.n_heads, c.head_dim, weights_->vec(w.q_norm), c.rms_eps,
+                       c.rotary_dim, c.rope_theta, pos0, stream_);
+    cuda::qk_norm_rope(bf(k), k.stride, int(k.rows), c.n_kv_heads, c.head_dim, weights_->vec(w.k_norm), c.rms_eps,
+                       c.rotary_dim, c.rope_theta, pos0, stream_);
+  }
+
+  // attention with row t of q at position *pos0 + t of `st` (the device copy of st.n_past).
+  void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                    SequenceState& st, Tensor out, const int* pos0) {
+    auto& s = dynamic_cast<CudaSequence&>(st);
+    const ModelConfig& c = c_;
+    const int T = int(q.rows);
+    check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
+                                            " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
+    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
+    // Enough key ranges to give every SM work when there are few queries (decode).
+    const int splits = std::clamp(256 / (T * c.n_heads), 1, 64);
+    cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0, splits,
+                    attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+  }
+
   static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
   static float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 
@@ -419,6 +466,8 @@ class CudaBackend final : public Backend {
   int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has copied the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
+  int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
+  bool batch_ = false;                               // the staged step is a batch (begin_batch)
   float* attn_partial_ = nullptr;
   float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
