@@ -15,7 +15,7 @@ double log_sum_exp(const float* logits, int vocab) {
 
 std::vector<TokenLogprob> top_logprobs(const float* logits, int vocab, int n, double log_norm) {
   n = std::clamp(n, 0, vocab);
-  std::vector<int32_t> ids(size_t(vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
   // A partial sort of the vocabulary: only the first n places are ordered.
   std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),

@@ -1,0 +1,96 @@
+#include "runtime/running_request.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace petrel {
+namespace {
+
+double seconds(SchedulerClock::time_point a, SchedulerClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+StepEvent ending_event(const GenerationStats& stats, const std::string& error) {
+  StepEvent e;
+  e.done = true;
+  e.reason = FinishReason::Cancelled;
+  e.stats = stats;
+  e.error = error;
+  return e;
+}
+
+RunningRequest::RunningRequest(QueuedRequest queued, SequenceState& state, int vocab)
+    : id_(queued.id),
+      request_(std::move(queued.request)),
+      callback_(std::move(queued.callback)),
+      state_(state),
+      vocab_(vocab),
+      sampler_(request_.sampling, vocab),
+      submitted_(queued.submitted) {
+  check(state_.n_past == 0, "RunningRequest: the state slot was not reset");
+  // The penalty history starts with the prompt, as in Generator::generate.
+  for (int32_t t : request_.prompt) sampler_.observe(t, false);
+}
+
+std::span<const int32_t> RunningRequest::next_prompt_piece(int max) const {
+  const int fed = state_.n_past;
+  return std::span<const int32_t>(request_.prompt).subspan(size_t(fed), size_t(std::min(max, prompt_size() - fed)));
+}
+
+StepEvent RunningRequest::sample(const float* logits) {
+  const int32_t t = sampler_.sample(logits, uint64_t(state_.n_past));
+  sampler_.observe(t, true);
+  last_token_ = SchedulerClock::now();
+  if (generated_ == 0) first_token_ = last_token_;
+  ++generated_;
+  pending_ = t;
+
+  StepEvent e;
+  e.token = t;
+  if (request_.top_logprobs >= 0) add_logprobs(logits, e);
+  e.done = finished_by(t, e.reason);
+  if (e.done) e.stats = stats();
+  return e;
+}
+
+bool RunningRequest::deliver(const StepEvent& event) {
+  try {
+    return callback_(event);
+  } catch (...) {
+    return false;  // the caller's failure ends its request, never the scheduler
+  }
+}
+
+void RunningRequest::add_logprobs(const float* logits, StepEvent& event) const {
+  const double log_norm = log_sum_exp(logits, vocab_);
+  event.chosen = {event.token, float(double(logits[event.token]) - log_norm)};
+  event.top = top_logprobs(logits, vocab_, request_.top_logprobs, log_norm);
+}
+
+// The order of Generator::generate: EOS, then the token budget, then the context (the next step
+// would have to feed this token).
+bool RunningRequest::finished_by(int32_t t, FinishReason& reason) const {
+  const auto& eos = request_.eos_ids;
+  if (std::find(eos.begin(), eos.end(), t) != eos.end()) reason = FinishReason::Eos;
+  else if (request_.max_tokens > 0 && generated_ >= request_.max_tokens) reason = FinishReason::MaxTokens;
+  else if (state_.n_past >= state_.capacity) reason = FinishReason::ContextFull;
+  else return false;
+  return true;
+}
+
+GenerationStats RunningRequest::stats() const {
+  GenerationStats s;
+  s.prompt_tokens = prompt_size();
+  s.prefilled = std::min(state_.n_past, prompt_size());
+  s.generated = generated_;
+  if (generated_ > 0) {
+    s.ttft_s = seconds(submitted_, first_token_);
+    s.decode_s = seconds(first_token_, last_token_);
+  }
+  return s;
+}
+
+}  // namespace petrel

@@ -1,0 +1,68 @@
+// A request that holds a state slot: how much of its prompt is fed, its sampler (penalty history,
+// seed), and the stop rules that turn each sampled token into a StepEvent. The scheduler decides
+// when its tokens are fed; this class decides what a logits row means for the request.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "generate/sampler.h"
+#include "runtime/scheduler.h"
+
+namespace petrel {
+
+using SchedulerClock = std::chrono::steady_clock;
+
+// A request accepted by submit(), before it gets a slot.
+struct QueuedRequest {
+  uint64_t id = 0;
+  CompletionRequest request;
+  StepCallback callback;
+  SchedulerClock::time_point submitted;
+};
+
+// The final event of a request that ends without a new token: cancelled, or failed when `error`
+// is non-empty.
+StepEvent ending_event(const GenerationStats& stats, const std::string& error = {});
+
+class RunningRequest {
+ public:
+  // `state` must be empty (n_past 0); it stays owned by the scheduler.
+  RunningRequest(QueuedRequest queued, SequenceState& state, int vocab);
+
+  uint64_t id() const { return id_; }
+  SequenceState& state() { return state_; }
+  int prompt_size() const { return int(request_.prompt.size()); }
+  bool prefilling() const { return state_.n_past < prompt_size(); }
+  // The prompt tokens not fed yet, at most `max` of them.
+  std::span<const int32_t> next_prompt_piece(int max) const;
+  // The last sampled token: what the next decode step feeds.
+  int32_t pending_token() const { return pending_; }
+
+  // Samples the token after the sequence's last fed token from its logits row (vocab floats) and
+  // returns its event; done when EOS, max_tokens or a full context ends the request.
+  StepEvent sample(const float* logits);
+  // The final event when the request ends without a new token (see ending_event).
+  StepEvent ending(const std::string& error = {}) const { return ending_event(stats(), error); }
+  // Runs the callback; false when it asks to stop (a throwing callback counts as stopping).
+  bool deliver(const StepEvent& event);
+
+ private:
+  void add_logprobs(const float* logits, StepEvent& event) const;
+  // The reason the request ends with token `t`, or none.
+  bool finished_by(int32_t t, FinishReason& reason) const;
+  GenerationStats stats() const;
+
+  uint64_t id_;
+  CompletionRequest request_;
+  StepCallback callback_;
+  SequenceState& state_;
+  int vocab_;
+  Sampler sampler_;
+  int32_t pending_ = -1;
+  int generated_ = 0;
+  SchedulerClock::time_point submitted_, first_token_, last_token_;
+};
+
+}  // namespace petrel

@@ -1,0 +1,329 @@
+// Continuous batching on one thread. Each turn of the loop: cancellations, admission of queued
+// requests into free state slots, one batched decode step for every sequence past its prompt, and
+// one prefill chunk of the oldest sequence still reading its prompt.
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/running_request.h"
+
+namespace petrel {
+namespace {
+
+constexpr int kMaxTopLogprobs = 20;  // the OpenAI API's limit
+
+void check_options(const SchedulerOptions& o, int max_batch) {
+  check(o.max_sequences >= 1 && o.max_sequences <= max_batch,
+        "scheduler max_sequences: expected 1.." + std::to_string(max_batch) +
+            " (at most the model's prefill chunk length), found " + std::to_string(o.max_sequences));
+  check(o.max_queued >= 0, "scheduler max_queued: expected >= 0, found " + std::to_string(o.max_queued));
+  check(o.context >= 1, "scheduler context: expected >= 1 token, found " + std::to_string(o.context));
+  check(o.prefill_chunk >= 1, "scheduler prefill_chunk: expected >= 1 token, found " + std::to_string(o.prefill_chunk));
+}
+
+void check_request(const CompletionRequest& r, const StepCallback& callback, int vocab) {
+  check(!r.prompt.empty(), "prompt: expected at least one token, found none");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    check(r.prompt[i] >= 0 && r.prompt[i] < vocab, "prompt: token id " + std::to_string(r.prompt[i]) +
+                                                       " at position " + std::to_string(i) +
+                                                       " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+  check(r.max_tokens == -1 || r.max_tokens > 0,
+        "max_tokens: expected a positive count or -1 (no limit), found " + std::to_string(r.max_tokens));
+  check(r.top_logprobs >= -1 && r.top_logprobs <= kMaxTopLogprobs,
+        "top_logprobs: expected -1 (off) or 0.." + std::to_string(kMaxTopLogprobs) + ", found " +
+            std::to_string(r.top_logprobs));
+  r.sampling.validate(vocab);
+  check(bool(callback), "callback: expected a function, found none");
+}
+
+std::string message_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  Impl(Model& m, const SchedulerOptions& o);
+
+  SubmitStatus submit(CompletionRequest request, StepCallback callback, uint64_t* id);
+  void cancel(uint64_t id);
+  void shutdown(bool drain);
+  SchedulerMetrics metrics() const;
+
+  // The scheduler thread.
+  void run();
+  bool wait_for_work();
+  void apply_cancels();
+  void admit();
+  void decode_step();
+  void prefill_step();
+  void emit(RunningRequest& r, const float* logits);
+  void fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error);
+  void finish(RunningRequest& r, const StepEvent& final_event);
+  std::unique_ptr<RunningRequest> release(RunningRequest& r);
+  void ended();
+  void publish();
+
+  Model& model;
+  const SchedulerOptions options;
+  const int vocab;
+  std::vector<std::unique_ptr<SequenceState>> slots;  // allocated once, reused by every request
+
+  mutable std::mutex mu;
+  std::condition_variable work_cv;  // wakes the scheduler thread
+  std::condition_variable idle_cv;  // wakes shutdown() when nothing is left
+  // Guarded by mu.
+  std::deque<QueuedRequest> queue;
+  std::vector<uint64_t> cancel_ids;
+  bool accepting = true;
+  bool cancel_all = false;
+  int in_flight = 0;  // accepted and not yet ended (final callback returned): queued + running
+  uint64_t next_id = 1;
+  SchedulerMetrics published;
+
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<RunningRequest>> running;  // in admission order
+  std::vector<SequenceState*> free_slots;
+  SchedulerMetrics counters;
+  std::vector<int32_t> batch_ids;
+  std::vector<SequenceState*> batch_states;
+  std::vector<float> logits;  // [rows, vocab] of the latest step
+
+  std::thread thread;  // last: starts once everything above exists
+};
+
+Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o) : model(m), options(o), vocab(m.config().vocab) {
+  check_options(options, model.max_batch());
+  for (int i = 0; i < options.max_sequences; ++i) {
+    slots.push_back(model.new_sequence(options.context));
+    free_slots.push_back(slots.back().get());
+  }
+  counters.slots_total = published.slots_total = options.max_sequences;
+  thread = std::thread([this] { run(); });
+}
+
+SubmitStatus Scheduler::Impl::submit(CompletionRequest request, StepCallback callback, uint64_t* id) {
+  check_request(request, callback, vocab);
+  std::lock_guard lock(mu);
+  if (!accepting) return SubmitStatus::ShuttingDown;
+  if (int(request.prompt.size()) > options.context) return SubmitStatus::PromptTooLong;
+  if (in_flight >= options.max_sequences + options.max_queued) return SubmitStatus::QueueFull;
+  ++in_flight;
+  const uint64_t assigned = next_id++;
+  if (id) *id = assigned;
+  queue.push_back({assigned, std::move(request), std::move(callback), SchedulerClock::now()});
+  work_cv.notify_one();
+  return SubmitStatus::Accepted;
+}
+
+void Scheduler::Impl::cancel(uint64_t id) {
+  std::lock_guard lock(mu);
+  cancel_ids.push_back(id);
+  work_cv.notify_one();
+}
+
+void Scheduler::Impl::shutdown(bool drain) {
+  std::unique_lock lock(mu);
+  accepting = false;
+  if (!drain) cancel_all = true;
+  work_cv.notify_one();
+  idle_cv.wait(lock, [&] { return in_flight == 0; });
+}
+
+SchedulerMetrics Scheduler::Impl::metrics() const {
+  std::lock_guard lock(mu);
+  SchedulerMetrics m = published;
+  m.queued = int(queue.size());
+  return m;
+}
+
+void Scheduler::Impl::run() {
+  while (wait_for_work()) {
+    apply_cancels();
+    admit();
+    decode_step();
+    prefill_step();
+    publish();
+  }
+}
+
+// Sleeps while there is nothing to do; false when the scheduler has shut down and is idle.
+bool Scheduler::Impl::wait_for_work() {
+  std::unique_lock lock(mu);
+  work_cv.wait(lock, [&] {
+    return !running.empty() || !queue.empty() || !cancel_ids.empty() || cancel_all || !accepting;
+  });
+  return accepting || in_flight > 0;
+}
+
+void Scheduler::Impl::apply_cancels() {
+  std::vector<QueuedRequest> dropped;
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(mu);
+    ids.swap(cancel_ids);
+    for (auto it = queue.begin(); it != queue.end();) {
+      const bool hit = cancel_all || std::find(ids.begin(), ids.end(), it->id) != ids.end();
+      if (!hit) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(*it));
+      it = queue.erase(it);
+    }
+  }
+  for (QueuedRequest& q : dropped) {
+    GenerationStats stats;
+    stats.prompt_tokens = int(q.request.prompt.size());
+    try {
+      q.callback(ending_event(stats));
+    } catch (...) {  // the request is over either way
+    }
+    ended();
+  }
+  std::vector<RunningRequest*> hit;
+  for (auto& r : running)
+    if (cancel_all || std::find(ids.begin(), ids.end(), r->id()) != ids.end()) hit.push_back(r.get());
+  for (RunningRequest* r : hit) finish(*r, r->ending());
+}
+
+void Scheduler::Impl::admit() {
+  std::vector<QueuedRequest> admitted;
+  {
+    std::lock_guard lock(mu);
+    while (!queue.empty() && admitted.size() < free_slots.size()) {
+      admitted.push_back(std::move(queue.front()));
+      queue.pop_front();
+    }
+  }
+  for (QueuedRequest& q : admitted) {
+    SequenceState* slot = free_slots.back();
+    free_slots.pop_back();
+    slot->reset();
+    running.push_back(std::make_unique<RunningRequest>(std::move(q), *slot, vocab));
+  }
+}
+
+void Scheduler::Impl::decode_step() {
+  std::vector<RunningRequest*> rows;
+  for (auto& r : running)
+    if (!r->prefilling()) rows.push_back(r.get());
+  if (rows.empty()) return;
+  const int B = int(rows.size());
+  batch_ids.clear();
+  batch_states.clear();
+  for (RunningRequest* r : rows) {
+    batch_ids.push_back(r->pending_token());
+    batch_states.push_back(&r->state());
+  }
+  logits.resize(size_t(B) * size_t(vocab));
+  try {
+    model.forward_batch(batch_ids.data(), batch_states.data(), B, logits.data());
+  } catch (...) {
+    return fail(rows, std::current_exception());
+  }
+  ++counters.decode_steps;
+  counters.last_batch_size = B;
+  for (int b = 0; b < B; ++b) emit(*rows[size_t(b)], logits.data() + size_t(b) * size_t(vocab));
+}
+
+void Scheduler::Impl::prefill_step() {
+  const auto it = std::find_if(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
+  if (it == running.end()) return;
+  RunningRequest& r = **it;
+  const std::span<const int32_t> piece = r.next_prompt_piece(options.prefill_chunk);
+  const bool last = r.state().n_past + int(piece.size()) == r.prompt_size();
+  logits.resize(size_t(vocab));
+  try {
+    model.forward(piece.data(), int(piece.size()), r.state(), last ? logits.data() : nullptr);
+  } catch (...) {
+    return fail({&r}, std::current_exception());
+  }
+  counters.prompt_tokens += piece.size();
+  if (last) emit(r, logits.data());
+}
+
+// Samples the request's next token and hands its event over; ends the request when a stop rule
+// fires or the callback declines.
+void Scheduler::Impl::emit(RunningRequest& r, const float* row) {
+  StepEvent e;
+  try {
+    e = r.sample(row);
+  } catch (...) {
+    return fail({&r}, std::current_exception());
+  }
+  ++counters.generated_tokens;
+  if (e.done) return finish(r, e);
+  if (!r.deliver(e)) {
+    release(r);
+    ended();
+  }
+}
+
+// The engine failed while computing these rows: their states are unusable, so they end with an error.
+void Scheduler::Impl::fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error) {
+  const std::string message = message_of(error);
+  for (RunningRequest* r : rows) finish(*r, r->ending(message));
+}
+
+// The slot is free (and counted free) before the final event reaches the callback.
+void Scheduler::Impl::finish(RunningRequest& r, const StepEvent& final_event) {
+  std::unique_ptr<RunningRequest> owned = release(r);
+  owned->deliver(final_event);
+  ended();
+}
+
+std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
+  const auto it = std::find_if(running.begin(), running.end(), [&](const auto& p) { return p.get() == &r; });
+  std::unique_ptr<RunningRequest> owned = std::move(*it);
+  running.erase(it);
+  free_slots.push_back(&owned->state());
+  ++counters.requests_finished;
+  publish();
+  return owned;
+}
+
+// A request's last callback has returned: it no longer counts against the queue limit.
+void Scheduler::Impl::ended() {
+  std::lock_guard lock(mu);
+  if (--in_flight == 0) idle_cv.notify_all();
+}
+
+void Scheduler::Impl::publish() {
+  counters.running = counters.slots_in_use = int(running.size());
+  counters.kv_tokens_in_use = 0;
+  for (const auto& r : running) counters.kv_tokens_in_use += r->state().n_past;
+  std::lock_guard lock(mu);
+  published = counters;
+}
+
+Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
+    : impl_(std::make_unique<Impl>(model, options)) {}
+
+Scheduler::~Scheduler() {
+  impl_->shutdown(false);
+  impl_->thread.join();
+}
+
+SubmitStatus Scheduler::submit(CompletionRequest request, StepCallback callback, uint64_t* id) {
+  return impl_->submit(std::move(request), std::move(callback), id);
+}
+
+void Scheduler::cancel(uint64_t id) { impl_->cancel(id); }
+
+void Scheduler::shutdown(bool drain) { impl_->shutdown(drain); }
+
+SchedulerMetrics Scheduler::metrics() const { return impl_->metrics(); }
+
+}  // namespace petrel
