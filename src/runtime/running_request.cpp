@@ -22,6 +22,14 @@ StepEvent ending_event(const GenerationStats& stats, const std::string& error) {
   return e;
 }
 
+bool deliver(const StepCallback& callback, const StepEvent& event) {
+  try {
+    return callback(event);
+  } catch (...) {
+    return false;
+  }
+}
+
 RunningRequest::RunningRequest(QueuedRequest queued, SequenceState& state, int vocab)
     : id_(queued.id),
       request_(std::move(queued.request)),
@@ -54,14 +62,6 @@ StepEvent RunningRequest::sample(const float* logits) {
   e.done = finished_by(t, e.reason);
   if (e.done) e.stats = stats();
   return e;
-}
-
-bool RunningRequest::deliver(const StepEvent& event) {
-  try {
-    return callback_(event);
-  } catch (...) {
-    return false;  // the caller's failure ends its request, never the scheduler
-  }
 }
 
 void RunningRequest::add_logprobs(const float* logits, StepEvent& event) const {

@@ -25,6 +25,9 @@ struct QueuedRequest {
 // The final event of a request that ends without a new token: cancelled, or failed when `error`
 // is non-empty.
 StepEvent ending_event(const GenerationStats& stats, const std::string& error = {});
+// Runs a request's callback; false when it asks to stop. A throwing callback counts as stopping:
+// the caller's failure ends its own request, never the scheduler.
+bool deliver(const StepCallback& callback, const StepEvent& event);
 
 class RunningRequest {
  public:
@@ -45,8 +48,7 @@ class RunningRequest {
   StepEvent sample(const float* logits);
   // The final event when the request ends without a new token (see ending_event).
   StepEvent ending(const std::string& error = {}) const { return ending_event(stats(), error); }
-  // Runs the callback; false when it asks to stop (a throwing callback counts as stopping).
-  bool deliver(const StepEvent& event);
+  bool deliver(const StepEvent& event) const { return petrel::deliver(callback_, event); }
 
  private:
   void add_logprobs(const float* logits, StepEvent& event) const;

@@ -66,6 +66,7 @@ struct Scheduler::Impl {
   bool wait_for_work();
   void apply_cancels();
   void admit();
+  void end_unadmitted(const QueuedRequest& q, const std::string& error = {});
   void decode_step();
   void prefill_step();
   void emit(RunningRequest& r, const float* logits);
@@ -183,15 +184,7 @@ void Scheduler::Impl::apply_cancels() {
       it = queue.erase(it);
     }
   }
-  for (QueuedRequest& q : dropped) {
-    GenerationStats stats;
-    stats.prompt_tokens = int(q.request.prompt.size());
-    try {
-      q.callback(ending_event(stats));
-    } catch (...) {  // the request is over either way
-    }
-    ended();
-  }
+  for (QueuedRequest& q : dropped) end_unadmitted(q);
   std::vector<RunningRequest*> hit;
   for (auto& r : running)
     if (cancel_all || std::find(ids.begin(), ids.end(), r->id()) != ids.end()) hit.push_back(r.get());
@@ -209,10 +202,23 @@ void Scheduler::Impl::admit() {
   }
   for (QueuedRequest& q : admitted) {
     SequenceState* slot = free_slots.back();
+    try {
+      slot->reset();
+    } catch (...) {
+      end_unadmitted(q, message_of(std::current_exception()));
+      continue;
+    }
     free_slots.pop_back();
-    slot->reset();
     running.push_back(std::make_unique<RunningRequest>(std::move(q), *slot, vocab));
   }
+}
+
+// Ends a request that never got a slot: cancelled, or failed when `error` is non-empty.
+void Scheduler::Impl::end_unadmitted(const QueuedRequest& q, const std::string& error) {
+  GenerationStats stats;
+  stats.prompt_tokens = int(q.request.prompt.size());
+  deliver(q.callback, ending_event(stats, error));
+  ended();
 }
 
 void Scheduler::Impl::decode_step() {

@@ -132,6 +132,37 @@ struct Collector {
   }
 };
 
+// Holds the scheduler thread inside a callback until the test has done what it must do first.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool arrived = false, open = false;
+  void pass() {
+    std::unique_lock lock(mu);
+    arrived = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void wait_arrival() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return arrived; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  // A callback that waits at its n-th event.
+  std::function<bool(const StepEvent&)> at_event(int n) {
+    return [this, n, seen = 0](const StepEvent&) mutable {
+      if (++seen == n) pass();
+      return true;
+    };
+  }
+};
+
 void expect_idle(const Scheduler& s) {
   const SchedulerMetrics m = s.metrics();
   EXPECT_EQ(m.slots_in_use, 0);
@@ -207,20 +238,22 @@ TEST(Scheduler, CancelEndsRunningAndQueuedRequestsAndFreesTheSlot) {
   Loaded m("qwen35moe-vlm-fused");
   Scheduler scheduler(*m.model, options(1));
   Collector running, queued, after;
+  Gate gate;
   uint64_t running_id = 0, queued_id = 0;
-  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), running.callback(), &running_id), SubmitStatus::Accepted);
-  running.wait_for(3);
+  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), running.callback(gate.at_event(3)), &running_id),
+            SubmitStatus::Accepted);
   ASSERT_EQ(scheduler.submit(long_request(m.vocab()), queued.callback(), &queued_id), SubmitStatus::Accepted);
+  gate.wait_arrival();
   scheduler.cancel(queued_id);
   scheduler.cancel(running_id);
+  gate.release();
   running.wait_for(1000);
   queued.wait_for(1000);
   const StepEvent r = running.last(), q = queued.last();
   EXPECT_TRUE(r.done);
   EXPECT_EQ(r.token, -1);
   EXPECT_EQ(r.reason, FinishReason::Cancelled);
-  EXPECT_GE(r.stats.generated, 3);
-  EXPECT_LT(r.stats.generated, kContext - int(long_request(m.vocab()).prompt.size())) << "ran to the end";
+  EXPECT_EQ(r.stats.generated, 3);
   EXPECT_EQ(q.reason, FinishReason::Cancelled);
   EXPECT_TRUE(queued.answer().tokens.empty());
 
@@ -271,17 +304,9 @@ TEST(Scheduler, EngineErrorEndsOnlyThatRequest) {
 TEST(Scheduler, QueueFullPromptTooLongAndShuttingDown) {
   Loaded m("qwen35moe-vlm-fused");
   Scheduler scheduler(*m.model, options(1, 1));
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  bool open = false;
+  Gate gate;
   Collector first, second;
-  // The first request's callback holds the scheduler thread until the gate opens.
-  auto hold = [&](const StepEvent&) {
-    std::unique_lock lock(gate_mu);
-    gate_cv.wait(lock, [&] { return open; });
-    return true;
-  };
-  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), first.callback(hold)), SubmitStatus::Accepted);
+  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), first.callback(gate.at_event(1))), SubmitStatus::Accepted);
   ASSERT_EQ(scheduler.submit(request(3, m.vocab(), greedy()), second.callback()), SubmitStatus::Accepted);
   EXPECT_EQ(scheduler.submit(request(4, m.vocab(), greedy()), [](const StepEvent&) { return true; }),
             SubmitStatus::QueueFull);
@@ -290,11 +315,7 @@ TEST(Scheduler, QueueFullPromptTooLongAndShuttingDown) {
   too_long.prompt.assign(kContext + 1, 7);
   just_fits.prompt.assign(kContext, 7);
   EXPECT_EQ(scheduler.submit(too_long, [](const StepEvent&) { return true; }), SubmitStatus::PromptTooLong);
-  {
-    std::lock_guard lock(gate_mu);
-    open = true;
-  }
-  gate_cv.notify_all();
+  gate.release();
   second.wait_for(1000);
   Collector full;
   ASSERT_EQ(scheduler.submit(just_fits, full.callback()), SubmitStatus::Accepted);
@@ -312,12 +333,21 @@ TEST(Scheduler, ShutdownWithoutDrainCancelsRunningAndQueued) {
   Loaded m("qwen35moe-vlm-fused");
   Scheduler scheduler(*m.model, options(1));
   Collector running, queued;
-  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), running.callback()), SubmitStatus::Accepted);
+  Gate gate;
+  ASSERT_EQ(scheduler.submit(long_request(m.vocab()), running.callback(gate.at_event(1))), SubmitStatus::Accepted);
   ASSERT_EQ(scheduler.submit(long_request(m.vocab()), queued.callback()), SubmitStatus::Accepted);
-  running.wait_for(2);
-  scheduler.shutdown(false);
+  gate.wait_arrival();
+  // shutdown() blocks until idle, so it runs on its own thread while the gate holds the scheduler.
+  std::thread stopper([&] { scheduler.shutdown(false); });
+  CompletionRequest probe;  // too long to be accepted: only tells when shutdown has begun
+  probe.prompt.assign(kContext + 1, 7);
+  const StepCallback ignore = [](const StepEvent&) { return true; };
+  while (scheduler.submit(probe, ignore) != SubmitStatus::ShuttingDown) std::this_thread::yield();
+  gate.release();
+  stopper.join();
   EXPECT_EQ(running.last().reason, FinishReason::Cancelled);
   EXPECT_EQ(running.last().token, -1);
+  EXPECT_EQ(running.last().stats.generated, 1);
   EXPECT_EQ(queued.last().reason, FinishReason::Cancelled);
   EXPECT_EQ(queued.events.size(), 1u);
   expect_idle(scheduler);
