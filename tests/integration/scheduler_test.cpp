@@ -10,12 +10,10 @@
 #include <mutex>
 #include <thread>
 
-#include "../unit/test_util.h"
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "cpu_fixture.h"
 #include "generate/generator.h"
 #include "generate/host_decoder.h"
-#include "io/checkpoint.h"
 #include "runtime/scheduler.h"
 
 namespace petrel {
@@ -26,18 +24,8 @@ namespace {
 constexpr int kChunk = 64;
 constexpr int kContext = 160;
 
-// One thread: the tiny fixture models gain nothing from more, and on a busy 2-core machine every
-// parallel region would wait for a descheduled thread.
-struct Loaded {
-  std::unique_ptr<Checkpoint> ck;
-  CpuBackend backend{CpuOptions{1}};
-  std::unique_ptr<Model> model;
-  explicit Loaded(const std::string& name) : ck(Checkpoint::open(test::fixture_model(name))) {
-    ForwardOptions fo;
-    fo.max_chunk = kChunk;
-    model = std::make_unique<Model>(ck->config(), ck->weights(), backend, fo);
-  }
-  int vocab() const { return ck->config().vocab; }
+struct Loaded : test::CpuFixture {
+  explicit Loaded(const std::string& name) : CpuFixture(name, kChunk) {}
 };
 
 SchedulerOptions options(int max_sequences, int max_queued = 64) {
@@ -56,14 +44,8 @@ SamplingParams greedy() {
 }
 
 SamplingParams seeded(uint64_t seed) {
-  SamplingParams p;
-  p.temperature = 0.9f;
-  p.top_k = 50;
-  p.top_p = 0.95f;
-  p.repetition_penalty = 1.2f;
-  p.presence_penalty = 0.3f;
-  p.seed = seed;
-  return p;
+  return {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .repetition_penalty = 1.2f, .presence_penalty = 0.3f,
+          .logit_bias = {}, .seed = seed};
 }
 
 // Request i: prompt lengths from 1 to 140 tokens, budgets from 5 to 39 tokens, a few running into

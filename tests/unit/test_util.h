@@ -1,5 +1,6 @@
 // Small helpers for tests: temporary folders, fixture paths, a safetensors writer.
 #pragma once
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,18 @@ inline std::string fixture_model(const std::string& name) {
 // models/petrel-tiny, the small trained model shipped with the repository.
 inline std::string tiny_model_dir() {
   return (std::filesystem::path(PETREL_FIXTURES_DIR) / ".." / ".." / "models" / "petrel-tiny").lexically_normal().string();
+}
+
+// Every checkpoint layout in tests/fixtures/models.
+inline const std::vector<std::string> kFixtureModels = {
+    "qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",       "qwen3next-sharded",
+    "qwen3moe",            "qwen3-dense-f32",           "mlx-qwen35moe-4bit", "mlx-qwen3next-8bit"};
+
+// A fixture name as a gtest parameter name: "qwen3-dense-f32" -> "qwen3_dense_f32".
+inline std::string param_name(std::string name) {
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
 }
 
 // A fresh folder under the system temp dir, removed at scope exit.

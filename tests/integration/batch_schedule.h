@@ -1,0 +1,102 @@
+// The decode schedule both batched-decode tests (CPU and GPU) run: five sequences with prompts of
+// 3 to 71 tokens join and leave the batch between steps, and every row of each batched step is
+// compared with a one-sequence step of the same sequence on a second set of states.
+#pragma once
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/forward.h"
+
+namespace petrel::test {
+
+constexpr int kScheduleCapacity = 128;
+
+inline std::vector<int32_t> schedule_prompt(int seq, int vocab) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 3 + 17 * seq; ++i) p.push_back((i * 31 + seq * 7 + 5) % vocab);
+  return p;
+}
+
+inline int32_t argmax_of(const std::vector<float>& row) {
+  return int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Sequence 0 is in every step; 1 joins at step 2; 2 leaves after step 2; 3 takes every other
+// step; 4 joins at step 1 and leaves after step 4.
+inline bool in_step(int seq, int step) {
+  switch (seq) {
+    case 0: return true;
+    case 1: return step >= 2;
+    case 2: return step <= 2;
+    case 3: return step % 2 == 0;
+    default: return step >= 1 && step <= 4;
+  }
+}
+
+// compare(batched_row, alone_row, step, seq) for every row of `steps` steps; returns the number
+// of rows compared. Both runs feed the lone run's greedy token, so their inputs never differ.
+using RowCheck = std::function<void(const std::vector<float>&, const std::vector<float>&, int, int)>;
+inline int run_schedule(Model& model, int steps, const RowCheck& compare) {
+  constexpr int kSequences = 5;
+  const int V = model.config().vocab;
+  std::vector<std::unique_ptr<SequenceState>> alone, batched;
+  std::vector<int32_t> next;
+  std::vector<float> row(static_cast<size_t>(V));
+  for (int s = 0; s < kSequences; ++s) {
+    const std::vector<int32_t> p = schedule_prompt(s, V);
+    alone.push_back(model.new_sequence(kScheduleCapacity));
+    batched.push_back(model.new_sequence(kScheduleCapacity));
+    model.forward(p.data(), int(p.size()), *alone.back(), row.data());
+    model.forward(p.data(), int(p.size()), *batched.back(), nullptr);
+    next.push_back(argmax_of(row));
+  }
+  int rows = 0;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int> members;
+    for (int s = 0; s < kSequences; ++s)
+      if (in_step(s, step)) members.push_back(s);
+    if (step % 2 == 1) std::reverse(members.begin(), members.end());  // a row's place must not matter
+    std::vector<int32_t> ids;
+    std::vector<SequenceState*> states;
+    for (int s : members) {
+      ids.push_back(next[size_t(s)]);
+      states.push_back(batched[size_t(s)].get());
+    }
+    std::vector<float> logits(members.size() * size_t(V));
+    model.forward_batch(ids.data(), states.data(), int(members.size()), logits.data());
+    for (size_t b = 0; b < members.size(); ++b) {
+      const int s = members[b];
+      model.forward(&next[size_t(s)], 1, *alone[size_t(s)], row.data());
+      compare(std::vector<float>(logits.begin() + b * V, logits.begin() + (b + 1) * V), row, step, s);
+      next[size_t(s)] = argmax_of(row);
+      ++rows;
+    }
+  }
+  return rows;
+}
+
+// Logits of one prompt and of the decode step after it, on a state that served another sequence
+// (one decode step included) and was reset, then on a fresh state: {used prefill, used step,
+// fresh prefill, fresh step}. `used` and `fresh` are left holding the second sequence.
+inline std::vector<std::vector<float>> reset_versus_fresh(Model& model, SequenceState& used, SequenceState& fresh) {
+  const int V = model.config().vocab;
+  const std::vector<int32_t> first = schedule_prompt(3, V), second = schedule_prompt(1, V);
+  std::vector<float> row(static_cast<size_t>(V));
+  model.forward(first.data(), int(first.size()), used, row.data());
+  const int32_t first_next = argmax_of(row);
+  model.forward(&first_next, 1, used, nullptr);  // a decode step: the GPU records its graph here
+  used.reset();
+  std::vector<std::vector<float>> out;
+  for (SequenceState* st : {&used, &fresh}) {
+    model.forward(second.data(), int(second.size()), *st, row.data());
+    out.push_back(row);
+    const int32_t t = argmax_of(out.back());
+    model.forward(&t, 1, *st, row.data());
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace petrel::test
