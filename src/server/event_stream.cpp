@@ -32,7 +32,7 @@ bool EventStream::write_next(httplib::DataSink& sink) {
   JobUpdate update = submission_.job->next(kKeepAlive);
   const bool news = !update.delta.empty() || !update.logprobs.empty() || update.finish;
   if (!news) return write(sink, sse_comment());
-  const auto error = update.finish ? finish_error(*update.finish) : std::nullopt;
+  const std::optional<ApiError> error = update.finish ? finish_error(*update.finish) : std::nullopt;
   if (!error)
     for (const json& chunk : builder_->chunks(update, include_usage_))
       if (!write(sink, sse_event(chunk))) return false;

@@ -37,19 +37,19 @@ void HttpServer::install_handlers() {
   const int threads = options_.threads;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_.set_payload_max_length(options_.max_body_bytes);
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
+  using Outcome = httplib::Server::HandlerResponse;
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) -> Outcome {
+    if (options_.api_key.empty() || req.path == "/health") return Outcome::Unhandled;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key)) return Outcome::Unhandled;
     send_error(res, ApiError(401, "a valid API key is required: send \"Authorization: Bearer KEY\"", "",
                              "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
+    return Outcome::Handled;
   });
-  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+  http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return Outcome::Unhandled;
     send_error(res, error_for_status(res.status, req.path, options_.max_body_bytes));
-    return httplib::Server::HandlerResponse::Handled;
-  });
+    return Outcome::Handled;
+  }));
   http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, ApiError(500, "internal error"));
   });

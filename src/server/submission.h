@@ -2,8 +2,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "server/api_error.h"
 #include "server/completion_job.h"
 #include "server/request.h"
 #include "server/served_model.h"
