@@ -15,8 +15,9 @@ const char* ApiError::type() const {
   return status_ >= 500 ? "server_error" : "invalid_request_error";
 }
 
-nlohmann::json ApiError::body() const {
-  const auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+nlohmann::ordered_json ApiError::body() const {
+  using json = nlohmann::ordered_json;
+  const auto or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
   return {{"error", {{"message", what()}, {"type", type()}, {"param", or_null(param_)}, {"code", or_null(code_)}}}};
 }
 

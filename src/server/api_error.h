@@ -16,7 +16,7 @@ class ApiError : public std::runtime_error {
   const std::string& code() const { return code_; }
   // OpenAI's "type" for the status: invalid_request_error, authentication_error, ...
   const char* type() const;
-  nlohmann::json body() const;
+  nlohmann::ordered_json body() const;
 
  private:
   int status_;

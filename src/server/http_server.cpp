@@ -37,6 +37,7 @@ void HttpServer::install_handlers() {
   const int threads = options_.threads;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_.set_payload_max_length(options_.max_body_bytes);
+  http_.set_tcp_nodelay(true);  // a streamed token is a small write: send it now, not after the last one's ACK
   using Outcome = httplib::Server::HandlerResponse;
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) -> Outcome {
     if (options_.api_key.empty() || req.path == "/health") return Outcome::Unhandled;
