@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <chrono>
+
 #include "core/error.h"
 #include "server/routes.h"
 
@@ -37,7 +39,12 @@ void HttpServer::install_handlers() {
   const int threads = options_.threads;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_.set_payload_max_length(options_.max_body_bytes);
-  http_.set_tcp_nodelay(true);  // a streamed token is a small write: send it now, not after the last one's ACK
+  http_.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second server share the port.
+  http_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });  // a streamed token is a small write: send it now, not after the last one's ACK
   using Outcome = httplib::Server::HandlerResponse;
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) -> Outcome {
     if (options_.api_key.empty() || req.path == "/health") return Outcome::Unhandled;
@@ -66,7 +73,13 @@ void HttpServer::start() {
   else port_ = http_.bind_to_port(options_.host, options_.port) ? options_.port : -1;
   check(port_ > 0, "cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                        " (in use, or not an address of this machine)");
-  thread_ = std::thread([this] { http_.listen_after_bind(); });
+  thread_ = std::thread([this] {
+    http_.listen_after_bind();
+    listen_returned_ = true;
+  });
+  // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() that
+  // follows at once is not lost.
+  while (!http_.is_running() && !listen_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpServer::stop() {

@@ -3,6 +3,7 @@
 #pragma once
 #include <httplib.h>
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <thread>
@@ -37,6 +38,7 @@ class HttpServer {
   HttpOptions options_;
   httplib::Server http_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   int port_ = 0;
 };
 
