@@ -11,6 +11,7 @@
 
 #include "cli/common.h"
 #include "cli/registry.h"
+#include "core/error.h"
 #include "server/http_server.h"
 
 namespace petrel::cli {
@@ -115,6 +116,8 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_load_flags(cmd, a.serve.load);
   cmd->callback([] {
+    check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
+          "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
     a.serve.load.progress = false;
     serve(a);
   });
