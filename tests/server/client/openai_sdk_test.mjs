@@ -134,6 +134,22 @@ describe('petrel serve with the OpenAI SDK', () => {
     assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
   });
 
+  test('a conversation with tool calls and tool results goes through the template', async () => {
+    const messages = [
+      { role: 'user', content: 'What is 2 + 2?' },
+      { role: 'assistant', content: null,
+        tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'add', arguments: '{"a": 2, "b": 2}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '4' },
+      { role: 'user', content: 'What is 3 + 5?' },
+    ];
+    const tools = [{ type: 'function', function: { name: 'add', description: 'Adds two integers',
+                     parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } } } } }];
+    const r = await openai.chat.completions.create({ model: MODEL, messages, tools, temperature: 0 });
+    assert.equal(r.usage.prompt_tokens, await server.tokenCount({ messages, tools }));
+    assert.equal(r.choices[0].finish_reason, 'stop'); // petrel-tiny never calls tools
+    assert.match(r.choices[0].message.content, /Answer: 8$/);
+  });
+
   test('a streamed chat answer equals the whole one, usage last', async () => {
     const body = { model: MODEL, messages: ask('Reverse the word petrel.'), temperature: 0 };
     const whole = await openai.chat.completions.create(body);
