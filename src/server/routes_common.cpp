@@ -1,0 +1,37 @@
+// What the route handlers share: JSON responses, error responses, the readiness check.
+#include "core/error.h"
+#include "server/routes.h"
+
+namespace petrel::server {
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& error) { send_json(res, error.status(), error.body()); }
+
+httplib::Server::Handler guarded(Handler handler) {
+  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    try {
+      handler(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, ApiError(400, e.what()));
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+    }
+  };
+}
+
+ServedModel& ready_model(const ServerState& state) {
+  switch (state.phase()) {
+    case Phase::Loading: throw ApiError(503, "the model is still loading; /health says when it is ready", "", "loading");
+    case Phase::Draining: throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    case Phase::Ready: break;
+  }
+  return *state.model();
+}
+
+}  // namespace petrel::server

@@ -1,0 +1,91 @@
+#include "server/served_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "generate/generation_config.h"
+#include "server/api_error.h"
+
+namespace petrel::server {
+namespace {
+
+// A checkpoint without a usable template (a base model) still serves /v1/completions; `why` says
+// what went wrong for the 400 that chat requests get.
+std::optional<ChatTemplate> load_template(const std::string& dir, std::string& why) {
+  try {
+    return ChatTemplate::load(dir);
+  } catch (const Error& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+}
+
+void add_unique(std::vector<int32_t>& ids, int32_t id) {
+  if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+std::string folder_name(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  return (path.has_filename() ? path.filename() : path.parent_path().filename()).string();
+}
+
+}  // namespace
+
+ServedModel::ServedModel(const ServeOptions& o)
+    : loaded_(load_model(o.dir, o.load)), tokenizer_(Tokenizer::load(o.dir)), chat_template_(load_template(o.dir, template_error_)) {
+  const ModelConfig& config = loaded_.config();
+  const GenerationDefaults generation = load_generation_defaults(o.dir, [&](const std::string& text) {
+    const auto id = tokenizer_.token_id(text);
+    return id ? std::optional<int32_t>(int32_t(*id)) : std::nullopt;
+  });
+  defaults_.model_name = o.model_name.empty() ? folder_name(o.dir) : o.model_name;
+  defaults_.sampling = generation.sampling;
+  defaults_.vocab = config.vocab;
+  defaults_.max_tokens = o.max_tokens;
+  for (int id : config.eos_ids) add_unique(eos_ids_, id);
+  for (int32_t id : generation.eos_ids) add_unique(eos_ids_, id);
+  SchedulerOptions scheduler = o.scheduler;
+  if (config.max_position > 0) scheduler.context = std::min(scheduler.context, config.max_position);
+  context_ = scheduler.context;
+  scheduler_ = std::make_unique<Scheduler>(*loaded_.model, scheduler);
+}
+
+std::string ServedModel::summary() const {
+  return loaded_.summary() + ", context " + std::to_string(context_) +
+         (chat_template_ ? "" : ", no chat template (" + template_error_ + ")");
+}
+
+std::vector<int32_t> ServedModel::encode(const std::string& text) const {
+  const std::vector<uint32_t> ids = tokenizer_.encode(text);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<int32_t> ServedModel::chat_prompt(const json& messages, const json& tools, const json& kwargs,
+                                              bool add_generation_prompt) const {
+  if (!chat_template_)
+    throw ApiError(400, "this checkpoint has no usable chat template (" + template_error_ + "): use /v1/completions",
+                   "messages", "no_chat_template");
+  ChatRequest request;
+  request.messages = messages;
+  request.tools = tools;
+  request.kwargs = kwargs;
+  request.add_generation_prompt = add_generation_prompt;
+  std::string text;
+  try {
+    text = chat_template_->apply(request);
+  } catch (const std::exception& e) {  // raise_exception, or a template meeting values it cannot handle
+    throw invalid("messages", std::string("the chat template rejected the conversation: ") + e.what());
+  }
+  return encode(text);
+}
+
+void ServedModel::check_fits(size_t prompt_tokens, const char* param) const {
+  if (prompt_tokens < size_t(context_)) return;
+  throw ApiError(400,
+                 "the prompt is " + std::to_string(prompt_tokens) + " tokens but the context holds " +
+                     std::to_string(context_) + " (prompt and answer together); shorten the prompt",
+                 param, "context_length_exceeded");
+}
+
+}  // namespace petrel::server

@@ -1,0 +1,59 @@
+// The checkpoint a server answers with: model, tokenizer, chat template, generation defaults,
+// and the scheduler that runs every request on the model. Also how a request becomes prompt ids.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "petrel/tokenizer.h"
+#include "runtime/loaded_model.h"
+#include "runtime/scheduler.h"
+#include "server/request.h"
+#include "tokenizer/chat_template.h"
+
+namespace petrel::server {
+
+struct ServeOptions {
+  std::string dir;
+  std::string model_name;  // "" : the folder's name
+  LoadOptions load;
+  SchedulerOptions scheduler;
+  int max_tokens = -1;     // default for requests without max_tokens; -1: until EOS or a full context
+};
+
+class ServedModel {
+ public:
+  // Loads the checkpoint (weights, tokenizer.json, chat template when there is one) and starts
+  // the scheduler. The context is lowered to the model's trained length when that is shorter.
+  explicit ServedModel(const ServeOptions& options);
+
+  const std::string& name() const { return defaults_.model_name; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const RequestDefaults& defaults() const { return defaults_; }
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  int context() const { return context_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  SchedulerMetrics scheduler_metrics() const { return scheduler_->metrics(); }
+  std::string summary() const;
+
+  // Messages (and tools) through the chat template, then the tokenizer. A template that rejects
+  // the conversation (raise_exception) is a 400 naming "messages".
+  std::vector<int32_t> chat_prompt(const json& messages, const json& tools, const json& kwargs,
+                                   bool add_generation_prompt) const;
+  std::vector<int32_t> encode(const std::string& text) const;
+  // A 400 (code context_length_exceeded, naming `param`) when the prompt leaves no room to answer.
+  void check_fits(size_t prompt_tokens, const char* param) const;
+
+ private:
+  LoadedModel loaded_;
+  Tokenizer tokenizer_;
+  std::string template_error_;  // why there is no chat template; declared before chat_template_, which sets it
+  std::optional<ChatTemplate> chat_template_;
+  RequestDefaults defaults_;
+  std::vector<int32_t> eos_ids_;
+  int context_;
+  std::unique_ptr<Scheduler> scheduler_;  // last: stopped before the model it runs is destroyed
+};
+
+}  // namespace petrel::server
