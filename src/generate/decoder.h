@@ -8,10 +8,9 @@
 
 #include "backend/backend.h"
 #include "generate/sampling_params.h"
+#include "model/forward.h"
 
 namespace petrel {
-
-enum class KeepLogits { None, Last, All };
 
 class Decoder {
  public:
