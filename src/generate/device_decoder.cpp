@@ -8,7 +8,7 @@
 namespace petrel {
 
 DeviceDecoder::DeviceDecoder(Model& model, std::unique_ptr<DeviceSampler> sampler)
-    : model_(model), sampler_(std::move(sampler)) {
+    : ModelDecoder(model), sampler_(std::move(sampler)) {
   check(sampler_ != nullptr, "DeviceDecoder needs a device sampler");
 }
 

@@ -9,20 +9,17 @@
 
 namespace petrel {
 
-class DeviceDecoder final : public Decoder {
+class DeviceDecoder final : public ModelDecoder {
  public:
   // `sampler` comes from model.backend().make_sampler(vocab).
   DeviceDecoder(Model& model, std::unique_ptr<DeviceSampler> sampler);
 
-  int vocab() const override { return model_.config().vocab; }
-  std::unique_ptr<SequenceState> new_sequence(int capacity) override { return model_.new_sequence(capacity); }
   void reset(const SamplingParams& params) override;
   void observe(int32_t token, bool generated) override;
   void feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) override;
   int32_t sample(int row, uint64_t position) override;
 
  private:
-  Model& model_;
   std::unique_ptr<DeviceSampler> sampler_;
   bool ready_ = false;  // reset() was called
   Tensor logits_;       // kept rows in backend memory, [rows, vocab] fp32

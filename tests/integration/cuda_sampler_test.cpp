@@ -75,49 +75,33 @@ struct FilterCase {
   bool history = false;  // observe a prompt and generated tokens first
 };
 
-SamplingParams sampling(float temperature, int top_k, float top_p, float min_p) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.seed = 42;
-  return p;
-}
-
-// Penalties over a window that some history tokens have left, a ban and a boost.
-SamplingParams penalised(float temperature, const std::vector<int32_t>& likely) {
-  SamplingParams p = sampling(temperature, 0, 1.0f, 0.0f);
+// Penalties over a window that some history tokens have left, a ban and a boost, on top of `p`.
+SamplingParams penalised(SamplingParams p, const std::vector<int32_t>& likely) {
   p.repetition_penalty = 1.3f;
   p.presence_penalty = 0.4f;
   p.frequency_penalty = 0.25f;
   p.penalty_last_n = 50;
-  p.logit_bias[likely[0]] = -INFINITY;
-  p.logit_bias[likely[5]] = 3.0f;
-  p.logit_bias[likely[9]] = -1.5f;
+  p.logit_bias = {{likely[0], -INFINITY}, {likely[5], 3.0f}, {likely[9], -1.5f}};
   return p;
 }
 
 std::vector<FilterCase> filter_cases(const std::vector<float>& logits) {
   const std::vector<int32_t> likely = likely_tokens(logits, 12);
-  std::vector<FilterCase> cases = {
-      {"greedy", sampling(0.0f, 0, 1.0f, 0.0f)},
-      {"temperature", sampling(0.8f, 0, 1.0f, 0.0f)},
-      {"top-k", sampling(1.0f, 20, 1.0f, 0.0f)},
-      {"top-k 1", sampling(1.0f, 1, 1.0f, 0.0f)},
-      {"top-k above the vocabulary", sampling(1.0f, int(logits.size()) + 5, 1.0f, 0.0f)},
-      {"top-p", sampling(1.0f, 0, 0.8f, 0.0f)},
-      {"min-p", sampling(1.0f, 0, 1.0f, 0.05f)},
-      {"all filters", sampling(0.7f, 30, 0.9f, 0.02f)},
-      {"penalties and bias", penalised(0.9f, likely), true},
-      {"penalties and bias, greedy", penalised(0.0f, likely), true},
+  const int beyond = int(logits.size()) + 5;
+  return {
+      {"greedy", {.temperature = 0.0f, .seed = 42}},
+      {"temperature", {.temperature = 0.8f, .seed = 42}},
+      {"top-k", {.top_k = 20, .seed = 42}},
+      {"top-k 1", {.top_k = 1, .seed = 42}},
+      {"top-k above the vocabulary", {.top_k = beyond, .seed = 42}},
+      {"top-p", {.top_p = 0.8f, .seed = 42}},
+      {"min-p", {.min_p = 0.05f, .seed = 42}},
+      {"all filters", {.temperature = 0.7f, .top_k = 30, .top_p = 0.9f, .min_p = 0.02f, .seed = 42}},
+      {"penalties and bias", penalised({.temperature = 0.9f, .seed = 42}, likely), true},
+      {"penalties and bias, greedy", penalised({.temperature = 0.0f, .seed = 42}, likely), true},
+      {"penalties, bias and all filters",
+       penalised({.temperature = 1.1f, .top_k = 8, .top_p = 0.85f, .min_p = 0.01f, .seed = 42}, likely), true},
   };
-  SamplingParams every = penalised(1.1f, likely);
-  every.top_k = 8;
-  every.top_p = 0.85f;
-  every.min_p = 0.01f;
-  cases.push_back({"penalties, bias and all filters", every, true});
-  return cases;
 }
 
 // 60 prompt tokens then 60 generated ones, all from the likely set with repeats; with a window of
@@ -189,9 +173,7 @@ TEST(CudaSampler, SameSeedSameTokensOtherSeedOthers) {
   backend->from_host(logits.data(), row);
   auto device = backend->make_sampler(kRealVocab);
   auto run = [&](uint64_t seed) {
-    SamplingParams p = sampling(0.9f, 50, 0.95f, 0.0f);
-    p.seed = seed;
-    device->reset(p);
+    device->reset({.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = seed});
     std::vector<int32_t> tokens;
     for (int pos = 0; pos < 500; ++pos) tokens.push_back(device->sample(row, uint64_t(pos)));
     return tokens;
@@ -212,7 +194,7 @@ TEST(CudaSampler, EveryTokenBannedIsAnError) {
   backend->from_host(logits.data(), row);
   auto device = backend->make_sampler(V);
   for (float temperature : {0.0f, 1.0f}) {
-    SamplingParams p = sampling(temperature, 0, 1.0f, 0.0f);
+    SamplingParams p{.temperature = temperature};
     for (int t = 0; t < V; ++t) p.logit_bias[t] = -INFINITY;
     Sampler cpu(p, V);
     device->reset(p);
@@ -269,18 +251,16 @@ TEST_P(CudaSamplerModel, DeviceDecoderGeneratesWhatHostDecoderDoes) {
   ASSERT_NE(dynamic_cast<DeviceDecoder*>(device.get()), nullptr) << "make_decoder on CUDA";
   HostDecoder host(*m.model);
 
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  SamplingParams seeded;
-  seeded.temperature = 0.9f;
-  seeded.top_k = 40;
-  seeded.top_p = 0.95f;
-  seeded.min_p = 0.01f;
-  seeded.repetition_penalty = 1.1f;
-  seeded.presence_penalty = 0.3f;
-  seeded.frequency_penalty = 0.1f;
-  seeded.penalty_last_n = 32;
-  seeded.seed = 5;
+  const SamplingParams greedy{.temperature = 0.0f};
+  const SamplingParams seeded{.temperature = 0.9f,
+                              .top_k = 40,
+                              .top_p = 0.95f,
+                              .min_p = 0.01f,
+                              .repetition_penalty = 1.1f,
+                              .presence_penalty = 0.3f,
+                              .frequency_penalty = 0.1f,
+                              .penalty_last_n = 32,
+                              .seed = 5};
   for (int draft : {0, 4}) {  // with a draft, rows of a multi-token verify are sampled (KeepLogits::All)
     SCOPED_TRACE("draft " + std::to_string(draft));
     EXPECT_EQ(generate(*device, prompt, greedy, draft), generate(host, prompt, greedy, draft));

@@ -97,7 +97,8 @@ class CudaSampler final : public DeviceSampler {
     if (!params_.greedy()) filter_and_draw(position);
     PETREL_CUDA(cudaMemcpyAsync(h_token_, token_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
     PETREL_CUDA(cudaStreamSynchronize(stream_));
-    check(*h_token_ >= 0, "sampling: every token has logit -inf (is every token banned by the logit bias?)");
+    check(*h_token_ >= 0 && *h_token_ < vocab_,
+          "sampling: no token has a finite logit (is every token banned by the logit bias? are the logits NaN?)");
     return *h_token_;
   }
 

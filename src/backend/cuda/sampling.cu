@@ -79,7 +79,8 @@ __global__ void bias_kernel(const int* ids, const float* bias, int n_bias, float
 }
 
 __global__ void relative_logits_kernel(const float* adjusted, const int* top, int n, float inv_t, float* z) {
-  const float t = adjusted[*top];
+  const int k = *top;
+  const float t = k < n ? adjusted[k] : NAN;  // argmax finds no index when every logit is NaN
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     z[i] = __fmul_rn(__fsub_rn(adjusted[i], t), inv_t);
 }
