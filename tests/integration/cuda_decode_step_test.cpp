@@ -1,14 +1,17 @@
 // A decode step on the GPU synchronises with the host once, to read the sampled token, and never
 // allocates device or pinned memory: CUPTI counts every blocking or allocating CUDA runtime call
-// the process makes during a run of greedy decode steps.
+// the process makes during a run of greedy decode steps, and of sampled ones (DeviceDecoder).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
+#include "generate/device_decoder.h"
+#include "generate/make_decoder.h"
 #include "io/checkpoint.h"
 #include "model/forward.h"
 
@@ -49,6 +52,15 @@ void CUPTIAPI count_call(void* user, CUpti_CallbackDomain domain, CUpti_Callback
       break;
   }
 }
+
+// The blocking and allocating runtime calls `run` makes.
+void count_calls(const std::function<void()>& run, RuntimeCalls& calls) {
+  CUpti_SubscriberHandle subscriber;
+  ASSERT_EQ(cuptiSubscribe(&subscriber, count_call, &calls), CUPTI_SUCCESS);
+  ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), CUPTI_SUCCESS);
+  run();
+  cuptiUnsubscribe(subscriber);
+}
 #endif
 
 TEST(CudaDecodeStep, OneSyncForTheTokenAndNoAllocation) {
@@ -70,14 +82,62 @@ TEST(CudaDecodeStep, OneSyncForTheTokenAndNoAllocation) {
   for (int i = 0; i < 2; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // records the step's graph
 
   RuntimeCalls calls;
-  CUpti_SubscriberHandle subscriber;
-  ASSERT_EQ(cuptiSubscribe(&subscriber, count_call, &calls), CUPTI_SUCCESS);
-  ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), CUPTI_SUCCESS);
-  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
-  cuptiUnsubscribe(subscriber);
+  count_calls([&] {
+    for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  }, calls);
 
   EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " decode steps (one token read each)";
   EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " decode steps";
+  EXPECT_GE(tok, 0);
+#endif
+}
+
+// The same for sampled decoding: DeviceDecoder's steps (penalty history, bias, top-k, top-p,
+// min-p, the draw) read back the token id and nothing else.
+TEST(CudaDecodeStep, SampledStepOneSyncForTheTokenAndNoAllocation) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+#ifndef PETREL_HAVE_CUPTI
+  GTEST_SKIP() << "built without CUPTI: the runtime calls of a decode step cannot be counted";
+#else
+  const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
+  auto ck = Checkpoint::open(dir);
+  const auto ref = nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  CudaOptions o;
+  o.progress = false;
+  auto backend = make_cuda_backend(o);
+  Model model(ck->config(), ck->weights(), *backend);
+  auto decoder = make_decoder(model);
+  ASSERT_NE(dynamic_cast<DeviceDecoder*>(decoder.get()), nullptr);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 20;
+  p.top_p = 0.9f;
+  p.min_p = 0.01f;
+  p.repetition_penalty = 1.2f;
+  p.frequency_penalty = 0.2f;
+  p.penalty_last_n = 8;
+  p.logit_bias[1] = 2.0f;
+  decoder->reset(p);
+  for (int32_t t : prompt) decoder->observe(t, false);
+  constexpr int kSteps = 16;
+  auto seq = decoder->new_sequence(int(prompt.size()) + kSteps + 4);
+  decoder->feed(prompt.data(), int(prompt.size()), *seq, KeepLogits::Last);
+  int32_t tok = decoder->sample(0, uint64_t(seq->n_past));
+  auto step = [&] {
+    decoder->observe(tok, true);
+    decoder->feed(&tok, 1, *seq, KeepLogits::Last);
+    tok = decoder->sample(0, uint64_t(seq->n_past));
+  };
+  for (int i = 0; i < 2; ++i) step();  // records the step's graph
+
+  RuntimeCalls calls;
+  count_calls([&] {
+    for (int i = 0; i < kSteps; ++i) step();
+  }, calls);
+
+  EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " sampled decode steps";
+  EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " sampled decode steps";
   EXPECT_GE(tok, 0);
 #endif
 }
