@@ -62,7 +62,7 @@ class CudaSampler final : public DeviceSampler {
       bias.push_back(b);
     }
     n_bias_ = int(ids.size());
-    if (n_bias_ > 0) {  // from pageable memory: the copies finish before cudaMemcpy returns
+    if (n_bias_ > 0) {  // from pageable vectors: wait for the copies before they go out of scope
       PETREL_CUDA(cudaMemcpyAsync(bias_ids_, ids.data(), sizeof(int) * ids.size(), cudaMemcpyHostToDevice, stream_));
       PETREL_CUDA(cudaMemcpyAsync(bias_, bias.data(), sizeof(float) * bias.size(), cudaMemcpyHostToDevice, stream_));
       PETREL_CUDA(cudaStreamSynchronize(stream_));
