@@ -48,6 +48,8 @@ for p in d["prefill"]:
 for q in d["decode"]:
     row.append(f"tg@{q['context']} {q['tok_per_s']:.1f}/s ({100*q['fraction_of_bandwidth']:.0f}% BW)")
 print(" | ".join(row))
+for r in d.get("serving", []):
+    print(f"  serving: {r['concurrency']:3d} concurrent greedy streams {r['tok_per_s']:8.1f} tok/s [{r['min']:.1f}-{r['max']:.1f}]")
 if "breakdown" in d:
     total = sum(r["us_per_step"] for r in d["breakdown"])
     print(f"  decode step ops timed one by one: {total:.0f} us")

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device_sampler.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -96,6 +97,12 @@ class Backend {
   // Index of the largest value of a one-row fp32 logits tensor (lowest index on ties); the only
   // value a greedy decode step reads back from the device.
   virtual int32_t argmax(const Tensor& logits) = 0;
+  // A sampler over logits rows in this backend's memory, or nullptr where logits are read on the
+  // host anyway (CPU): generation then samples with the CPU Sampler. It must not outlive the backend.
+  virtual std::unique_ptr<DeviceSampler> make_sampler(int vocab) {
+    (void)vocab;
+    return nullptr;
+  }
 
   // out[t] = embedding row of staged id t
   virtual void embed(const Matrix& table, Tensor out) = 0;

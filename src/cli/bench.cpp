@@ -2,7 +2,9 @@
 // decode token and the fraction of the measured HBM bandwidth it represents.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_backend.h"
@@ -12,12 +14,13 @@
 #include "core/progress.h"
 #include "io/checkpoint.h"
 #include "model/synthetic.h"
+#include "runtime/scheduler.h"
 
 namespace petrel::cli {
 namespace {
 
 struct Args {
-  std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096";
+  std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096", concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192;
   bool json = false, graphs = true, breakdown = false;
 };
@@ -97,6 +100,53 @@ void print_breakdown(const nlohmann::json& rows) {
                 100.0 * r["us_per_step"].get<double>() / total);
 }
 
+// Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, 128
+// tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up.
+nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs) {
+  constexpr int kPrompt = 128, kGenerated = 128;
+  nlohmann::json rows = nlohmann::json::array();
+  for (int n : concurrency) {
+    SchedulerOptions so;
+    so.max_sequences = n;
+    so.max_queued = n;
+    so.context = kPrompt + kGenerated + 8;
+    so.prefill_chunk = 512;
+    Scheduler scheduler(model, so);
+    std::vector<double> tps;
+    for (int r = 0; r <= runs; ++r) {
+      std::mutex m;
+      std::condition_variable cv;
+      int finished = 0;
+      std::string error;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < n; ++i) {
+        CompletionRequest req;
+        req.prompt = tokens(kPrompt + i, vocab);
+        req.prompt.erase(req.prompt.begin(), req.prompt.begin() + i);  // a distinct prompt per request
+        req.sampling.temperature = 0.0f;
+        req.max_tokens = kGenerated;
+        const SubmitStatus status = scheduler.submit(std::move(req), [&](const StepEvent& e) {
+          if (e.done) {
+            std::lock_guard<std::mutex> lock(m);
+            if (!e.error.empty()) error = e.error;
+            ++finished;
+            cv.notify_all();
+          }
+          return true;
+        });
+        check(status == SubmitStatus::Accepted, "--concurrency: the scheduler refused request " + std::to_string(i));
+      }
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return finished == n; });
+      check(error.empty(), "--concurrency: " + error);
+      if (r > 0) tps.push_back(double(n) * kGenerated / seconds_since(t0));
+    }
+    const Stat st = stats(tps);
+    rows.push_back({{"concurrency", n}, {"tok_per_s", st.median}, {"min", st.min}, {"max", st.max}});
+  }
+  return rows;
+}
+
 void run(const Args& a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
   check(a.weights == "int4" || a.weights == "bf16", "--weights '" + a.weights + "': expected int4 or bf16");
@@ -163,6 +213,8 @@ void run(const Args& a) {
                              {"bytes_per_token", bytes},
                              {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
   }
+  if (!a.concurrency.empty())
+    out["serving"] = serving_throughput(model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs);
   if (a.breakdown) out["breakdown"] = decode_breakdown(model, *backend, config.vocab);
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
@@ -181,6 +233,11 @@ void run(const Args& a) {
                 d["context"].get<int>(), d["tok_per_s"].get<double>(), d["min"].get<double>(), d["max"].get<double>(),
                 format_bytes(d["bytes_per_token"].get<double>()).c_str(),
                 100.0 * d["fraction_of_bandwidth"].get<double>());
+  if (out.contains("serving"))
+    for (const auto& r : out["serving"])
+      std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams\n",
+                  r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
+                  r["max"].get<double>());
   if (a.breakdown) print_breakdown(out["breakdown"]);
 }
 
@@ -198,6 +255,9 @@ void add(CLI::App& app) {
   cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
   cmd->add_flag("--json", a.json, "Machine-readable output");
+  cmd->add_option("--concurrency", a.concurrency,
+                  "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "
+                  "(128-token prompts, 128 tokens each)");
   cmd->add_flag("--breakdown", a.breakdown, "Device time per op of one decode step (ops timed one by one)");
   cmd->callback([] { run(a); });
 }

@@ -14,7 +14,7 @@
 #include "cli/interrupt.h"
 #include "cli/registry.h"
 #include "core/error.h"
-#include "generate/host_decoder.h"
+#include "generate/make_decoder.h"
 
 namespace petrel::cli {
 namespace {
@@ -206,8 +206,8 @@ void run(const CLI::App& cmd, Args& a) {
   o.multi_turn = true;
   const int trained = m.config().max_position;
   o.capacity = a.gen.context > 0 ? a.gen.context : trained > 0 ? std::min(trained, kDefaultContext) : kDefaultContext;
-  HostDecoder decoder(*m.model);
-  Conversation conversation(decoder, tokenizer, &*chat_template, o);
+  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
+  Conversation conversation(*decoder, tokenizer, &*chat_template, o);
 
   std::fprintf(stderr, "%s\n", m.summary().c_str());
   std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity) + " tokens";

@@ -16,7 +16,7 @@
 #include "cli/interrupt.h"
 #include "cli/registry.h"
 #include "core/error.h"
-#include "generate/host_decoder.h"
+#include "generate/make_decoder.h"
 
 namespace petrel::cli {
 namespace {
@@ -76,13 +76,13 @@ void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
     }
   }
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), &tokenizer);
-  HostDecoder decoder(*m.model);
+  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
   const ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
   o.capacity = 1;
-  const int prompt_tokens = int(Conversation(decoder, tokenizer, tmpl, o).prompt_for(text).size());
+  const int prompt_tokens = int(Conversation(*decoder, tokenizer, tmpl, o).prompt_for(text).size());
   o.capacity = context_for(m.config(), a.gen, o, prompt_tokens);
   print_setup(m, o);
-  Conversation conversation(decoder, tokenizer, tmpl, o);
+  Conversation conversation(*decoder, tokenizer, tmpl, o);
   AnswerPrinter printer(a.gen.show_thinking);
   Interrupt interrupt(/*repeat_kills=*/true);
   const Turn turn =
@@ -100,8 +100,8 @@ void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
   o.capacity = context_for(m.config(), a.gen, o, int(prompt.size()));
   print_setup(m, o);
 
-  HostDecoder decoder(*m.model);
-  Generator generator(decoder);
+  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
+  Generator generator(*decoder);
   auto st = m.model->new_sequence(o.capacity);
   AnswerPrinter printer(a.gen.show_thinking);
   std::optional<TextOutput> text;

@@ -1,17 +1,17 @@
 // The seam between the generation loop and where logits live. The loop feeds tokens and asks for
-// the token after a fed row; it never touches logits itself. HostDecoder (CPU) copies logits to
-// the host and samples there; a device backend implements this interface to sample logits in
-// device memory (no full sort, no logits copy), so only the token id reaches the host.
+// the token after a fed row; it never touches logits itself. HostDecoder copies logits to the
+// host and samples there with the CPU Sampler; DeviceDecoder keeps them in device memory and
+// samples there with the backend's DeviceSampler, so only the token id reaches the host.
+// make_decoder.h picks one for a model.
 #pragma once
 #include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
 #include "generate/sampling_params.h"
+#include "model/forward.h"
 
 namespace petrel {
-
-enum class KeepLogits { None, Last, All };
 
 class Decoder {
  public:
@@ -27,6 +27,17 @@ class Decoder {
   // The token for sequence position `position` from kept row `row` (0 with KeepLogits::Last),
   // under the penalty history observed so far.
   virtual int32_t sample(int row, uint64_t position) = 0;
+};
+
+// What HostDecoder and DeviceDecoder share: the model they run.
+class ModelDecoder : public Decoder {
+ public:
+  explicit ModelDecoder(Model& model) : model_(model) {}
+  int vocab() const override { return model_.config().vocab; }
+  std::unique_ptr<SequenceState> new_sequence(int capacity) override { return model_.new_sequence(capacity); }
+
+ protected:
+  Model& model_;
 };
 
 }  // namespace petrel

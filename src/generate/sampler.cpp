@@ -73,6 +73,14 @@ void Sampler::keep_min_p() {
   std::erase_if(candidates_, [&](const Candidate& c) { return c.z < threshold; });
 }
 
+// Top-k and top-p leave the kept tokens in selection order (unspecified after nth_element). The
+// draw walks them in token-id order instead, an order any implementation can reproduce without
+// sorting (the device sampler accumulates its CDF the same way).
+void Sampler::restore_id_order() {
+  if (params_.top_k == 0 && params_.top_p >= 1.0f) return;  // never reordered
+  std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+}
+
 double Sampler::select() {
   const float top = *std::max_element(adjusted_.begin(), adjusted_.end());
   check(top > -INFINITY, "sampling: every token has logit -inf (is every token banned by the logit bias?)");
@@ -85,6 +93,7 @@ double Sampler::select() {
   keep_top_k();
   keep_top_p();
   keep_min_p();
+  restore_id_order();
   double weight = 0.0;
   for (const Candidate& c : candidates_) weight += std::exp(double(c.z));
   return weight;

@@ -14,6 +14,7 @@ int32_t argmax(const float* logits, int n);
 
 // Penalties -> logit bias -> temperature -> top-k -> top-p -> min-p -> one draw. Filters use
 // partial selection (nth_element, growing partial sorts), never a sort of the whole vocabulary.
+// The draw accumulates the kept tokens' weights in token-id order.
 // The draw's randomness is uniform01(seed, position): the same seed gives the same tokens, and
 // a token's draw does not depend on how many draws came before it.
 class Sampler {
@@ -43,6 +44,7 @@ class Sampler {
   void keep_top_k();
   void keep_top_p();
   void keep_min_p();
+  void restore_id_order();
 
   SamplingParams params_;
   int vocab_;

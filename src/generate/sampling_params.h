@@ -17,7 +17,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;     // OpenAI: subtract once from every token already generated
   float frequency_penalty = 0.0f;    // OpenAI: subtract once per earlier occurrence in the output
   int penalty_last_n = 0;            // penalties look at the last n tokens of the sequence; 0: all
-  std::map<int32_t, float> logit_bias;  // added to the logit of each listed token
+  std::map<int32_t, float> logit_bias = {};  // added to the logit of each listed token
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0.0f; }

@@ -43,11 +43,15 @@ int32_t Model::forward_greedy(const int32_t* ids, int n, SequenceState& st) {
   return backend_.argmax(ws_.logits.rows_view(0, 1));
 }
 
-void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits,
-                       float* all_logits) {
+void Model::check_fits(int n, const SequenceState& st) const {
   check(n >= 1, "forward needs at least one token");
   check(st.n_past + n <= st.capacity, "context length exceeded: " + std::to_string(st.n_past) + " + " +
                                           std::to_string(n) + " tokens > capacity " + std::to_string(st.capacity));
+}
+
+void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits,
+                       float* all_logits) {
+  check_fits(n, st);
   for (int done = 0; done < n;) {
     const int T = std::min(options_.max_chunk, n - done);
     const bool last = done + T == n;
@@ -57,26 +61,46 @@ void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_l
   }
 }
 
+Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
+  check_fits(n, st);
+  check(keep != KeepLogits::All || n <= options_.max_chunk,
+        "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than a chunk of " +
+            std::to_string(options_.max_chunk));
+  Tensor logits;
+  for (int done = 0; done < n;) {
+    const int T = std::min(options_.max_chunk, n - done);
+    const bool last = done + T == n;
+    logits = chunk_logits(ids + done, T, st, last && keep == KeepLogits::Last, last && keep == KeepLogits::All);
+    done += T;
+  }
+  return keep == KeepLogits::None ? logits.rows_view(0, 0) : logits;
+}
+
 void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                           float* all_logits) {
-  const ModelConfig& c = config_;
+  const Tensor logits = chunk_logits(ids, T, st, want_last, all_logits != nullptr);
+  if (all_logits) {
+    backend_.to_host(logits, all_logits);
+    if (last_logits)
+      std::copy(all_logits + int64_t(T - 1) * config_.vocab, all_logits + int64_t(T) * config_.vocab, last_logits);
+  } else if (last_logits) {
+    backend_.to_host(logits, last_logits);
+  }
+}
+
+Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows) {
   // A decode step always computes its logits into ws_.logits: the step may be recorded once and
   // replayed (CUDA graphs), so it must not depend on what this particular caller wants.
   const bool decode = T == 1;
   // Otherwise only the rows whose logits are wanted go through the final norm and the LM head.
-  const int first = decode || all_logits ? 0 : (want_last ? T - 1 : T);
-  Tensor logits = (all_logits && !decode ? all_logits_buffer() : ws_.logits).rows_view(0, T - first);
+  const int first = decode || all_rows ? 0 : (want_last ? T - 1 : T);
+  Tensor logits = (all_rows && !decode ? all_logits_buffer() : ws_.logits).rows_view(0, T - first);
   backend_.begin_forward(ids, T, st);
   auto ops = [&] { compute_chunk(T, StepStates{&st, nullptr}, first, logits); };
   if (decode) backend_.run_decode_step(st, ops);
   else ops();
   st.n_past += T;
-  if (all_logits) {
-    backend_.to_host(logits, all_logits);
-    if (last_logits) std::copy(all_logits + int64_t(T - 1) * c.vocab, all_logits + int64_t(T) * c.vocab, last_logits);
-  } else if (last_logits) {
-    backend_.to_host(logits, last_logits);
-  }
+  return logits;
 }
 
 void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {

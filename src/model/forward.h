@@ -9,6 +9,9 @@
 
 namespace petrel {
 
+// Which logits rows of a forward call are wanted: none, the last token's, or every token's.
+enum class KeepLogits { None, Last, All };
+
 struct ForwardOptions {
   int max_chunk = 512;  // prefill is fed in chunks of at most this many tokens
 };
@@ -26,6 +29,10 @@ class Model {
   void forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits = nullptr);
   // Like forward, but the logits stay on the device and only the argmax of the last one comes back.
   int32_t forward_greedy(const int32_t* ids, int n, SequenceState& st);
+  // Like forward, but the logits stay in backend memory: returns the fp32 rows `keep` asks for
+  // ([1, vocab] for Last; [n, vocab] for All, which needs n <= max_chunk; no rows for None),
+  // valid until the next forward.
+  Tensor forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep);
 
   // One decode step for B distinct sequences, one new token each: ids[b] continues *seqs[b].
   // Projections, norms, MLP/MoE and the LM head run once over the B rows; attention and DeltaNet
@@ -42,9 +49,13 @@ class Model {
     SequenceState* const* rows = nullptr;
   };
 
+  void check_fits(int n, const SequenceState& st) const;
   void run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits, float* all_logits);
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                      float* all_logits);
+  // Runs one chunk and returns its logits rows in backend memory: every row when `all_rows`, else
+  // the last when `want_last` (a decode step always computes its one row).
+  Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows);
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
   void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);

@@ -1,14 +1,17 @@
 // A decode step on the GPU synchronises with the host once, to read the sampled token, and never
 // allocates device or pinned memory: CUPTI counts every blocking or allocating CUDA runtime call
-// the process makes during a run of greedy decode steps.
+// the process makes during a run of greedy decode steps, and of sampled ones (DeviceDecoder).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
+#include "generate/device_decoder.h"
+#include "generate/make_decoder.h"
 #include "io/checkpoint.h"
 #include "model/forward.h"
 
@@ -49,38 +52,85 @@ void CUPTIAPI count_call(void* user, CUpti_CallbackDomain domain, CUpti_Callback
       break;
   }
 }
-#endif
 
-TEST(CudaDecodeStep, OneSyncForTheTokenAndNoAllocation) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
-#ifndef PETREL_HAVE_CUPTI
-  GTEST_SKIP() << "built without CUPTI: the runtime calls of a decode step cannot be counted";
-#else
-  const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
-  auto ck = Checkpoint::open(dir);
-  const auto ref = nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  CudaOptions o;
-  o.progress = false;
-  auto backend = make_cuda_backend(o);
-  Model model(ck->config(), ck->weights(), *backend);
-  constexpr int kSteps = 16;
-  auto seq = model.new_sequence(int(prompt.size()) + kSteps + 4);
-  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
-  for (int i = 0; i < 2; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // records the step's graph
-
-  RuntimeCalls calls;
+// The blocking and allocating runtime calls `run` makes.
+void count_calls(const std::function<void()>& run, RuntimeCalls& calls) {
   CUpti_SubscriberHandle subscriber;
   ASSERT_EQ(cuptiSubscribe(&subscriber, count_call, &calls), CUPTI_SUCCESS);
   ASSERT_EQ(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), CUPTI_SUCCESS);
-  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  run();
   cuptiUnsubscribe(subscriber);
+}
+
+// A fixture model on the GPU and its reference prompt; the tests skip without a GPU.
+class CudaDecodeStep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+    const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
+    ck_ = Checkpoint::open(dir);
+    prompt_ = nlohmann::json::parse(std::ifstream(dir + "/reference.json"))["prompt_ids"].get<std::vector<int32_t>>();
+    CudaOptions o;
+    o.progress = false;
+    backend_ = make_cuda_backend(o);
+    model_ = std::make_unique<Model>(ck_->config(), ck_->weights(), *backend_);
+  }
+
+  std::unique_ptr<Checkpoint> ck_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> prompt_;
+};
+
+constexpr int kSteps = 16;
+
+TEST_F(CudaDecodeStep, OneSyncForTheTokenAndNoAllocation) {
+  auto seq = model_->new_sequence(int(prompt_.size()) + kSteps + 4);
+  int32_t tok = model_->forward_greedy(prompt_.data(), int(prompt_.size()), *seq);
+  for (int i = 0; i < 2; ++i) tok = model_->forward_greedy(&tok, 1, *seq);  // records the step's graph
+
+  RuntimeCalls calls;
+  count_calls([&] {
+    for (int i = 0; i < kSteps; ++i) tok = model_->forward_greedy(&tok, 1, *seq);
+  }, calls);
 
   EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " decode steps (one token read each)";
   EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " decode steps";
   EXPECT_GE(tok, 0);
-#endif
 }
+
+// The same for sampled decoding: DeviceDecoder's steps (penalty history, bias, top-k, top-p,
+// min-p, the draw) read back the token id and nothing else.
+TEST_F(CudaDecodeStep, SampledStepOneSyncForTheTokenAndNoAllocation) {
+  auto decoder = make_decoder(*model_);
+  ASSERT_NE(dynamic_cast<DeviceDecoder*>(decoder.get()), nullptr);
+  decoder->reset({.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .min_p = 0.01f, .repetition_penalty = 1.2f,
+                  .frequency_penalty = 0.2f, .penalty_last_n = 8, .logit_bias = {{1, 2.0f}}});
+  for (int32_t t : prompt_) decoder->observe(t, false);
+  auto seq = decoder->new_sequence(int(prompt_.size()) + kSteps + 4);
+  decoder->feed(prompt_.data(), int(prompt_.size()), *seq, KeepLogits::Last);
+  int32_t tok = decoder->sample(0, uint64_t(seq->n_past));
+  auto step = [&] {
+    decoder->observe(tok, true);
+    decoder->feed(&tok, 1, *seq, KeepLogits::Last);
+    tok = decoder->sample(0, uint64_t(seq->n_past));
+  };
+  for (int i = 0; i < 2; ++i) step();  // records the step's graph
+
+  RuntimeCalls calls;
+  count_calls([&] {
+    for (int i = 0; i < kSteps; ++i) step();
+  }, calls);
+
+  EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " sampled decode steps";
+  EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " sampled decode steps";
+  EXPECT_GE(tok, 0);
+}
+#else
+TEST(CudaDecodeStep, CountsRuntimeCalls) {
+  GTEST_SKIP() << "built without CUPTI: the runtime calls of a decode step cannot be counted";
+}
+#endif
 
 }  // namespace
 }  // namespace petrel

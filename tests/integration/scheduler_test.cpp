@@ -158,31 +158,36 @@ void expect_finish(const Answer& got, const Answer& want) {
   EXPECT_EQ(finish_reason_name(got.reason), std::string(finish_reason_name(want.reason)));
 }
 
-// 32 requests submitted over time from another thread into 8 slots (so slots are reused), against
-// each request run alone. Returns the scheduler's metrics after draining.
-SchedulerMetrics expect_concurrent_equals_alone(Loaded& m, const std::function<SamplingParams(int)>& sampling) {
-  constexpr int kRequests = 32;
-  std::vector<CompletionRequest> requests;
-  std::vector<Answer> alone;
-  for (int i = 0; i < kRequests; ++i) {
-    requests.push_back(request(i, m.vocab(), sampling(i)));
-    alone.push_back(run_alone(*m.model, requests.back()));
-  }
-  std::vector<Collector> got(kRequests);
-  Scheduler scheduler(*m.model, options(8));
+std::vector<CompletionRequest> requests_of(int n, int vocab, const std::function<SamplingParams(int)>& sampling) {
+  std::vector<CompletionRequest> out;
+  for (int i = 0; i < n; ++i) out.push_back(request(i, vocab, sampling(i)));
+  return out;
+}
+
+std::vector<Answer> run_each_alone(Model& model, const std::vector<CompletionRequest>& requests) {
+  std::vector<Answer> out;
+  for (const CompletionRequest& r : requests) out.push_back(run_alone(model, r));
+  return out;
+}
+
+// The requests submitted over time from another thread into 8 slots (so slots are reused), then
+// drained; each request's tokens and finish reason must equal its run alone.
+SchedulerMetrics expect_concurrent_equals_alone(Model& model, const std::vector<CompletionRequest>& requests,
+                                                const std::vector<Answer>& alone) {
+  std::vector<Collector> got(requests.size());
+  Scheduler scheduler(model, options(8));
   std::thread submitter([&] {
-    for (int i = 0; i < kRequests; ++i) {
-      EXPECT_EQ(scheduler.submit(requests[size_t(i)], got[size_t(i)].callback()), SubmitStatus::Accepted);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
       if (i % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   });
   submitter.join();
   scheduler.shutdown(true);
-  for (int i = 0; i < kRequests; ++i) {
-    SCOPED_TRACE("request " + std::to_string(i) + " (prompt " + std::to_string(requests[size_t(i)].prompt.size()) +
-                 " tokens)");
-    expect_finish(got[size_t(i)].answer(), alone[size_t(i)]);
-    EXPECT_TRUE(got[size_t(i)].last().done);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i) + " (prompt " + std::to_string(requests[i].prompt.size()) + " tokens)");
+    expect_finish(got[i].answer(), alone[i]);
+    EXPECT_TRUE(got[i].last().done);
   }
   expect_idle(scheduler);
   return scheduler.metrics();
@@ -190,7 +195,8 @@ SchedulerMetrics expect_concurrent_equals_alone(Loaded& m, const std::function<S
 
 TEST(Scheduler, ConcurrentGreedyEqualsEachRequestAlone) {
   Loaded m("qwen35moe-vlm-fused");
-  const SchedulerMetrics after = expect_concurrent_equals_alone(m, [](int) { return greedy(); });
+  const auto requests = requests_of(32, m.vocab(), [](int) { return greedy(); });
+  const SchedulerMetrics after = expect_concurrent_equals_alone(*m.model, requests, run_each_alone(*m.model, requests));
   EXPECT_EQ(after.requests_finished, 32u);
   EXPECT_GT(after.decode_steps, 0u);
   EXPECT_EQ(after.slots_total, 8);
@@ -198,14 +204,17 @@ TEST(Scheduler, ConcurrentGreedyEqualsEachRequestAlone) {
 
 TEST(Scheduler, ConcurrentGreedyEqualsAloneOnQwen3Next) {
   Loaded m("qwen3next-sharded");
-  expect_concurrent_equals_alone(m, [](int) { return greedy(); });
+  const auto requests = requests_of(32, m.vocab(), [](int) { return greedy(); });
+  expect_concurrent_equals_alone(*m.model, requests, run_each_alone(*m.model, requests));
 }
 
+// Twice: timing, and so which requests share a batch, differs between runs; the tokens must not.
 TEST(Scheduler, SeededSamplingEqualsAloneAndRepeats) {
   Loaded m("qwen35moe-vlm-fused");
-  const auto sampling = [](int i) { return seeded(1000 + uint64_t(i)); };
-  expect_concurrent_equals_alone(m, sampling);
-  expect_concurrent_equals_alone(m, sampling);
+  const auto requests = requests_of(32, m.vocab(), [](int i) { return seeded(1000 + uint64_t(i)); });
+  const std::vector<Answer> alone = run_each_alone(*m.model, requests);
+  expect_concurrent_equals_alone(*m.model, requests, alone);
+  expect_concurrent_equals_alone(*m.model, requests, alone);
 }
 
 // A request that would run until the context is full; its callback can hold the scheduler thread.

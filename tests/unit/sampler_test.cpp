@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "generate/penalties.h"
+#include "generate/rng.h"
 #include "generate/sampler.h"
 
 namespace petrel {
@@ -182,6 +183,26 @@ TEST(Sampler, SameSeedSameTokensAndDrawsDependOnlyOnPosition) {
 //   token 2 (generated 2x): 0.5 / 2 - 0.5 - 0.25 * 2    = -0.75
 //   token 3 (generated 1x): 3 / 2 - 0.5 - 0.25          = 0.75
 //   token 4 (unseen):       0
+// The draw inverts the CDF of the kept tokens taken in id order, whatever order the filters left
+// them in (the device sampler reproduces exactly this order).
+TEST(Sampler, DrawWalksTheKeptTokensInIdOrder) {
+  // Probabilities 0.1, 0.4, 0.2, 0.3: top-k 3 and top-p 0.85 both keep ids 1, 2, 3.
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.4f), std::log(0.2f), std::log(0.3f)};
+  for (const SamplingParams& p : {params(1.0f, 3), params(1.0f, 0, 0.85f)}) {
+    Sampler s(p, 4);
+    const double bounds[] = {0.4 / 0.9, 0.6 / 0.9};  // CDF over ids 1, 2, 3
+    int checked = 0;
+    for (uint64_t pos = 0; pos < 2000; ++pos) {
+      const double u = uniform01(p.seed, pos);
+      if (std::fabs(u - bounds[0]) < 1e-6 || std::fabs(u - bounds[1]) < 1e-6) continue;  // rounding
+      const int32_t want = u < bounds[0] ? 1 : u < bounds[1] ? 2 : 3;
+      ASSERT_EQ(s.sample(logits.data(), pos), want) << "position " << pos << ", u " << u;
+      ++checked;
+    }
+    EXPECT_GT(checked, 1990);
+  }
+}
+
 TEST(Penalties, MatchHandComputedValues) {
   SamplingParams p;
   p.repetition_penalty = 2.0f;

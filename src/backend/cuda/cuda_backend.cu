@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/op_timer.h"
@@ -259,6 +260,8 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaStreamSynchronize(stream_));
     return *h_token_;
   }
+
+  std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
 
   void embed(const Matrix& table, Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "embed");

@@ -117,6 +117,48 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
 constexpr int kArgmaxBlocks = 128;
 void argmax(const float* logits, int n, float* scratch, int* out, cudaStream_t s);
 
+// The device sampler's steps, in the order cuda_sampler.cu runs them (semantics: the CPU Sampler).
+// Penalty history: per token id, its occurrences in the window and among generated tokens in it.
+struct PenaltyCounts {
+  int* in_window = nullptr;
+  int* generated = nullptr;
+};
+// One change of the history: token's counts move by `window` and `generated` (+1 on arrival, -1
+// when it leaves a penalty_last_n window).
+struct CountDelta {
+  int token, window, generated;
+};
+void apply_count_deltas(PenaltyCounts counts, const CountDelta* deltas, int n, cudaStream_t s);
+struct PenaltyParams {
+  float repetition = 1.0f, presence = 0.0f, frequency = 0.0f;
+};
+// adjusted = logits, penalised where `counts` is given (null: no penalties), then the sparse
+// logit bias (bias_ids unique) added.
+void adjust_logits(const float* logits, int n, const PenaltyCounts* counts, PenaltyParams p, const int* bias_ids,
+                   const float* bias, int n_bias, float* adjusted, cudaStream_t s);
+// z[i] = (adjusted[i] - adjusted[*top]) · inv_t: the log of each token's weight relative to the top one.
+void relative_logits(const float* adjusted, const int* top, int n, float inv_t, float* z, cudaStream_t s);
+
+// The kept set is every candidate (z > -inf) whose key - z, then the lower id - is >= `cut`; the
+// filters only raise the cut. Zero-filled = everything kept.
+struct SelectState {
+  unsigned long long cut, prefix, remaining;
+  int done;
+};
+constexpr int kSampleChunk = 2048;  // tokens per block in the selection and draw kernels
+inline int sample_blocks(int n) { return div_up(n, kSampleChunk); }
+// Raises the cut to the k-th largest kept key (no change when k >= the kept count).
+// hist: 256·sample_blocks(n) u64 of scratch.
+void select_top_k(const float* z, int n, int k, SelectState* st, unsigned long long* hist, cudaStream_t s);
+// Raises the cut to the key where the kept weight, summed from the largest key down, first
+// reaches top_p of the kept total (the crossing token stays).
+void select_top_p(const float* z, int n, float top_p, SelectState* st, unsigned long long* hist, cudaStream_t s);
+// *out = the kept token (key >= cut and z >= min_z) at which the weights exp(z), summed in id
+// order, first exceed u · their total (the last kept token if rounding leaves none); -1 when
+// nothing is kept. partial: sample_blocks(n) doubles of scratch.
+void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, int* out,
+                cudaStream_t s);
+
 // ---- weights.cu ----------------------------------------------------------------------------------
 // MLX-scheme affine quantisation of a bf16 [rows, cols] matrix on the device.
 void quantize_affine(const bf16* w, int rows, int cols, int bits, int group, uint32_t* q, bf16* scales,

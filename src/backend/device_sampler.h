@@ -1,0 +1,26 @@
+// Sampling a logits row where it lives, for backends whose logits are in device memory. Same
+// semantics as the CPU Sampler (src/generate/sampler.h), so only the token id crosses to the host.
+// Plain C++17: nvcc compiles the CUDA implementation against this header.
+#pragma once
+#include <cstdint>
+
+#include "generate/sampling_params.h"
+
+namespace petrel {
+
+struct Tensor;
+
+class DeviceSampler {
+ public:
+  virtual ~DeviceSampler() = default;
+  // Starts a new answer: parameters (validated; petrel::Error names a bad field) and an empty
+  // penalty history.
+  virtual void reset(const SamplingParams& params) = 0;
+  // Appends a token of the sequence to the penalty history (`generated`: produced by the model).
+  virtual void observe(int32_t token, bool generated) = 0;
+  // The token for sequence position `position` from a one-row fp32 logits tensor in device memory,
+  // drawn with uniform01(seed, position) as the CPU Sampler draws it. The row is not modified.
+  virtual int32_t sample(const Tensor& logits_row, uint64_t position) = 0;
+};
+
+}  // namespace petrel
