@@ -289,13 +289,15 @@ class CudaBackend final : public Backend {
 
   void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
     const cuda::TimedOp timed(timer_, stream_, "linear_many", n, ws[0]->cols);
-    std::vector<const DeviceMatrix*> mats;
-    std::vector<cuda::GemvOut> dst;
+    constexpr int kMax = 8;  // a layer's projections; no heap work per call
+    check(n <= kMax, "CUDA linear_many: at most 8 matrices per call");
+    const DeviceMatrix* mats[kMax];
+    cuda::GemvOut dst[kMax];
     for (int i = 0; i < n; ++i) {
-      mats.push_back(&weights_->matrix(*ws[i]));
-      dst.push_back({outs[i].data, outs[i].stride, outs[i].elem_size});
+      mats[i] = &weights_->matrix(*ws[i]);
+      dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
     }
-    cuda::linear_many(mats.data(), dst.data(), int(mats.size()), x.data, x.stride, x.elem_size, int(x.rows), stream_);
+    cuda::linear_many(mats, dst, n, x.data, x.stride, x.elem_size, int(x.rows), stream_);
   }
 
   void add(Tensor h, const Tensor& a) override {
