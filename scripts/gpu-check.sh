@@ -3,15 +3,17 @@
 # with a short table. Where apt is unavailable (the device tool's GPU machine), run
 # scripts/vendor-deps.sh on a Debian machine first and bring .deps along (device tool: carry
 # [".deps"], command "scripts/gpu-check.sh"). Logs go to $OUT when set, else build-gpu/.
-# Usage: scripts/gpu-check.sh [--skip-bench] [--bench-args "..."]
+# Usage: scripts/gpu-check.sh [--skip-bench] [--weights "int4 bf16"] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 skip_bench=0
 bench_args=""
+weights="int4 bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-bench) skip_bench=1 ;;
     --bench-args) bench_args="$2"; shift ;;
+    --weights) weights="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -27,7 +29,7 @@ grep -E "FAILED|Failure|note:|Expected|Which is|actual|PASSED|SKIPPED" "$logs/gp
 
 bench_rc=0
 if [ $skip_bench -eq 0 ]; then
-  for w in int4 bf16; do
+  for w in $weights; do
     ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args --json > "$logs/bench-$w.json" 2> "$logs/bench-$w.err" || bench_rc=1
   done
 fi
@@ -38,7 +40,7 @@ passed=$(grep -oE "\[  PASSED  \] [0-9]+" "$logs/gpu-tests.log" | grep -oE "[0-9
 failed=$(grep -cE "^\[  FAILED  \] .*\(" "$logs/gpu-tests.log" || true)
 echo "GPU tests: ${passed:-0} passed, ${failed:-0} failed (exit $tests_rc)"
 if [ $skip_bench -eq 0 ]; then
-  for w in int4 bf16; do
+  for w in $weights; do
     python3 - "$logs/bench-$w.json" "$w" <<'PY' || { echo "bench $w failed:"; tail -5 "$logs/bench-$w.err"; }
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -51,10 +53,12 @@ print(" | ".join(row))
 for r in d.get("serving", []):
     print(f"  serving: {r['concurrency']:3d} concurrent greedy streams {r['tok_per_s']:8.1f} tok/s [{r['min']:.1f}-{r['max']:.1f}]")
 if "breakdown" in d:
-    total = sum(r["us_per_step"] for r in d["breakdown"])
-    print(f"  decode step ops timed one by one: {total:.0f} us")
-    for r in d["breakdown"][:16]:
-        print(f"    {r['op']:28s} {r['us_per_step']:8.1f} us {100 * r['us_per_step'] / total:5.1f}%")
+    b = d["breakdown"]
+    for name, rows in (("decode step", b["decode"]), (f"prefill of {b['prefill_tokens']}", b["prefill"])):
+        total = sum(r["us"] for r in rows)
+        print(f"  {name}, ops timed one by one: {total:.0f} us")
+        for r in rows[:14]:
+            print(f"    {r['op']:28s} {r['us']:9.1f} us {100 * r['us'] / total:5.1f}%")
 PY
   done
 fi

@@ -73,9 +73,18 @@ std::vector<int32_t> tokens(int n, int vocab) {
   return ids;
 }
 
-// Device time per op label of one decode step at context 0, averaged over several steps, with
-// each op timed on its own (no graph), so the sum exceeds a replayed step by the launch gaps.
-nlohmann::json decode_breakdown(Model& model, Backend& backend, int vocab) {
+// Device time per op label, sorted by time, from the timer's totals over `steps` forward calls.
+nlohmann::json op_rows(std::vector<std::pair<std::string, double>> times, int steps) {
+  std::sort(times.begin(), times.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [label, seconds] : times) rows.push_back({{"op", label}, {"us", 1e6 * seconds / steps}});
+  return rows;
+}
+
+// Device time per op of one decode step at context 0 (mean of several steps) and of one prefill
+// of `prefill_tokens`, each op timed on its own (no graph), so the decode sum exceeds a replayed
+// step by the launch gaps.
+nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefill_tokens) {
   constexpr int kSteps = 8;
   const std::vector<int32_t> prompt = tokens(16, vocab);
   auto seq = model.new_sequence(int(prompt.size()) + kSteps + 4);
@@ -83,21 +92,24 @@ nlohmann::json decode_breakdown(Model& model, Backend& backend, int vocab) {
   check(backend.time_ops(true), "--breakdown: the " + backend.name() + " backend cannot time its ops");
   backend.take_op_times();
   for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
-  auto times = backend.take_op_times();
+  nlohmann::json out;
+  out["decode"] = op_rows(backend.take_op_times(), kSteps);
+  const std::vector<int32_t> ids = tokens(prefill_tokens, vocab);
+  auto long_seq = model.new_sequence(prefill_tokens);
+  model.forward_greedy(ids.data(), prefill_tokens, *long_seq);
+  out["prefill"] = op_rows(backend.take_op_times(), 1);
+  out["prefill_tokens"] = prefill_tokens;
   backend.time_ops(false);
-  std::sort(times.begin(), times.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [label, seconds] : times) rows.push_back({{"op", label}, {"us_per_step", 1e6 * seconds / kSteps}});
-  return rows;
+  return out;
 }
 
-void print_breakdown(const nlohmann::json& rows) {
+void print_op_rows(const char* title, const nlohmann::json& rows) {
   double total = 0;
-  for (const auto& r : rows) total += r["us_per_step"].get<double>();
-  std::printf("\ndecode step, ops timed one by one (total %.0f us)\n", total);
+  for (const auto& r : rows) total += r["us"].get<double>();
+  std::printf("\n%s, ops timed one by one (total %.0f us)\n", title, total);
   for (const auto& r : rows)
-    std::printf("  %-28s %9.1f us  %5.1f%%\n", r["op"].get<std::string>().c_str(), r["us_per_step"].get<double>(),
-                100.0 * r["us_per_step"].get<double>() / total);
+    std::printf("  %-28s %9.1f us  %5.1f%%\n", r["op"].get<std::string>().c_str(), r["us"].get<double>(),
+                100.0 * r["us"].get<double>() / total);
 }
 
 // Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, 128
@@ -215,7 +227,11 @@ void run(const Args& a) {
   }
   if (!a.concurrency.empty())
     out["serving"] = serving_throughput(model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs);
-  if (a.breakdown) out["breakdown"] = decode_breakdown(model, *backend, config.vocab);
+  if (a.breakdown) {
+    const std::vector<int> sizes = parse_ids(a.prefill, "--prefill");
+    const int T = sizes.empty() ? 2048 : *std::max_element(sizes.begin(), sizes.end());
+    out["breakdown"] = op_breakdown(model, *backend, config.vocab, T);
+  }
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -238,7 +254,11 @@ void run(const Args& a) {
       std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams\n",
                   r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
                   r["max"].get<double>());
-  if (a.breakdown) print_breakdown(out["breakdown"]);
+  if (a.breakdown) {
+    print_op_rows("decode step", out["breakdown"]["decode"]);
+    const std::string title = "prefill of " + std::to_string(out["breakdown"]["prefill_tokens"].get<int>()) + " tokens";
+    print_op_rows(title.c_str(), out["breakdown"]["prefill"]);
+  }
 }
 
 void add(CLI::App& app) {
@@ -258,7 +278,7 @@ void add(CLI::App& app) {
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "
                   "(128-token prompts, 128 tokens each)");
-  cmd->add_flag("--breakdown", a.breakdown, "Device time per op of one decode step (ops timed one by one)");
+  cmd->add_flag("--breakdown", a.breakdown, "Device time per op of one decode step and of the longest prefill (ops timed one by one)");
   cmd->callback([] { run(a); });
 }
 
