@@ -3,17 +3,19 @@
 # with a short table. Where apt is unavailable (the device tool's GPU machine), run
 # scripts/vendor-deps.sh on a Debian machine first and bring .deps along (device tool: carry
 # [".deps"], command "scripts/gpu-check.sh"). Logs go to $OUT when set, else build-gpu/.
-# Usage: scripts/gpu-check.sh [--skip-bench] [--weights "int4 bf16"] [--bench-args "..."]
+# Usage: scripts/gpu-check.sh [--skip-bench] [--tests GTEST_FILTER] [--weights "int4 bf16"] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 skip_bench=0
 bench_args=""
 weights="int4 bf16"
+tests="*Cuda*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-bench) skip_bench=1 ;;
     --bench-args) bench_args="$2"; shift ;;
     --weights) weights="$2"; shift ;;
+    --tests) tests="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -23,7 +25,7 @@ mkdir -p "$logs"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 scripts/gpu-build.sh "$logs" || exit 1
 
-./build-gpu/tests/petrel_tests --gtest_filter='*Cuda*' --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
+./build-gpu/tests/petrel_tests --gtest_filter="$tests" --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
 tests_rc=$?
 grep -E "FAILED|Failure|note:|Expected|Which is|actual|PASSED|SKIPPED" "$logs/gpu-tests.log" | head -60
 

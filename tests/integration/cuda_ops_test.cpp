@@ -349,7 +349,7 @@ TEST(CudaOps, DeltaNetChunkedAndRecurrentMatchCpu) {
   REQUIRE_GPU();
   auto cs = pair().cpu.new_sequence(512);
   auto gs = pair().gpu->new_sequence(512);
-  for (int T : {130, 1, 1, 64, 1})  // state carried across chunked and recurrent calls
+  for (int T : {130, 1, 1, 64, 1, 250})  // state carried across chunked and recurrent calls
     EXPECT_LT(deltanet_step(*cs, *gs, T, 100 + T + cs->n_past), kDeltaNetTol) << "T=" << T;
 }
 

@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
       gdn_o_ = alloc_raw<float>(T * c.gdn_value_dim());
       gdn_beta_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
+      gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
     }
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
     mlp_g_ = alloc_raw<bf16>(T * inter);
@@ -338,7 +339,7 @@ class CudaBackend final : public Backend {
     auto& s = dynamic_cast<CudaSequence&>(st);
     const ModelConfig& c = c_;
     const int T = int(qkv.rows);
-    const cuda::DeltaNetShape d{c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel};
+    const cuda::DeltaNetShape d = gdn_shape();
     const cuda::TimedOp timed(timer_, stream_, "deltanet");
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
     if (T == 1 && cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
@@ -352,7 +353,8 @@ class CudaBackend final : public Backend {
     if (T == 1)
       cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
     else
-      cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
+      cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, gdn_chunks_, s.S[layer], gdn_o_,
+                               stream_);
     cuda::gated_rms_norm(d, gdn_o_, T, weights_->vec(w.norm), bf(z), z.stride, c.rms_eps, bf(out), out.stride, stream_);
   }
 
@@ -448,6 +450,9 @@ class CudaBackend final : public Backend {
                     attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
 
+  cuda::DeltaNetShape gdn_shape() const {
+    return {c_.lin_k_heads, c_.lin_v_heads, c_.lin_k_dim, c_.lin_v_dim, c_.conv_kernel};
+  }
   static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
   static float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 
@@ -476,7 +481,7 @@ class CudaBackend final : public Backend {
   float* attn_partial_ = nullptr;
   float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
-  float *gdn_beta_ = nullptr, *gdn_g_ = nullptr;
+  float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;

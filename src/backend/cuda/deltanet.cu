@@ -6,24 +6,48 @@
 namespace petrel::cuda {
 namespace {
 
-constexpr int kChunk = 64;       // tokens per WY chunk
-constexpr int kColBlock = 32;    // value columns per block in the chunked kernel
+constexpr int kChunk = 64;  // tokens per WY chunk
 
-__global__ void conv_kernel(const bf16* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state,
+constexpr int kConvSpan = 64;  // tokens per thread of the prefill conv
+
+// grid (ceil(C/256), ceil(T/kConvSpan)): one thread runs one channel over kConvSpan tokens, its
+// window primed from the inputs before the span (or the conv state, before the first token).
+template <int K>
+__global__ void conv_kernel(const bf16* x, int64_t x_stride, int T, int C, const float* w, const float* conv_state,
                             float* u) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  constexpr int hist = K - 1;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * kConvSpan;
   if (c >= C) return;
-  float window[8];
-  const int hist = K - 1;
-  for (int j = 0; j < hist; ++j) window[j] = conv_state[int64_t(j) * C + c];
-  for (int t = 0; t < T; ++t) {
+  float wk[K], window[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) wk[j] = w[int64_t(c) * K + j];
+#pragma unroll
+  for (int j = 0; j < hist; ++j) {
+    const int t = t0 - hist + j;
+    window[j] = t >= 0 ? __bfloat162float(x[t * x_stride + c]) : conv_state[int64_t(hist + t) * C + c];
+  }
+  const int end = min(T, t0 + kConvSpan);
+  for (int t = t0; t < end; ++t) {
     window[hist] = __bfloat162float(x[t * x_stride + c]);
     float acc = 0.0f;
-    for (int j = 0; j < K; ++j) acc += w[int64_t(c) * K + j] * window[j];
+#pragma unroll
+    for (int j = 0; j < K; ++j) acc += wk[j] * window[j];
     u[int64_t(t) * C + c] = siluf_(acc);
+#pragma unroll
     for (int j = 0; j < hist; ++j) window[j] = window[j + 1];
   }
-  for (int j = 0; j < hist; ++j) conv_state[int64_t(j) * C + c] = window[j];
+}
+
+// After the conv: the state keeps the last K-1 inputs of (old state ++ x). Row j reads row T + j
+// (> j) of the old state at most, so one thread per channel can update it in place, lowest row first.
+__global__ void conv_state_kernel(const bf16* x, int64_t x_stride, int T, int C, int hist, float* conv_state) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int j = 0; j < hist; ++j) {
+    const int t = T - hist + j;
+    conv_state[int64_t(j) * C + c] =
+        t >= 0 ? __bfloat162float(x[t * x_stride + c]) : conv_state[int64_t(hist + t) * C + c];
+  }
 }
 
 // grid (T), one warp per q or k head, then v copy and gates.
@@ -128,117 +152,273 @@ __global__ void __launch_bounds__(128, 1) recurrent_reg_kernel(DeltaNetShape d, 
   }
 }
 
-// Shared-memory layout of the chunked kernel for one (value head, column block).
-struct ChunkSmem {
-  float *K, *Q, *W, *A, *QK, *U, *Dl, *S, *gamma, *beta;
-  __device__ ChunkSmem(float* p, int dk) {
-    K = p; p += kChunk * dk;
-    Q = p; p += kChunk * dk;
-    W = p; p += kChunk * dk;
-    A = p; p += kChunk * kChunk;
-    QK = p; p += kChunk * kChunk;
-    U = p; p += kChunk * kColBlock;
-    Dl = p; p += kChunk * kColBlock;
-    S = p; p += dk * kColBlock;
-    gamma = p; p += kChunk;
-    beta = p;
+// The chunked delta rule, per chunk of kChunk tokens and value head, with γ the within-chunk
+// cumulative log-decay (γ_t = Σ_{u<=t} g_u):
+//   A = strict_tril(diag(β) K Kᵀ ⊙ e^{γ_t-γ_u}),  QK = tril(Q Kᵀ ⊙ e^{γ_t-γ_u}),
+//   W = (I+A)⁻¹ diag(β e^γ) K,  U = (I+A)⁻¹ diag(β) V        (chunk_prepare_kernel, chunks in parallel)
+// then chunk after chunk over the state S [dk, dv] (chunk_state_kernel, one block per column block):
+//   Δ = U − W S,  O = diag(e^γ) Q S + QK Δ,  S ← e^{γ_L} S + (diag(e^{γ_L−γ}) K)ᵀ Δ.
+// Scratch per (chunk, value head): W [kChunk, dk], U [kChunk, dv], QK [kChunk, kChunk], γ [kChunk].
+struct ChunkScratch {
+  float *w, *u, *qk, *gamma;
+  __host__ __device__ ChunkScratch(float* p, const DeltaNetShape& d, int chunks) {
+    const int64_t n = int64_t(chunks) * d.Hv * kChunk;
+    w = p;
+    u = w + n * d.dk;
+    qk = u + n * d.dv;
+    gamma = qk + n * kChunk;
   }
-  static size_t bytes(int dk) {
-    return sizeof(float) * (3 * kChunk * dk + 2 * kChunk * kChunk + 2 * kChunk * kColBlock + dk * kColBlock + 2 * kChunk);
+  static int64_t floats(const DeltaNetShape& d, int chunks) {
+    return int64_t(chunks) * d.Hv * kChunk * (d.dk + d.dv + kChunk + 1);
   }
 };
 
-__global__ void chunked_kernel(DeltaNetShape d, int T, const float* q, const float* k, const float* v,
-                               const float* beta, const float* g, float* state, float* out) {
-  extern __shared__ float smem[];
-  ChunkSmem s(smem, d.dk);
-  const int j = blockIdx.x, col0 = blockIdx.y * kColBlock, kh = j / (d.Hv / d.Hk), dk = d.dk;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  const int ncols = min(kColBlock, d.dv - col0);
-  float* Sg = state + int64_t(j) * dk * d.dv;
-  for (int x = tid; x < dk * kColBlock; x += nt) {
-    const int i = x / kColBlock, e = x % kColBlock;
-    s.S[x] = e < ncols ? Sg[int64_t(i) * d.dv + col0 + e] : 0.0f;
+template <int DK>
+struct PrepareSmem {
+  float K[kChunk][DK + 1], Q[kChunk][DK + 1];  // odd row stride: column reads hit distinct banks
+  float A[kChunk][kChunk + 4];                 // rows read as float4
+  float gamma[kChunk], beta[kChunk], beta_decay[kChunk];
+};
+
+// grid (chunks, Hv), 256 threads.
+template <int DK>
+__global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int T, const float* q, const float* k,
+                                                            const float* v, const float* beta, const float* g,
+                                                            float* scratch) {
+  extern __shared__ float4 smem4[];
+  auto& sm = *reinterpret_cast<PrepareSmem<DK>*>(smem4);
+  const ChunkScratch sc(scratch, d, gridDim.x);
+  const int c = blockIdx.x, j = blockIdx.y, c0 = c * kChunk, L = min(kChunk, T - c0);
+  const int kh = j / (d.Hv / d.Hk), tid = threadIdx.x;
+  for (int x = tid; x < kChunk * DK; x += blockDim.x) {
+    const int t = x / DK, i = x % DK;
+    const int64_t src = (int64_t(c0 + t) * d.Hk + kh) * DK + i;
+    sm.K[t][i] = t < L ? k[src] : 0.0f;
+    sm.Q[t][i] = t < L ? q[src] : 0.0f;
   }
-  for (int c0 = 0; c0 < T; c0 += kChunk) {
-    const int L = min(kChunk, T - c0);
-    __syncthreads();
-    for (int x = tid; x < L * dk; x += nt) {
-      const int t = x / dk, i = x % dk;
-      s.K[x] = k[(int64_t(c0 + t) * d.Hk + kh) * dk + i];
-      s.Q[x] = q[(int64_t(c0 + t) * d.Hk + kh) * dk + i];
+  const int64_t head = int64_t(c) * d.Hv + j;  // this block's (chunk, value head) slot in the scratch
+  if (tid < 32) {  // γ as an inclusive scan, two tokens per lane; padding tokens decay by nothing
+    const int t = 2 * tid;
+    const float g0 = t < L ? g[int64_t(c0 + t) * d.Hv + j] : 0.0f;
+    const float g1 = t + 1 < L ? g[int64_t(c0 + t + 1) * d.Hv + j] : 0.0f;
+    float sum = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float n = __shfl_up_sync(0xffffffffu, sum, o);
+      if (tid >= o) sum += n;
     }
-    for (int t = tid; t < L; t += nt) s.beta[t] = beta[int64_t(c0 + t) * d.Hv + j];
-    if (tid == 0) {
-      float acc = 0.0f;
-      for (int t = 0; t < L; ++t) s.gamma[t] = (acc += g[int64_t(c0 + t) * d.Hv + j]);
-    }
-    __syncthreads();
-    // A (strictly lower, with β) and the decayed Q·Kᵀ (lower incl. diagonal); exponent of differences only.
-    for (int x = tid; x < L * L; x += nt) {
-      const int t = x / L, u = x % L;
-      float kk = 0.0f, qk = 0.0f;
-      if (u <= t) {
-        for (int i = 0; i < dk; ++i) {
-          kk += s.K[t * dk + i] * s.K[u * dk + i];
-          qk += s.Q[t * dk + i] * s.K[u * dk + i];
-        }
-      }
-      const float decay = u <= t ? expf(s.gamma[t] - s.gamma[u]) : 0.0f;
-      s.A[t * kChunk + u] = u < t ? s.beta[t] * kk * decay : 0.0f;
-      s.QK[t * kChunk + u] = qk * decay;
-    }
-    __syncthreads();
-    // Forward substitution: W = (I+A)⁻¹ diag(β e^γ) K and U = (I+A)⁻¹ diag(β) V, one row at a time.
-    for (int t = 0; t < L; ++t) {
-      for (int c = tid; c < dk + kColBlock; c += nt) {
-        float val;
-        if (c < dk) {
-          val = s.beta[t] * expf(s.gamma[t]) * s.K[t * dk + c];
-          for (int u = 0; u < t; ++u) val -= s.A[t * kChunk + u] * s.W[u * dk + c];
-          s.W[t * dk + c] = val;
-        } else {
-          const int e = c - dk;
-          val = e < ncols ? s.beta[t] * v[(int64_t(c0 + t) * d.Hv + j) * d.dv + col0 + e] : 0.0f;
-          for (int u = 0; u < t; ++u) val -= s.A[t * kChunk + u] * s.U[u * kColBlock + e];
-          s.U[t * kColBlock + e] = val;
-        }
-      }
-      __syncthreads();
-    }
-    // Δ = U − W·S.
-    for (int x = tid; x < L * kColBlock; x += nt) {
-      const int t = x / kColBlock, e = x % kColBlock;
-      float acc = s.U[x];
-      for (int i = 0; i < dk; ++i) acc -= s.W[t * dk + i] * s.S[i * kColBlock + e];
-      s.Dl[x] = acc;
-    }
-    __syncthreads();
-    // O = e^γ Q·S + (decayed Q·Kᵀ)·Δ.
-    for (int x = tid; x < L * kColBlock; x += nt) {
-      const int t = x / kColBlock, e = x % kColBlock;
-      if (e >= ncols) continue;
-      float acc = 0.0f;
-      for (int i = 0; i < dk; ++i) acc += s.Q[t * dk + i] * s.S[i * kColBlock + e];
-      acc *= expf(s.gamma[t]);
-      for (int u = 0; u <= t; ++u) acc += s.QK[t * kChunk + u] * s.Dl[u * kColBlock + e];
-      out[(int64_t(c0 + t) * d.Hv + j) * d.dv + col0 + e] = acc;
-    }
-    __syncthreads();
-    // S ← e^{γ_L} S + Σ_u e^{γ_L − γ_u} k_u Δ_uᵀ.
-    const float gl = s.gamma[L - 1];
-    for (int x = tid; x < dk * kColBlock; x += nt) {
-      const int i = x / kColBlock, e = x % kColBlock;
-      float acc = s.S[x] * expf(gl);
-      for (int u = 0; u < L; ++u) acc += expf(gl - s.gamma[u]) * s.K[u * dk + i] * s.Dl[u * kColBlock + e];
-      s.S[x] = acc;
-    }
+    const float b0 = t < L ? beta[int64_t(c0 + t) * d.Hv + j] : 0.0f;
+    const float b1 = t + 1 < L ? beta[int64_t(c0 + t + 1) * d.Hv + j] : 0.0f;
+    sm.gamma[t] = sum - g1;
+    sm.gamma[t + 1] = sum;
+    sm.beta[t] = b0;
+    sm.beta[t + 1] = b1;
+    sm.beta_decay[t] = b0 * expf(sum - g1);
+    sm.beta_decay[t + 1] = b1 * expf(sum);
+    sc.gamma[head * kChunk + t] = sum - g1;
+    sc.gamma[head * kChunk + t + 1] = sum;
   }
   __syncthreads();
-  for (int x = tid; x < dk * kColBlock; x += nt) {
-    const int i = x / kColBlock, e = x % kColBlock;
-    if (e < ncols) Sg[int64_t(i) * d.dv + col0 + e] = s.S[x];
+
+  // K Kᵀ and Q Kᵀ: thread (tx, ty) owns rows ty*4 + r and columns tx + 16c.
+  const int tx = tid % 16, ty = tid / 16;
+  float kk[4][4] = {}, qk[4][4] = {};
+  for (int i = 0; i < DK; ++i) {
+    float ku[4], kt[4], qt[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      ku[r] = sm.K[tx + 16 * r][i];
+      kt[r] = sm.K[ty * 4 + r][i];
+      qt[r] = sm.Q[ty * 4 + r][i];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        kk[r][cc] += kt[r] * ku[cc];
+        qk[r][cc] += qt[r] * ku[cc];
+      }
   }
+  float* QKg = sc.qk + head * kChunk * kChunk;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) {
+      const int t = ty * 4 + r, u = tx + 16 * cc;
+      const float decay = u <= t ? expf(sm.gamma[t] - sm.gamma[u]) : 0.0f;
+      sm.A[t][u] = u < t ? sm.beta[t] * kk[r][cc] * decay : 0.0f;
+      QKg[t * kChunk + u] = qk[r][cc] * decay;
+    }
+  __syncthreads();
+
+  // Forward substitution, one column of [W | U] per thread: no synchronisation between rows.
+  float* Wg = sc.w + head * kChunk * DK;
+  float* Ug = sc.u + head * kChunk * d.dv;
+  for (int col = tid; col < DK + d.dv; col += blockDim.x) {
+    const bool is_w = col < DK;
+    float x[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      float r = is_w ? sm.beta_decay[t] * sm.K[t][col]
+                     : (t < L ? sm.beta[t] * v[(int64_t(c0 + t) * d.Hv + j) * d.dv + col - DK] : 0.0f);
+#pragma unroll
+      for (int u = 0; u + 4 <= t; u += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(&sm.A[t][u]);
+        r -= a.x * x[u] + a.y * x[u + 1] + a.z * x[u + 2] + a.w * x[u + 3];
+      }
+#pragma unroll
+      for (int u = t & ~3; u < t; ++u) r -= sm.A[t][u] * x[u];
+      x[t] = r;
+    }
+    if (is_w) {
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) Wg[t * DK + col] = x[t];
+    } else {
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) Ug[t * d.dv + col - DK] = x[t];
+    }
+  }
+}
+
+constexpr int kStateCols = 32;  // value columns per block of the state kernel: one per lane
+
+template <int DK>
+struct StateSmem {
+  float S[DK][kStateCols];
+  float W[kChunk][DK + 4], Q[kChunk][DK + 4];  // rows read as float4
+  float KT[DK][kChunk + 4];                    // e^{γ_L−γ_u} k_u, transposed
+  float QK[kChunk][kChunk + 4];
+  float D[kChunk][kStateCols];  // U, then Δ
+  float gamma[kChunk];
+};
+
+// grid (Hv, ceil(dv/32)), 256 threads: lane = value column, warp w owns rows w, w+8, ...
+template <int DK>
+__global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T, const float* q, const float* k,
+                                                          const float* scratch, float* state, float* out) {
+  extern __shared__ float4 smem4[];
+  auto& sm = *reinterpret_cast<StateSmem<DK>*>(smem4);
+  constexpr int kRows = kChunk / 8, kStateRows = DK / 8;
+  const int chunks = (T + kChunk - 1) / kChunk;
+  const ChunkScratch sc(const_cast<float*>(scratch), d, chunks);
+  const int j = blockIdx.x, col0 = blockIdx.y * kStateCols, kh = j / (d.Hv / d.Hk);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const bool col_ok = col0 + lane < d.dv;
+  float* Sg = state + int64_t(j) * DK * d.dv;
+#pragma unroll
+  for (int r = 0; r < kStateRows; ++r) {
+    const int i = warp + 8 * r;
+    sm.S[i][lane] = col_ok ? Sg[int64_t(i) * d.dv + col0 + lane] : 0.0f;
+  }
+  for (int c = 0; c < chunks; ++c) {
+    const int c0 = c * kChunk, L = min(kChunk, T - c0);
+    const int64_t head = int64_t(c) * d.Hv + j;
+    __syncthreads();  // the previous chunk is done with every tile
+    if (tid < kChunk) sm.gamma[tid] = sc.gamma[head * kChunk + tid];
+    const float* Wg = sc.w + head * kChunk * DK;
+    const float* QKg = sc.qk + head * kChunk * kChunk;
+    for (int x = tid; x < kChunk * DK / 4; x += blockDim.x) {
+      const int t = x / (DK / 4), i = 4 * (x % (DK / 4));
+      *reinterpret_cast<float4*>(&sm.W[t][i]) = reinterpret_cast<const float4*>(Wg)[x];
+      const int64_t src = (int64_t(c0 + t) * d.Hk + kh) * DK + i;
+      *reinterpret_cast<float4*>(&sm.Q[t][i]) =
+          t < L ? *reinterpret_cast<const float4*>(q + src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int x = tid; x < kChunk * kChunk / 4; x += blockDim.x) {
+      const int t = x / (kChunk / 4), u = 4 * (x % (kChunk / 4));
+      *reinterpret_cast<float4*>(&sm.QK[t][u]) = reinterpret_cast<const float4*>(QKg)[x];
+    }
+    const float* Ug = sc.u + head * kChunk * d.dv;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int t = warp + 8 * r;
+      sm.D[t][lane] = col_ok ? Ug[t * d.dv + col0 + lane] : 0.0f;
+    }
+    __syncthreads();  // γ is needed to scale K
+    const float gl = sm.gamma[L - 1];
+    for (int x = tid; x < kChunk * DK; x += blockDim.x) {
+      const int u = x / DK, i = x % DK;
+      sm.KT[i][u] = u < L ? k[(int64_t(c0 + u) * d.Hk + kh) * DK + i] * expf(gl - sm.gamma[u]) : 0.0f;
+    }
+    __syncthreads();
+
+    // Δ = U − W S, and the part of O that comes from the state before this chunk.
+    float dacc[kRows] = {}, oacc[kRows] = {};
+    for (int i = 0; i < DK; i += 4) {
+      const float s0 = sm.S[i][lane], s1 = sm.S[i + 1][lane], s2 = sm.S[i + 2][lane], s3 = sm.S[i + 3][lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float4 w = *reinterpret_cast<const float4*>(&sm.W[warp + 8 * r][i]);
+        const float4 qv = *reinterpret_cast<const float4*>(&sm.Q[warp + 8 * r][i]);
+        dacc[r] += w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
+        oacc[r] += qv.x * s0 + qv.y * s1 + qv.z * s2 + qv.w * s3;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int t = warp + 8 * r;
+      sm.D[t][lane] -= dacc[r];
+      oacc[r] *= expf(sm.gamma[t]);
+    }
+    __syncthreads();
+
+    // O += QK Δ (QK is zero above the diagonal), then S ← e^{γ_L} S + KT Δ.
+    for (int u = 0; u < kChunk; u += 4) {
+      const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(&sm.QK[warp + 8 * r][u]);
+        oacc[r] += a.x * d0 + a.y * d1 + a.z * d2 + a.w * d3;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int t = warp + 8 * r;
+      if (t < L && col_ok) out[(int64_t(c0 + t) * d.Hv + j) * d.dv + col0 + lane] = oacc[r];
+    }
+    const float chunk_decay = expf(gl);
+    float sacc[kStateRows];
+#pragma unroll
+    for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[warp + 8 * r][lane] * chunk_decay;
+    for (int u = 0; u < kChunk; u += 4) {
+      const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
+#pragma unroll
+      for (int r = 0; r < kStateRows; ++r) {
+        const float4 kt = *reinterpret_cast<const float4*>(&sm.KT[warp + 8 * r][u]);
+        sacc[r] += kt.x * d0 + kt.y * d1 + kt.z * d2 + kt.w * d3;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kStateRows; ++r) sm.S[warp + 8 * r][lane] = sacc[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < kStateRows; ++r) {
+    const int i = warp + 8 * r;
+    if (col_ok) Sg[int64_t(i) * d.dv + col0 + lane] = sm.S[i][lane];
+  }
+}
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  static size_t configured = 0;  // one per kernel instantiation
+  if (bytes > configured) {
+    PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    configured = bytes;
+  }
+}
+
+template <int DK>
+void launch_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v, const float* beta,
+                    const float* g, float* scratch, float* state, float* out, cudaStream_t s) {
+  const int chunks = div_up(T, kChunk);
+  allow_smem(chunk_prepare_kernel<DK>, sizeof(PrepareSmem<DK>));
+  chunk_prepare_kernel<DK><<<dim3(chunks, d.Hv), 256, sizeof(PrepareSmem<DK>), s>>>(d, T, q, k, v, beta, g, scratch);
+  PETREL_LAUNCHED("delta_rule_chunk_prepare");
+  allow_smem(chunk_state_kernel<DK>, sizeof(StateSmem<DK>));
+  chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 256, sizeof(StateSmem<DK>), s>>>(d, T, q, k, scratch,
+                                                                                                 state, out);
+  PETREL_LAUNCHED("delta_rule_chunk_state");
 }
 
 // grid (T, Hv), one warp per value head.
@@ -349,9 +529,23 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const bf16* x, 
 
 void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, const float* w, float* conv_state, float* u,
                       cudaStream_t s) {
-  check(K >= 1 && K <= 8, "CUDA conv: kernel size " + std::to_string(K) + " is not supported (1..8)");
-  conv_kernel<<<div_up(C, 256), 256, 0, s>>>(x, x_stride, T, C, K, w, conv_state, u);
+  const dim3 grid(div_up(C, 256), div_up(T, kConvSpan));
+  switch (K) {
+    case 1: conv_kernel<1><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 2: conv_kernel<2><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 3: conv_kernel<3><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 4: conv_kernel<4><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 5: conv_kernel<5><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 6: conv_kernel<6><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 7: conv_kernel<7><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    case 8: conv_kernel<8><<<grid, 256, 0, s>>>(x, x_stride, T, C, w, conv_state, u); break;
+    default: throw Error("CUDA conv: kernel size " + std::to_string(K) + " is not supported (1..8)");
+  }
   PETREL_LAUNCHED("causal_conv_silu");
+  if (K > 1) {
+    conv_state_kernel<<<div_up(C, 256), 256, 0, s>>>(x, x_stride, T, C, K - 1, conv_state);
+    PETREL_LAUNCHED("conv_state");
+  }
 }
 
 void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float* b, int64_t b_stride, const float* a,
@@ -376,16 +570,17 @@ void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const f
   PETREL_LAUNCHED("delta_rule_recurrent");
 }
 
+int64_t delta_rule_chunked_scratch(const DeltaNetShape& d, int T) { return ChunkScratch::floats(d, div_up(T, kChunk)); }
+
 void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
-                        const float* beta, const float* g, float* state, float* out, cudaStream_t s) {
-  const size_t smem = ChunkSmem::bytes(d.dk);
-  static size_t configured = 0;
-  if (smem > configured) {
-    PETREL_CUDA(cudaFuncSetAttribute(chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured = smem;
+                        const float* beta, const float* g, float* scratch, float* state, float* out, cudaStream_t s) {
+  switch (d.dk) {
+    case 16: return launch_chunked<16>(d, T, q, k, v, beta, g, scratch, state, out, s);
+    case 32: return launch_chunked<32>(d, T, q, k, v, beta, g, scratch, state, out, s);
+    case 64: return launch_chunked<64>(d, T, q, k, v, beta, g, scratch, state, out, s);
+    case 128: return launch_chunked<128>(d, T, q, k, v, beta, g, scratch, state, out, s);
   }
-  chunked_kernel<<<dim3(d.Hv, div_up(d.dv, kColBlock)), 256, smem, s>>>(d, T, q, k, v, beta, g, state, out);
-  PETREL_LAUNCHED("delta_rule_chunked");
+  throw Error("CUDA DeltaNet: key head dim " + std::to_string(d.dk) + " is not supported (16, 32, 64 or 128)");
 }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,

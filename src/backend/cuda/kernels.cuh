@@ -80,8 +80,10 @@ void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float
                       float* beta, float* g, cudaStream_t s);
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out, cudaStream_t s);
+// Prefill: chunks of 64 tokens in WY form (two kernels), `scratch` of delta_rule_chunked_scratch floats.
+int64_t delta_rule_chunked_scratch(const DeltaNetShape& d, int T);
 void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
-                        const float* beta, const float* g, float* state, float* out, cudaStream_t s);
+                        const float* beta, const float* g, float* scratch, float* state, float* out, cudaStream_t s);
 // out = rmsnorm(o per value head)·w·silu(z), bf16.
 // A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
 // one launch; false (nothing done) for shapes it does not cover.
