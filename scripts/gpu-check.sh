@@ -56,7 +56,8 @@ for r in d.get("serving", []):
     print(f"  serving: {r['concurrency']:3d} concurrent greedy streams {r['tok_per_s']:8.1f} tok/s [{r['min']:.1f}-{r['max']:.1f}]")
 if "breakdown" in d:
     b = d["breakdown"]
-    for name, rows in (("decode step", b["decode"]), (f"prefill of {b['prefill_tokens']}", b["prefill"])):
+    for name, rows in (("decode step", b["decode"]), (f"batched step of {b['batch_size']}", b["batch"]),
+                       (f"prefill of {b['prefill_tokens']}", b["prefill"])):
         total = sum(r["us"] for r in rows)
         print(f"  {name}, ops timed one by one: {total:.0f} us")
         for r in rows[:14]:

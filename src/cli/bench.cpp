@@ -94,6 +94,22 @@ nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefi
   for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
   nlohmann::json out;
   out["decode"] = op_rows(backend.take_op_times(), kSteps);
+  // One batched step of kBatch sequences (what the scheduler runs while serving).
+  constexpr int kBatch = 32;
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<SequenceState*> rows;
+  std::vector<int32_t> next(kBatch);
+  for (int b = 0; b < kBatch; ++b) {
+    seqs.push_back(model.new_sequence(int(prompt.size()) + kSteps + 4));
+    rows.push_back(seqs.back().get());
+    next[size_t(b)] = model.forward_greedy(prompt.data() + b % 4, int(prompt.size()) - b % 4, *seqs.back());
+  }
+  std::vector<float> logits(size_t(kBatch) * size_t(vocab));
+  model.forward_batch(next.data(), rows.data(), kBatch, logits.data());
+  backend.take_op_times();
+  model.forward_batch(next.data(), rows.data(), kBatch, logits.data());
+  out["batch"] = op_rows(backend.take_op_times(), 1);
+  out["batch_size"] = kBatch;
   const std::vector<int32_t> ids = tokens(prefill_tokens, vocab);
   auto long_seq = model.new_sequence(prefill_tokens);
   model.forward_greedy(ids.data(), prefill_tokens, *long_seq);
@@ -256,6 +272,8 @@ void run(const Args& a) {
                   r["max"].get<double>());
   if (a.breakdown) {
     print_op_rows("decode step", out["breakdown"]["decode"]);
+    const std::string batch = "batched step of " + std::to_string(out["breakdown"]["batch_size"].get<int>());
+    print_op_rows(batch.c_str(), out["breakdown"]["batch"]);
     const std::string title = "prefill of " + std::to_string(out["breakdown"]["prefill_tokens"].get<int>()) + " tokens";
     print_op_rows(title.c_str(), out["breakdown"]["prefill"]);
   }

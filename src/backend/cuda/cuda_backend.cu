@@ -340,21 +340,30 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int T = int(qkv.rows);
     const cuda::DeltaNetShape d = gdn_shape();
-    const cuda::TimedOp timed(timer_, stream_, "deltanet");
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
-    if (T == 1 && cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
-                                        weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer],
-                                        weights_->vec(w.norm), bf(z), c.rms_eps, bf(out), stream_))
-      return;
-    cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
-                           s.conv[layer], gdn_u_, stream_);
-    cuda::deltanet_prepare(d, gdn_u_, T, f32(b), b.stride, f32(a), a.stride, weights_->vec(w.A_log),
-                           weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
-    if (T == 1)
-      cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
-    else
-      cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, gdn_chunks_, s.S[layer], gdn_o_,
-                               stream_);
+    if (T == 1) {
+      const cuda::TimedOp timed(timer_, stream_, "deltanet");
+      if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
+                                weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
+                                bf(z), c.rms_eps, bf(out), stream_))
+        return;
+    }
+    {
+      const cuda::TimedOp part(timer_, stream_, "deltanet: conv + norms");
+      cuda::causal_conv_silu(bf(qkv), qkv.stride, T, c.gdn_conv_channels(), c.conv_kernel, weights_->vec(w.conv),
+                             s.conv[layer], gdn_u_, stream_);
+      cuda::deltanet_prepare(d, gdn_u_, T, f32(b), b.stride, f32(a), a.stride, weights_->vec(w.A_log),
+                             weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
+    }
+    {
+      const cuda::TimedOp part(timer_, stream_, "deltanet: delta rule");
+      if (T == 1)
+        cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
+      else
+        cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, gdn_chunks_, s.S[layer], gdn_o_,
+                                 stream_);
+    }
+    const cuda::TimedOp part(timer_, stream_, "deltanet: gated norm");
     cuda::gated_rms_norm(d, gdn_o_, T, weights_->vec(w.norm), bf(z), z.stride, c.rms_eps, bf(out), out.stride, stream_);
   }
 
