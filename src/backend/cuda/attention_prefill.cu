@@ -179,11 +179,9 @@ __device__ __forceinline__ void accumulate_pv(const float p[kBKV / 8][4], uint32
 
 // grid (query tiles, Hq), kThreads threads, smem_bytes<D>() of dynamic shared memory.
 template <int D>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) attention_prefill_kernel(const bf16* q, int64_t q_stride, int T,
-                                                                     const bf16* kc, const bf16* vc, int Hq, int Hkv,
-                                                                     const int* pos0, const bf16* gate,
-                                                                     int64_t gate_stride, bf16* out,
-                                                                     int64_t out_stride) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    attention_prefill_kernel(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv,
+                             const int* pos0, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride) {
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sQ = smem_addr(smem), sK = sQ + kBQ * D * 2, sV = sK + kBKV * D * 2;  // shared addresses
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
