@@ -22,8 +22,8 @@ namespace {
     if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary(); \
   } while (0)
 
-// Host-owned random weights of the real shapes (experts included), viewed as canonical Matrices.
-struct RealShapeModel {
+// Host-owned random weights, viewed as canonical Matrices.
+struct RandomWeights {
   ModelConfig c;
   ModelWeights w;
   std::deque<std::vector<uint16_t>> bf16_buffers;
@@ -75,7 +75,10 @@ struct RealShapeModel {
     for (auto& x : v) x = u(rng);
     return v;
   }
+};
 
+// Random weights of the real shapes (experts included).
+struct RealShapeModel : RandomWeights {
   RealShapeModel() {
     c = synthetic_config("qwen3.5-35b-a3b");  // every per-layer dimension of the released model
     c.vocab = 4096;
@@ -131,23 +134,61 @@ RealShapeModel& model() {
   return m;
 }
 
-// Both backends prepared with the same weights.
+// One attention layer (dense MLP) of Qwen3-30B-A3B's attention shape: head_dim 128, 32 query heads,
+// 4 KV heads, no output gate; the rest small.
+struct Qwen3AttentionModel : RandomWeights {
+  Qwen3AttentionModel() {
+    c = synthetic_config("qwen3-30b-a3b");
+    c.vocab = 256;
+    c.hidden = 512;
+    c.n_layers = 1;
+    c.layer_kinds = {LayerKind::FullAttention};
+    c.layer_is_moe = {false};
+    c.n_experts = c.top_k = c.moe_intermediate = 0;
+    c.intermediate = 256;
+    const int64_t H = c.hidden, q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+    w.embed = dense("embed", c.vocab, H);
+    w.lm_head = dense("lm_head", c.vocab, H);
+    w.final_norm = vec(H, 0.8f, 1.2f);
+    w.layers.resize(1);
+    LayerWeights& L = w.layers[0];
+    L.kind = LayerKind::FullAttention;
+    L.input_norm = vec(H, 0.8f, 1.2f);
+    L.post_norm = vec(H, 0.8f, 1.2f);
+    L.ffn.dense = {dense("gate", c.intermediate, H), dense("up", c.intermediate, H), dense("down", H, c.intermediate)};
+    L.attn.q = dense("q", q, H);
+    L.attn.k = dense("k", kv, H);
+    L.attn.v = dense("v", kv, H);
+    L.attn.o = dense("o", H, q);
+    L.attn.q_norm = vec(c.head_dim, 0.8f, 1.2f);
+    L.attn.k_norm = vec(c.head_dim, 0.8f, 1.2f);
+  }
+};
+
+// Both backends prepared with the same weights, for chunks of up to 1024 tokens.
 struct Pair {
+  const RandomWeights& m;
   CpuBackend cpu;
   std::unique_ptr<Backend> gpu;
-  Pair() {
+  explicit Pair(const RandomWeights& model) : m(model) {
     CudaOptions o;
     o.progress = false;
     gpu = make_cuda_backend(o);
-    cpu.prepare(model().c, model().w);
-    gpu->prepare(model().c, model().w);
-    cpu.reserve(256);
-    gpu->reserve(256);
+    cpu.prepare(m.c, m.w);
+    gpu->prepare(m.c, m.w);
+    cpu.reserve(1024);
+    gpu->reserve(1024);
   }
 };
 
 Pair& pair() {
-  static Pair p;
+  static Pair p(model());
+  return p;
+}
+
+Pair& qwen3_pair() {
+  static Qwen3AttentionModel m;
+  static Pair p(m);
   return p;
 }
 
@@ -160,10 +201,10 @@ std::vector<float> random_input(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // max |gpu - cpu| / max |cpu|, NaN-safe (a NaN makes the error infinite).
-double rel_error(const Tensor& cpu, const Tensor& gpu) {
+double rel_error(const Tensor& cpu, const Tensor& gpu, Pair& p = pair()) {
   std::vector<float> a(size_t(cpu.rows * cpu.cols)), b(a.size());
-  pair().cpu.to_host(cpu, a.data());
-  pair().gpu->to_host(gpu, b.data());
+  p.cpu.to_host(cpu, a.data());
+  p.gpu->to_host(gpu, b.data());
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double d = std::fabs(double(a[i]) - double(b[i]));
@@ -178,27 +219,28 @@ double rel_error(const Tensor& cpu, const Tensor& gpu) {
 struct Input {
   Tensor cpu, gpu;
   std::vector<float> host;
-  Input(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f, bool fp32 = false) {
+  Input(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f, bool fp32 = false, Pair& p = pair()) {
     host = random_input(size_t(rows * cols), seed, scale);
     if (!fp32)
       for (auto& x : host) x = bf16_to_f32(f32_to_bf16(x));
-    cpu = pair().cpu.alloc(rows, cols, fp32);
-    gpu = pair().gpu->alloc(rows, cols, fp32);
-    pair().cpu.from_host(host.data(), cpu);
-    pair().gpu->from_host(host.data(), gpu);
+    cpu = p.cpu.alloc(rows, cols, fp32);
+    gpu = p.gpu->alloc(rows, cols, fp32);
+    p.cpu.from_host(host.data(), cpu);
+    p.gpu->from_host(host.data(), gpu);
   }
 };
 
 struct Output {
   Tensor cpu, gpu;
-  Output(int64_t rows, int64_t cols, bool fp32 = false) {
-    cpu = pair().cpu.alloc(rows, cols, fp32);
-    gpu = pair().gpu->alloc(rows, cols, fp32);
+  Pair* p;
+  Output(int64_t rows, int64_t cols, bool fp32 = false, Pair& pr = pair()) : p(&pr) {
+    cpu = p->cpu.alloc(rows, cols, fp32);
+    gpu = p->gpu->alloc(rows, cols, fp32);
     std::vector<float> nan(size_t(rows * cols), NAN);  // poison: an op that skips a value fails
-    pair().cpu.from_host(nan.data(), cpu);
-    pair().gpu->from_host(nan.data(), gpu);
+    p->cpu.from_host(nan.data(), cpu);
+    p->gpu->from_host(nan.data(), gpu);
   }
-  double rel_error() { return petrel::rel_error(cpu, gpu); }
+  double rel_error() { return petrel::rel_error(cpu, gpu, *p); }
 };
 
 // bf16 activations carry ~3 significant digits; each tolerance below allows a few roundings of
@@ -210,13 +252,14 @@ constexpr double kDeltaNetTol = 3e-2;   // conv input bf16, output after gated n
 constexpr double kMoeTol = 3e-2;        // intermediate activations rounded to bf16
 
 // Stages token ids and positions; the embedding op consumes them, as in the forward pass.
-void stage(const std::vector<int32_t>& ids, const SequenceState& cpu_seq, const SequenceState& gpu_seq) {
+void stage(const std::vector<int32_t>& ids, const SequenceState& cpu_seq, const SequenceState& gpu_seq,
+           Pair& p = pair()) {
   const int T = int(ids.size());
-  pair().cpu.begin_forward(ids.data(), T, cpu_seq);
-  pair().gpu->begin_forward(ids.data(), T, gpu_seq);
-  Tensor ec = pair().cpu.alloc(T, model().c.hidden), eg = pair().gpu->alloc(T, model().c.hidden);
-  pair().cpu.embed(model().w.embed, ec);
-  pair().gpu->embed(model().w.embed, eg);
+  p.cpu.begin_forward(ids.data(), T, cpu_seq);
+  p.gpu->begin_forward(ids.data(), T, gpu_seq);
+  Tensor ec = p.cpu.alloc(T, p.m.c.hidden), eg = p.gpu->alloc(T, p.m.c.hidden);
+  p.cpu.embed(p.m.w.embed, ec);
+  p.gpu->embed(p.m.w.embed, eg);
 }
 
 class CudaLinear : public ::testing::TestWithParam<int> {};
@@ -310,25 +353,45 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
   }
 }
 
-TEST(CudaOps, AttentionPrefillThenDecodeMatchesCpu) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  const AttentionWeights& A = m.w.layers[1].attn;
-  auto cs = pair().cpu.new_sequence(256);
-  auto gs = pair().gpu->new_sequence(256);
-  for (int T : {150, 1, 1}) {  // prefill, then two decode steps over the cache
+// Chunks of `chunks` tokens in turn through attention layer `layer` of p's model (the output gate
+// where the model has one), each against the CPU.
+void attention_chunks(Pair& p, int layer, const std::vector<int>& chunks) {
+  const ModelConfig& c = p.m.c;
+  const AttentionWeights& A = p.m.w.layers[layer].attn;
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  auto cs = p.cpu.new_sequence(1024);
+  auto gs = p.gpu->new_sequence(1024);
+  for (int T : chunks) {
     std::vector<int32_t> ids(T, 1);
-    stage(ids, *cs, *gs);
-    Input q(T, 4096, 10 + T), k(T, 512, 20 + T), v(T, 512, 30 + T), g(T, 4096, 40 + T);
-    pair().cpu.qk_norm_rope(q.cpu, k.cpu, A);
-    pair().gpu->qk_norm_rope(q.gpu, k.gpu, A);
-    Output out(T, 4096);
-    pair().cpu.attention(q.cpu, k.cpu, v.cpu, &g.cpu, 1, *cs, out.cpu);
-    pair().gpu->attention(q.gpu, k.gpu, v.gpu, &g.gpu, 1, *gs, out.gpu);
-    EXPECT_LT(out.rel_error(), kAttentionTol) << "T=" << T << " at position " << cs->n_past;
+    stage(ids, *cs, *gs, p);
+    Input q(T, q_width, 10 + T, 1.0f, false, p), k(T, kv_width, 20 + T, 1.0f, false, p);
+    Input v(T, kv_width, 30 + T, 1.0f, false, p), g(T, q_width, 40 + T, 1.0f, false, p);
+    p.cpu.qk_norm_rope(q.cpu, k.cpu, A);
+    p.gpu->qk_norm_rope(q.gpu, k.gpu, A);
+    Output out(T, q_width, false, p);
+    p.cpu.attention(q.cpu, k.cpu, v.cpu, c.attn_output_gate ? &g.cpu : nullptr, layer, *cs, out.cpu);
+    p.gpu->attention(q.gpu, k.gpu, v.gpu, c.attn_output_gate ? &g.gpu : nullptr, layer, *gs, out.gpu);
+    EXPECT_LT(out.rel_error(), kAttentionTol) << "head_dim " << c.head_dim << ", T=" << T << " at position "
+                                              << cs->n_past;
     cs->n_past += T;
     gs->n_past += T;
   }
+}
+
+// Prefill chunks (T >= 16 take the tensor-core kernel): one that is not a multiple of the 64-query
+// tile, one starting past the first (chunked prefill), a longer one; then decode steps (split-K)
+// over the whole cache, and a chunk below the tensor-core threshold.
+const std::vector<int> kAttentionChunks = {150, 77, 700, 1, 1, 9};
+
+TEST(CudaOps, AttentionPrefillThenDecodeMatchesCpu) {
+  REQUIRE_GPU();
+  attention_chunks(pair(), 1, kAttentionChunks);
+}
+
+// head_dim 128, 8 query heads per KV head, no output gate.
+TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
+  REQUIRE_GPU();
+  attention_chunks(qwen3_pair(), 0, kAttentionChunks);
 }
 
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.

@@ -1,5 +1,6 @@
 // Causal GQA attention over a bf16 KV cache, split-K over the context (flash-decoding style):
 // each block reduces one key range with an online softmax, a second kernel merges the ranges.
+// Decode and shapes the tensor-core prefill kernel (attention_prefill.cu) does not cover.
 #include "backend/cuda/kernels.cuh"
 
 namespace petrel::cuda {
@@ -134,6 +135,7 @@ void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, b
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
                const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s) {
+  if (attention_prefill(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, gate, gate_stride, out, out_stride, s)) return;
   switch (D) {
     case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
     case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);

@@ -60,11 +60,21 @@ void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* 
 // Writes k, v of T tokens into the caches at rows *pos0 .. *pos0+T-1.
 void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc,
                const int* pos0, cudaStream_t s);
-// Causal GQA attention of T queries at positions *pos0+t over cache rows [0, *pos0+t]; split-K
-// over `splits` key ranges, partials (m, l, acc[D]) in `partial` (T·Hq·splits·(D+2) floats).
+// Causal GQA attention of T queries at positions *pos0+t over cache rows [0, *pos0+t]. Prefill
+// chunks take attention_prefill where it applies; otherwise split-K over `splits` key ranges,
+// partials (m, l, acc[D]) in `partial` (T·Hq·splits·(D+2) floats).
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
                const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s);
+
+// ---- attention_prefill.cu --------------------------------------------------------------------------
+// The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
+// kPrefillMinQueries queries, D 64, 128 or 256 and a 16-byte aligned q (base and row stride);
+// returns false, launching nothing, for any other shape.
+constexpr int kPrefillMinQueries = 16;
+bool attention_prefill(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
+                       const int* pos0, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+                       cudaStream_t s);
 
 // ---- deltanet.cu ---------------------------------------------------------------------------------
 struct DeltaNetShape {
