@@ -55,14 +55,12 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
 constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
 
 // grid (T / kTopkWarps), a warp per token: softmax over all experts, k rounds of argmax (lowest
-// index wins ties); sigmoid of the token's shared-gate logit in place when `sgate_logit` is given.
-__global__ void topk_kernel(const float* logits, int T, int E, int k, bool renorm, int* ids, float* weights,
-                            float* sgate_logit) {
+// index wins ties).
+__global__ void topk_kernel(const float* logits, int T, int E, int k, bool renorm, int* ids, float* weights) {
   __shared__ float probs[kTopkWarps][kMaxExperts];
   const int lane = threadIdx.x % 32, t = blockIdx.x * kTopkWarps + threadIdx.x / 32;
   if (t >= T) return;
   float* p = probs[threadIdx.x / 32];
-  if (sgate_logit && lane == 0) sgate_logit[t] = sigmoidf_(sgate_logit[t]);
   for (int e = lane; e < E; e += 32) p[e] = logits[int64_t(t) * E + e];
   __syncwarp();
   float mx = -INFINITY;
@@ -327,19 +325,10 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
-  const bool prefill = T > kGemvMaxTokens;
-  if (prefill) {
-    // The tensor-core GEMM, fp32 out; the shared gate's sigmoid waits for the top-k kernel.
-    linear(router, x, x_stride, x_elem, T, logits, E, 4, s);
-    if (shared_gate) linear(*shared_gate, x, x_stride, x_elem, T, sgate, 1, 4, s);
-  } else {
-    router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
-        router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr, x, x_stride, x_elem, E, logits,
-        sgate);
-    PETREL_LAUNCHED("moe router logits");
-  }
-  topk_kernel<<<div_up(T, kTopkWarps), 32 * kTopkWarps, 0, s>>>(logits, T, E, k, renorm, ids, weights,
-                                                                 prefill && shared_gate ? sgate : nullptr);
+  router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
+      router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr, x, x_stride, x_elem, E, logits, sgate);
+  PETREL_LAUNCHED("moe router logits");
+  topk_kernel<<<div_up(T, kTopkWarps), 32 * kTopkWarps, 0, s>>>(logits, T, E, k, renorm, ids, weights);
   PETREL_LAUNCHED("moe top-k");
 }
 
