@@ -46,15 +46,15 @@ struct RandomWeights {
     m.data = bf16_buffers.back().data();
     return m;
   }
-  // MLX affine 4-bit, group 64: random codes, scales and biases.
-  Matrix affine4(const std::string& name, int64_t rows, int64_t cols) {
-    word_buffers.emplace_back(size_t(rows * cols / 8));
+  // MLX affine `bits`-bit: random codes, scales and biases spanning the range of dense(..., gain).
+  Matrix affine(const std::string& name, int64_t rows, int64_t cols, int bits = 4, int group = 64, float gain = 1.0f) {
+    word_buffers.emplace_back(size_t(rows * cols * bits / 32));
     for (auto& v : word_buffers.back()) v = uint32_t(rng());
-    const float scale = std::sqrt(3.0f / float(cols));
-    bf16_buffers.emplace_back(size_t(rows * cols / 64));
-    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(2.0f * scale / 15.0f);
+    const float scale = gain * std::sqrt(3.0f / float(cols));
+    bf16_buffers.emplace_back(size_t(rows * cols / group));
+    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(2.0f * scale / float((1 << bits) - 1));
     const void* s = bf16_buffers.back().data();
-    bf16_buffers.emplace_back(size_t(rows * cols / 64));
+    bf16_buffers.emplace_back(size_t(rows * cols / group));
     for (auto& v : bf16_buffers.back()) v = f32_to_bf16(-scale);
     Matrix m;
     m.name = name;
@@ -62,8 +62,8 @@ struct RandomWeights {
     m.cols = cols;
     m.format = MatrixFormat::Affine;
     m.dtype = DType::BF16;
-    m.bits = 4;
-    m.group = 64;
+    m.bits = bits;
+    m.group = group;
     m.data = word_buffers.back().data();
     m.scales = s;
     m.biases = bf16_buffers.back().data();
@@ -87,7 +87,7 @@ struct RealShapeModel : RandomWeights {
     c.layer_is_moe = {true, true};
     const int64_t H = c.hidden;
     w.embed = dense("embed", c.vocab, H);
-    w.lm_head = affine4("lm_head", c.vocab, H);
+    w.lm_head = affine("lm_head", c.vocab, H);
     w.final_norm = vec(H, 0.8f, 1.2f);
     w.layers.resize(2);
     for (int i = 0; i < 2; ++i) {
@@ -101,12 +101,13 @@ struct RealShapeModel : RandomWeights {
       L.ffn.router = dense("router", c.n_experts, H, 8.0f);
       for (int e = 0; e < c.n_experts; ++e) {
         // Layer 0 experts bf16, layer 1 experts 4-bit: both formats through both MoE paths.
-        auto make = [&](const char* n, int64_t r, int64_t cc) { return i == 0 ? dense(n, r, cc) : affine4(n, r, cc); };
+        auto make = [&](const char* n, int64_t r, int64_t cc) { return i == 0 ? dense(n, r, cc) : affine(n, r, cc); };
         L.ffn.experts.push_back({make("gate", 512, H), make("up", 512, H), make("down", H, 512)});
       }
       L.ffn.has_shared = true;
       L.ffn.shared = {dense("sgate", 512, H), dense("sup", 512, H), dense("sdown", H, 512)};
-      L.ffn.shared_gate = dense("shared_expert_gate", 1, H);
+      // Layer 1's shared-expert gate 8-bit, as --weights int4 stores it: a one-row 8-bit GEMM.
+      L.ffn.shared_gate = i == 0 ? dense("shared_expert_gate", 1, H) : affine("shared_expert_gate", 1, H, 8);
     }
     DeltaNetWeights& G = w.layers[0].gdn;
     G.qkv = dense("qkv", c.gdn_conv_channels(), H);
@@ -121,9 +122,9 @@ struct RealShapeModel : RandomWeights {
     AttentionWeights& A = w.layers[1].attn;
     A.q = dense("q", 4096, H);
     A.gate = dense("gate", 4096, H);
-    A.k = dense("k", 512, H);
+    A.k = affine("k", 512, H, 4, 16);  // groups of 16: the GEMM decodes these element-wise
     A.v = dense("v", 512, H);
-    A.o = affine4("o", H, 4096);
+    A.o = affine("o", H, 4096);
     A.q_norm = vec(256, 0.8f, 1.2f);
     A.k_norm = vec(256, 0.8f, 1.2f);
   }
@@ -268,13 +269,28 @@ TEST_P(CudaLinear, Bf16AndInt4MatchCpu) {
   REQUIRE_GPU();
   const int T = GetParam();
   const RealShapeModel& m = model();
-  for (const Matrix* w : {&m.w.layers[0].gdn.qkv, &m.w.layers[1].attn.o, &m.w.lm_head}) {
+  for (const Matrix* w : {&m.w.layers[0].gdn.qkv, &m.w.layers[1].attn.o, &m.w.lm_head, &m.w.layers[1].attn.k,
+                          &m.w.layers[1].ffn.shared_gate}) {
     Input x(T, w->cols, 1);
     Output y(T, w->rows, w == &m.w.lm_head);
     pair().cpu.linear(x.cpu, *w, y.cpu);
     pair().gpu->linear(x.gpu, *w, y.gpu);
     EXPECT_LT(y.rel_error(), kLinearTol) << w->name << " T=" << T;
   }
+}
+
+// The GEMM with fp32 activations (converted while staged) and fp32 outputs, bf16 and 4-bit weights.
+TEST(CudaOps, LinearFp32InAndOutAtPrefillMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  for (int T : {20, 300})
+    for (const Matrix* w : {&m.w.layers[0].gdn.qkv, &m.w.layers[1].attn.o}) {
+      Input x(T, w->cols, 3 + T, 1.0f, /*fp32=*/true);
+      Output y(T, w->rows, /*fp32=*/true);
+      pair().cpu.linear(x.cpu, *w, y.cpu);
+      pair().gpu->linear(x.gpu, *w, y.gpu);
+      EXPECT_LT(y.rel_error(), kLinearTol) << w->name << " T=" << T;
+    }
 }
 
 // 4-bit GEMV activations travel as fp16, scaled down by a power of two when large: inputs far
@@ -321,8 +337,10 @@ TEST(CudaOps, LinearManyMatchesCpu) {
   }
 }
 
-// T=1..3 take the staged GEMV kernel, 5 the general one, 37 and 130 the tensor-core GEMM.
-INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 130));
+// T=1..3 take the staged GEMV kernel, 5 the general one, 37 and up the tensor-core GEMM: 64-row
+// tiles, or 128-row ones where those alone fill the GPU (qkv from T=300, the 4-bit LM head at 600);
+// 129, 300 and 600 end inside a tile.
+INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 129, 130, 300, 600));
 
 TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
   REQUIRE_GPU();
@@ -455,10 +473,11 @@ TEST_P(CudaMoe, RoutedAndSharedExpertsMatchCpu) {
   EXPECT_LT(out.rel_error(), kMoeTol) << "layer " << layer << " T=" << T;
 }
 
-// T = 1 and 3 use the decode path (one launch for all experts), 70 the device-planned grouped GEMM;
-// layer 0 has bf16 experts, layer 1 4-bit ones.
+// T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped
+// GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts,
+// layer 1 4-bit ones.
 INSTANTIATE_TEST_SUITE_P(Paths, CudaMoe,
-                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 3, 70)));
+                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 3, 70, 400)));
 
 TEST(CudaOps, DenseMlpMatchesCpu) {
   REQUIRE_GPU();

@@ -1,7 +1,6 @@
-// y = x · Wᵀ for every weight format: a GEMV for a few rows (decode), a tensor-core GEMM (wmma,
-// weights decoded to bf16 in shared memory) for many rows (prefill), and its grouped form for MoE.
-#include <mma.h>
-
+// y = x · Wᵀ for every weight format: a GEMV for a few rows (decode), the tensor-core GEMM
+// (gemm.cu) for many rows (prefill), and its grouped form for MoE.
+#include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -165,84 +164,6 @@ __global__ void gemv_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int
   }
 }
 
-constexpr int BM = kGemmTileM, BN = 64, BK = 32, kPad = 8;
-
-struct GemmSmem {
-  bf16 a[BM][BK + kPad];
-  bf16 w[BN][BK + kPad];
-  float c[BM][BN + 4];
-};
-
-// 128 threads: 4 warps in a 2x2 grid, each a 32x32 block of 16x16x16 bf16 wmma fragments.
-__global__ void gemm_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
-                            const int* tile_expert, void* y, int64_t y_stride, int y_elem) {
-  using namespace nvcuda;
-  __shared__ __align__(32) GemmSmem sm;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  DeviceMatrix W = w;
-  if (tile_expert) {
-    const int e = tile_expert[blockIdx.y];
-    if (e < 0) return;
-    W = w.entry(e);
-  }
-  const int N = W.rows, K = W.cols, tid = threadIdx.x, warp = tid / 32;
-  const int wm = warp / 2, wn = warp % 2;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    for (int c = tid; c < BM * (BK / 8); c += blockDim.x) {
-      const int r = c / (BK / 8), c8 = c % (BK / 8), m = m0 + r, kk = k0 + c8 * 8;
-      const int src = row_token ? (m < M ? row_token[m] : -1) : (m < M ? m : -1);
-      if (x_elem == 2) {
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (src >= 0 && kk < K) v = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(x) + src * x_stride + kk);
-        *reinterpret_cast<uint4*>(&sm.a[r][c8 * 8]) = v;
-      } else {
-        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (src >= 0 && kk < K) load8_x(x, 4, src * x_stride + kk, f);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sm.a[r][c8 * 8 + i] = __float2bfloat16(f[i]);
-      }
-    }
-    for (int c = tid; c < BN * (BK / 8); c += blockDim.x) {
-      const int r = c / (BK / 8), c8 = c % (BK / 8), n = n0 + r, kk = k0 + c8 * 8;
-      float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (n < N && kk < K) load8(W, n, kk / 8, f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sm.w[r][c8 * 8 + i] = __float2bfloat16(f[i]);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &sm.a[wm * 32 + i * 16][kk], BK + kPad);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &sm.w[wn * 32 + j * 16][kk], BK + kPad);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], BN + 4, wmma::mem_row_major);
-  __syncthreads();
-  for (int c = tid; c < BM * BN; c += blockDim.x) {
-    const int r = c / BN, cc = c % BN, m = m0 + r, n = n0 + cc;
-    if (m < M && n < N) store_act(y, y_elem, m * y_stride + n, sm.c[r][cc]);
-  }
-}
-
 void check_shapes(const DeviceMatrix& w, int64_t x_stride) {
   check(w.cols % 8 == 0, "CUDA linear: input width " + std::to_string(w.cols) + " is not a multiple of 8");
   check(x_stride % 8 == 0, "CUDA linear: activation row stride must be a multiple of 8 elements");
@@ -279,8 +200,7 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
     PETREL_LAUNCHED("gemv");
     return;
   }
-  const dim3 grid(div_up(w.rows, BN), div_up(T, BM));
-  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem);
+  gemm(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem, s);
   PETREL_LAUNCHED("gemm");
 }
 
@@ -309,8 +229,7 @@ void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,
                     const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s) {
   check_shapes(w, x_stride);
-  const dim3 grid(div_up(w.rows, BN), div_up(max_rows, BM));
-  gemm_kernel<<<grid, 128, 0, s>>>(w, x, x_stride, x_elem, max_rows, row_token, tile_expert, y, y_stride, 2);
+  gemm(w, x, x_stride, x_elem, max_rows, row_token, tile_expert, y, y_stride, 2, s);
   PETREL_LAUNCHED("grouped gemm");
 }
 

@@ -52,10 +52,15 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
   }
 }
 
-// grid (T), one warp: softmax over all experts, k rounds of argmax (lowest index wins ties).
-__global__ void topk_kernel(const float* logits, int E, int k, bool renorm, int* ids, float* weights) {
-  __shared__ float p[kMaxExperts];
-  const int t = blockIdx.x, lane = threadIdx.x;
+constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
+
+// grid (T / kTopkWarps), a warp per token: softmax over all experts, k rounds of argmax (lowest
+// index wins ties).
+__global__ void topk_kernel(const float* logits, int T, int E, int k, bool renorm, int* ids, float* weights) {
+  __shared__ float probs[kTopkWarps][kMaxExperts];
+  const int lane = threadIdx.x % 32, t = blockIdx.x * kTopkWarps + threadIdx.x / 32;
+  if (t >= T) return;
+  float* p = probs[threadIdx.x / 32];
   for (int e = lane; e < E; e += 32) p[e] = logits[int64_t(t) * E + e];
   __syncwarp();
   float mx = -INFINITY;
@@ -246,28 +251,55 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   PETREL_LAUNCHED("moe down");
 }
 
-// One block: per-expert counts, segments padded to the GEMM tile, then each assignment's row.
-__global__ void plan_kernel(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token,
-                            int* slot_row, int* tile_expert) {
-  __shared__ int count[kMaxExperts], cursor[kMaxExperts];
-  const int n = T * k;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+// Exclusive prefix sum of v over the block (blockDim.x = kPlanThreads); *total gets the sum.
+constexpr int kPlanThreads = kMaxExperts;
+__device__ int block_exclusive_scan(int v, int* total) {
+  __shared__ int warp_sums[kPlanThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_sums[lane], wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, wi, o);
+      if (lane >= o) wi += n;
+    }
+    warp_sums[lane] = wi - w;  // exclusive, per warp
+    if (lane == 31) *total = wi;
+  }
+  __syncthreads();
+  return warp_sums[warp] + incl - v;
+}
+
+// One block: per-expert counts, segments padded to the GEMM tile (an expert per thread), then each
+// assignment's row.
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int T, int k, int E, int max_rows,
+                                                            int* counts, int* row_token, int* slot_row,
+                                                            int* tile_expert) {
+  __shared__ int count[kMaxExperts], cursor[kMaxExperts], used;
+  const int n = T * k, e = threadIdx.x;
+  if (e < E) count[e] = 0;
   for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = -1;
   __syncthreads();
   for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&count[ids[a]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int offset = 0;
-    for (int e = 0; e < E; ++e) {
-      cursor[e] = offset;
-      counts[e] = count[e];
-      const int padded = (count[e] + kGemmTileM - 1) / kGemmTileM * kGemmTileM;
-      for (int tile = offset / kGemmTileM; tile < (offset + padded) / kGemmTileM; ++tile) tile_expert[tile] = e;
-      offset += padded;
-    }
-    for (int tile = offset / kGemmTileM; tile < max_rows / kGemmTileM; ++tile) tile_expert[tile] = -1;
+  const int padded = e < E ? (count[e] + kGemmTileM - 1) / kGemmTileM * kGemmTileM : 0;
+  const int offset = block_exclusive_scan(padded, &used);
+  if (e < E) {
+    cursor[e] = offset;
+    counts[e] = count[e];
+    for (int tile = offset / kGemmTileM; tile < (offset + padded) / kGemmTileM; ++tile) tile_expert[tile] = e;
   }
   __syncthreads();
+  for (int tile = used / kGemmTileM + threadIdx.x; tile < max_rows / kGemmTileM; tile += blockDim.x)
+    tile_expert[tile] = -1;
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int p = atomicAdd(&cursor[ids[a]], 1);
     row_token[p] = a / k;
@@ -296,7 +328,7 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
   router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
       router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr, x, x_stride, x_elem, E, logits, sgate);
   PETREL_LAUNCHED("moe router logits");
-  topk_kernel<<<T, 32, 0, s>>>(logits, E, k, renorm, ids, weights);
+  topk_kernel<<<div_up(T, kTopkWarps), 32 * kTopkWarps, 0, s>>>(logits, T, E, k, renorm, ids, weights);
   PETREL_LAUNCHED("moe top-k");
 }
 
@@ -332,7 +364,7 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
 
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
               int* tile_expert, cudaStream_t s) {
-  plan_kernel<<<1, 1024, 0, s>>>(ids, T, k, E, max_rows, counts, row_token, slot_row, tile_expert);
+  plan_kernel<<<1, kPlanThreads, 0, s>>>(ids, T, k, E, max_rows, counts, row_token, slot_row, tile_expert);
   PETREL_LAUNCHED("moe_plan");
 }
 

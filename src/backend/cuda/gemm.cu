@@ -1,0 +1,360 @@
+// The prefill GEMM y = x · Wᵀ on tensor cores: mma.sync m16n8k16 (bf16 in, fp32 accumulate), both
+// operands fed by ldmatrix from padded shared memory, filled by a multi-stage cp.async pipeline.
+// 4/8-bit weights arrive packed and are dequantised once per k-tile into a bf16 tile all warps share.
+//
+// Block tile BM x 128 (BM 128 dense, 64 = kGemmTileM grouped), k-tile 64, 8 warps as 2 (m) x 4 (n),
+// each warp BM/2 x 32: BM/32 m16 fragments x 4 n8 fragments. Shared memory per stage: the
+// activation tile [BM][72] bf16 and the weight tile, [128][72] bf16 or [128][32|64] packed bytes
+// (plus one dequantised [128][72] bf16 tile). The 72-element pitch (144 bytes) puts the 8 rows an
+// ldmatrix phase reads on 8 distinct 16-byte bank groups.
+#include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace petrel::cuda {
+namespace {
+
+constexpr int BN = 128, BK = 64, kPitch = BK + 8, kThreads = 256;
+
+// How the weight tile reaches shared memory: bf16 rows and packed 4/8-bit codes by cp.async; other
+// quantised layouts (groups not a multiple of 32) decoded element-wise through load8.
+enum class WLoad { Bf16, Q4, Q8, Decode };
+
+template <int BM, WLoad L>
+struct Tile {
+  static constexpr bool kPacked = L == WLoad::Q4 || L == WLoad::Q8;
+  static constexpr int kStages = L == WLoad::Q4 ? 4 : 3;  // as many as keep two blocks per multiprocessor
+  static constexpr int kRawRow = L == WLoad::Q4 ? BK / 2 : BK;  // packed bytes of a weight row per k-tile
+  static constexpr int kA = BM * kPitch * 2;
+  static constexpr int kW = kPacked ? BN * kRawRow : BN * kPitch * 2;
+  static constexpr int kBytes = kStages * (kA + kW) + (kPacked ? BN * kPitch * 2 : 0);
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when !ok.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, r[i] its fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void store8_bf16(bf16* dst, const float f[8]) {
+  *reinterpret_cast<uint4*>(dst) =
+      make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
+}
+
+// 8 codes of a 4-bit word (k order) -> 4 bf16 pairs s·q + b. 0x4300|q is the bf16 128+q exactly;
+// nibbles i and i+4 land in one word's halves, so a byte permute restores the k order.
+__device__ __forceinline__ void dequant_q4(uint32_t w, __nv_bfloat162 s, __nv_bfloat162 b, uint32_t out[4]) {
+  uint32_t p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u;  // (q_i, q_i+4)
+  const uint32_t pairs[4] = {__byte_perm(p[0], p[1], 0x5410), __byte_perm(p[2], p[3], 0x5410),
+                             __byte_perm(p[0], p[1], 0x7632), __byte_perm(p[2], p[3], 0x7632)};
+  const __nv_bfloat162 bias128 = __floats2bfloat162_rn(128.0f, 128.0f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[i]), bias128);
+    const __nv_bfloat162 v = __hfma2(q, s, b);
+    out[i] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// 4 codes of an 8-bit word -> 2 bf16 pairs s·q + b (fp32 arithmetic: 8-bit codes are not exact
+// behind a bf16 magic number).
+__device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_t out[2]) {
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = fmaf(small_uint_to_float((w >> (8 * i)) & 255u), s, b);
+  out[0] = pack_bf16(v[0], v[1]);
+  out[1] = pack_bf16(v[2], v[3]);
+}
+
+struct Affine {
+  bf16 s, b;
+};
+
+template <int BM, WLoad L>
+struct Gemm {
+  using G = Tile<BM, L>;
+  static constexpr int kS = G::kStages, MI = BM / 32;
+
+  DeviceMatrix W;
+  const void* x;
+  int x_elem, M, N, K, m0, n0, tid;
+  uint8_t* smem;
+  const uint8_t* a_src[BM / 32];  // source rows of this thread's activation chunks (null: zero rows)
+
+  __device__ bf16* a_tile(int stage) const { return reinterpret_cast<bf16*>(smem + stage * G::kA); }
+  __device__ uint8_t* w_tile(int stage) const { return smem + kS * G::kA + stage * G::kW; }
+  __device__ bf16* deq_tile() const { return reinterpret_cast<bf16*>(smem + kS * (G::kA + G::kW)); }
+
+  // Activations: thread tid copies 16-byte chunk tid%8 of rows tid/8 + 32i.
+  __device__ void load_a(int stage, int kt) const {
+    const int k = kt * BK + (tid % 8) * 8;
+    bf16* dst = a_tile(stage) + (tid / 8) * kPitch + (tid % 8) * 8;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const bool ok = a_src[i] != nullptr && k < K;
+      if (x_elem == 2) {
+        cp_async16(dst + 32 * i * kPitch, ok ? a_src[i] + k * 2 : x, ok);
+      } else {  // fp32 activations are converted on the way, through registers
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (ok) load8_x(a_src[i], 4, k, f);
+        store8_bf16(dst + 32 * i * kPitch, f);
+      }
+    }
+  }
+
+  // bf16 or element-wise decoded weights: 16-byte chunk tid%8 of tile rows tid/8 + 32i.
+  __device__ void load_w_rows(int stage, int kt) const {
+    const int k = kt * BK + (tid % 8) * 8;
+    bf16* dst = reinterpret_cast<bf16*>(w_tile(stage)) + (tid / 8) * kPitch + (tid % 8) * 8;
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
+      const int n = n0 + tid / 8 + 32 * i;
+      const bool ok = n < N && k < K;
+      if constexpr (L == WLoad::Bf16) {
+        cp_async16(dst + 32 * i * kPitch, ok ? static_cast<const bf16*>(W.w) + int64_t(n) * K + k : W.w, ok);
+      } else {
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (ok) load8(W, n, k / 8, f);
+        store8_bf16(dst + 32 * i * kPitch, f);
+      }
+    }
+  }
+
+  // Packed weights: thread tid owns half tid%2 (32 codes) of tile row tid/2, which it also dequantises.
+  __device__ int half_k(int kt) const { return kt * BK + (tid % 2) * 32; }
+  __device__ bool half_ok(int kt) const { return n0 + tid / 2 < N && half_k(kt) < K; }
+
+  __device__ void load_w_packed(int stage, int kt) const {
+    constexpr int bits = L == WLoad::Q4 ? 4 : 8, chunks = bits / 4;
+    const int n = n0 + tid / 2, k = half_k(kt);
+    const bool ok = half_ok(kt);
+    uint8_t* dst = w_tile(stage) + (tid / 2) * G::kRawRow + (tid % 2) * (G::kRawRow / 2);
+    const uint8_t* src = static_cast<const uint8_t*>(W.w) + int64_t(n) * (K / 8 * bits) + k / 8 * bits;
+#pragma unroll
+    for (int c = 0; c < chunks; ++c) cp_async16(dst + 16 * c, ok ? src + 16 * c : W.w, ok);
+  }
+
+  // Scale and bias of the thread's half row (a group is a multiple of 32 columns); zero off the matrix.
+  __device__ Affine affine(int kt) const {
+    if (!half_ok(kt)) return {__float2bfloat16(0.0f), __float2bfloat16(0.0f)};
+    const int64_t gi = int64_t(n0 + tid / 2) * (K / W.group) + half_k(kt) / W.group;
+    return {W.scales[gi], W.biases[gi]};
+  }
+
+  __device__ void dequant(int stage, Affine a) const {
+    const uint4* raw = reinterpret_cast<const uint4*>(w_tile(stage) + (tid / 2) * G::kRawRow + (tid % 2) * (G::kRawRow / 2));
+    uint4* dst = reinterpret_cast<uint4*>(deq_tile() + (tid / 2) * kPitch + (tid % 2) * 32);
+    if constexpr (L == WLoad::Q4) {
+      const uint4 q = raw[0];
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      const __nv_bfloat162 s = __bfloat162bfloat162(a.s), b = __bfloat162bfloat162(a.b);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t out[4];
+        dequant_q4(words[i], s, b, out);
+        dst[i] = make_uint4(out[0], out[1], out[2], out[3]);
+      }
+    } else {
+      const float s = __bfloat162float(a.s), b = __bfloat162float(a.b);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const uint4 q = raw[c];
+        uint32_t out[8];
+        dequant_q8(q.x, s, b, out);
+        dequant_q8(q.y, s, b, out + 2);
+        dequant_q8(q.z, s, b, out + 4);
+        dequant_q8(q.w, s, b, out + 6);
+        dst[2 * c] = make_uint4(out[0], out[1], out[2], out[3]);
+        dst[2 * c + 1] = make_uint4(out[4], out[5], out[6], out[7]);
+      }
+    }
+  }
+
+  __device__ void load_stage(int stage, int kt) const {
+    load_a(stage, kt);
+    if constexpr (G::kPacked) load_w_packed(stage, kt);
+    else load_w_rows(stage, kt);
+  }
+
+  // One k-tile of the warp's (BM/2) x 32 block: per 16-wide k step, ldmatrix x4 gives an m16 A
+  // fragment (lanes 0-15 rows 0-15 at k, lanes 16-31 the same rows at k+8) and two n8 B fragments
+  // (lanes 0-7 n 0-7 at k, 8-15 n 0-7 at k+8, 16-23 n 8-15 at k, 24-31 n 8-15 at k+8).
+  __device__ static void mma_tile(const bf16* a, const bf16* b, int lane, float (&acc)[MI][4][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a + (i * 16 + lane % 16) * kPitch + kk + (lane / 16) * 8);
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        uint32_t r[4];
+        ldmatrix_x4(r, b + (jj * 16 + (lane / 16) * 8 + lane % 8) * kPitch + kk + (lane / 8 % 2) * 8);
+        bf[2 * jj][0] = r[0];
+        bf[2 * jj][1] = r[1];
+        bf[2 * jj + 1][0] = r[2];
+        bf[2 * jj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], af[i], bf[j]);
+    }
+  }
+};
+
+// Accumulator element pair (row m, columns n, n+1) to y; `pairs`: y rows allow aligned pair stores.
+__device__ __forceinline__ void store_pair(void* y, int y_elem, int64_t i, float v0, float v1, int n, int N,
+                                           bool pairs) {
+  if (pairs && n + 1 < N) {
+    if (y_elem == 2) *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(y) + i) = __floats2bfloat162_rn(v0, v1);
+    else *reinterpret_cast<float2*>(static_cast<float*>(y) + i) = make_float2(v0, v1);
+    return;
+  }
+  if (n < N) store_act(y, y_elem, i, v0);
+  if (n + 1 < N) store_act(y, y_elem, i + 1, v1);
+}
+
+// grid (m-tiles, n-tiles): m-tiles vary fastest so the blocks resident together share weight tiles.
+template <int BM, WLoad L>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemm_kernel(DeviceMatrix w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
+                const int* tile_expert, void* y, int64_t y_stride, int y_elem, bool pairs) {
+  using Op = Gemm<BM, L>;
+  constexpr int kS = Op::kS, MI = Op::MI;
+  extern __shared__ uint4 smem4[];
+  Op op;
+  op.W = w;
+  if (tile_expert) {
+    const int e = tile_expert[blockIdx.x];
+    if (e < 0) return;
+    op.W = w.entry(e);
+  }
+  op.x = x;
+  op.x_elem = x_elem;
+  op.M = M;
+  op.N = op.W.rows;
+  op.K = op.W.cols;
+  op.m0 = blockIdx.x * BM;
+  op.n0 = blockIdx.y * BN;
+  op.tid = threadIdx.x;
+  op.smem = reinterpret_cast<uint8_t*>(smem4);
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+    const int m = op.m0 + op.tid / 8 + 32 * i;
+    const int src = m < M ? (row_token ? row_token[m] : m) : -1;
+    op.a_src[i] = src >= 0 ? static_cast<const uint8_t*>(x) + src * x_stride * x_elem : nullptr;
+  }
+  const int KT = (op.K + BK - 1) / BK, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wm = warp / 4, wn = warp % 4;
+  float acc[MI][4][4] = {};
+  Affine next{};
+  if constexpr (Tile<BM, L>::kPacked) next = op.affine(0);
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (s < KT) op.load_stage(s, s);
+    cp_async_commit();  // one group per k-tile, empty past the end, so wait counts stay fixed
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kS - 2>();
+    __syncthreads();  // tile kt landed for every thread; every warp is done with tile kt-1
+    const int fetch = kt + kS - 1;
+    if (fetch < KT) op.load_stage(fetch % kS, fetch);
+    cp_async_commit();
+    const bf16* b;
+    if constexpr (Tile<BM, L>::kPacked) {
+      const Affine cur = next;
+      if (kt + 1 < KT) next = op.affine(kt + 1);  // a k-tile ahead: its latency hides behind this one
+      op.dequant(kt % kS, cur);
+      __syncthreads();
+      b = op.deq_tile();
+    } else {
+      b = reinterpret_cast<const bf16*>(op.w_tile(kt % kS));
+    }
+    Op::mma_tile(op.a_tile(kt % kS) + wm * (BM / 2) * kPitch, b + wn * 32 * kPitch, lane, acc);
+  }
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = op.m0 + wm * (BM / 2) + i * 16 + g + 8 * h, n = op.n0 + wn * 32 + j * 8 + 2 * t4;
+        if (m < M) store_pair(y, y_elem, int64_t(m) * y_stride + n, acc[i][j][2 * h], acc[i][j][2 * h + 1], n, op.N,
+                              pairs);
+      }
+}
+
+template <int BM, WLoad L>
+void launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
+            const int* tile_expert, void* y, int64_t y_stride, int y_elem, cudaStream_t s) {
+  constexpr int bytes = Tile<BM, L>::kBytes;
+  static bool configured = false;  // one attribute call per instantiation
+  if (!configured) {
+    PETREL_CUDA(cudaFuncSetAttribute(gemm_kernel<BM, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    PETREL_CUDA(cudaFuncSetAttribute(gemm_kernel<BM, L>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+    configured = true;
+  }
+  const bool pairs = y_stride % 2 == 0 && reinterpret_cast<uintptr_t>(y) % (2 * y_elem) == 0;
+  const dim3 grid(div_up(M, BM), div_up(w.rows, BN));
+  gemm_kernel<BM, L><<<grid, kThreads, bytes, s>>>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride,
+                                                   y_elem, pairs);
+}
+
+template <int BM>
+void launch_format(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
+                   const int* tile_expert, void* y, int64_t y_stride, int y_elem, cudaStream_t s) {
+  const bool packed = w.group % 32 == 0 && w.cols % 32 == 0;  // whole 16-byte chunks, one group per half k-tile
+  if (w.format == WFormat::BF16)
+    launch<BM, WLoad::Bf16>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else if (!packed)
+    launch<BM, WLoad::Decode>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else if (w.format == WFormat::Q4)
+    launch<BM, WLoad::Q4>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else
+    launch<BM, WLoad::Q8>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+}
+
+}  // namespace
+
+void gemm(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
+          const int* tile_expert, void* y, int64_t y_stride, int y_elem, cudaStream_t s) {
+  static_assert(kGemmTileM == 64, "grouped tiles are the 64-row GEMM tiles");
+  // Dense: 128-row tiles, unless that leaves multiprocessors idle.
+  const bool tall = !tile_expert && int64_t(div_up(M, 128)) * div_up(w.rows, BN) >= sm_count();
+  if (tall) launch_format<128>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else launch_format<64>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+}
+
+}  // namespace petrel::cuda
