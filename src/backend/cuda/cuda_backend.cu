@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
     }
+    x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
     mlp_g_ = alloc_raw<bf16>(T * inter);
     mlp_u_ = alloc_raw<bf16>(T * inter);
@@ -284,8 +285,9 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Matrix& w, Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "linear", w.rows, w.cols);
-    cuda::linear(weights_->matrix(w), x.data, x.stride, x.elem_size, int(x.rows), out.data, out.stride, out.elem_size,
-                 stream_);
+    const Tensor xin = gemm_input(x);
+    cuda::linear(weights_->matrix(w), xin.data, xin.stride, xin.elem_size, int(x.rows), out.data, out.stride,
+                 out.elem_size, stream_);
   }
 
   void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
@@ -298,7 +300,8 @@ class CudaBackend final : public Backend {
       mats[i] = &weights_->matrix(*ws[i]);
       dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
     }
-    cuda::linear_many(mats, dst, n, x.data, x.stride, x.elem_size, int(x.rows), stream_);
+    const Tensor xin = gemm_input(x);
+    cuda::linear_many(mats, dst, n, xin.data, xin.stride, xin.elem_size, int(x.rows), stream_);
   }
 
   void add(Tensor h, const Tensor& a) override {
@@ -355,13 +358,16 @@ class CudaBackend final : public Backend {
       cuda::deltanet_prepare(d, gdn_u_, T, f32(b), b.stride, f32(a), a.stride, weights_->vec(w.A_log),
                              weights_->vec(w.dt_bias), gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, stream_);
     }
-    {
+    if (T == 1) {
       const cuda::TimedOp part(timer_, stream_, "deltanet: delta rule");
-      if (T == 1)
-        cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
-      else
-        cuda::delta_rule_chunked(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, gdn_chunks_, s.S[layer], gdn_o_,
-                                 stream_);
+      cuda::delta_rule_recurrent(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, s.S[layer], gdn_o_, stream_);
+    } else {
+      {
+        const cuda::TimedOp part(timer_, stream_, "deltanet: chunk prepare");
+        cuda::delta_rule_chunk_prepare(d, T, gdn_q_, gdn_k_, gdn_v_, gdn_beta_, gdn_g_, gdn_chunks_, stream_);
+      }
+      const cuda::TimedOp part(timer_, stream_, "deltanet: chunk state");
+      cuda::delta_rule_chunk_state(d, T, gdn_q_, gdn_k_, gdn_chunks_, s.S[layer], gdn_o_, stream_);
     }
     const cuda::TimedOp part(timer_, stream_, "deltanet: gated norm");
     cuda::gated_rms_norm(d, gdn_o_, T, weights_->vec(w.norm), bf(z), z.stride, c.rms_eps, bf(out), out.stride, stream_);
@@ -371,8 +377,9 @@ class CudaBackend final : public Backend {
     const int T = int(x.rows), I = int(w.gate.rows);
     const int64_t stride = (I + 7) / 8 * 8;
     const cuda::TimedOp timed(timer_, stream_, "mlp");
-    cuda::linear(weights_->matrix(w.gate), x.data, x.stride, x.elem_size, T, mlp_g_, stride, 2, stream_);
-    cuda::linear(weights_->matrix(w.up), x.data, x.stride, x.elem_size, T, mlp_u_, stride, 2, stream_);
+    const Tensor xin = gemm_input(x);
+    cuda::linear(weights_->matrix(w.gate), xin.data, xin.stride, xin.elem_size, T, mlp_g_, stride, 2, stream_);
+    cuda::linear(weights_->matrix(w.up), xin.data, xin.stride, xin.elem_size, T, mlp_u_, stride, 2, stream_);
     cuda::silu_mul(mlp_g_, mlp_u_, stride, T, I, mlp_act_, stride, stream_);
     cuda::linear(weights_->matrix(w.down), mlp_act_, stride, 2, T, out.data, out.stride, out.elem_size, stream_);
   }
@@ -400,16 +407,17 @@ class CudaBackend final : public Backend {
     const int64_t istride = (I + 7) / 8 * 8;
     cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
                    moe_tile_expert_, stream_);
-    cuda::grouped_linear(E.gate, x.data, x.stride, x.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_g_,
-                         istride, stream_);
-    cuda::grouped_linear(E.up, x.data, x.stride, x.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
+    const Tensor xin = gemm_input(x);
+    cuda::grouped_linear(E.gate, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_,
+                         moe_g_, istride, stream_);
+    cuda::grouped_linear(E.up, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
                          istride, stream_);
     cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
     cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c.hidden, stream_);
     const bf16* shared = nullptr;
     if (w.has_shared) {
       Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};
-      mlp(x, w.shared, so);
+      mlp(xin, w.shared, so);
       shared = moe_shared_;
     }
     cuda::moe_combine(moe_y_, c.hidden, moe_slot_row_, moe_w_, T, k, c.hidden, moe_sgate_, shared, c.hidden, bf(out),
@@ -462,6 +470,14 @@ class CudaBackend final : public Backend {
   cuda::DeltaNetShape gdn_shape() const {
     return {c_.lin_k_heads, c_.lin_v_heads, c_.lin_k_dim, c_.lin_v_dim, c_.conv_kernel};
   }
+  // Prefill GEMMs copy bf16 rows asynchronously: an fp32 input (a norm output) is rounded once
+  // here, as the GEMM would round it when staging. Decode-sized inputs stay fp32 for the GEMV.
+  Tensor gemm_input(const Tensor& x) {
+    if (x.elem_size != 4 || x.rows <= cuda::kGemvMaxTokens || x.cols > c_.hidden) return x;
+    const Tensor r{x_bf16_, x.rows, x.cols, (x.cols + 7) / 8 * 8, 2};
+    cuda::round_to_bf16(f32(x), x.stride, int(x.rows), int(x.cols), x_bf16_, r.stride, stream_);
+    return r;
+  }
   static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
   static float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 
@@ -492,6 +508,7 @@ class CudaBackend final : public Backend {
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
+  bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;

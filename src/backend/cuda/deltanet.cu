@@ -158,18 +158,19 @@ __global__ void __launch_bounds__(128, 1) recurrent_reg_kernel(DeltaNetShape d, 
 //   W = (I+A)⁻¹ diag(β e^γ) K,  U = (I+A)⁻¹ diag(β) V        (chunk_prepare_kernel, chunks in parallel)
 // then chunk after chunk over the state S [dk, dv] (chunk_state_kernel, one block per column block):
 //   Δ = U − W S,  O = diag(e^γ) Q S + QK Δ,  S ← e^{γ_L} S + (diag(e^{γ_L−γ}) K)ᵀ Δ.
-// Scratch per (chunk, value head): W [kChunk, dk], U [kChunk, dv], QK [kChunk, kChunk], γ [kChunk].
+// Scratch per (chunk, value head): W [kChunk, dk], U [kChunk, dv], QK [kChunk, kChunk] and the
+// decays [2, kChunk]: e^{γ_t} (for Q), then e^{γ_L−γ_u} (for K; zero past the chunk's end).
 struct ChunkScratch {
-  float *w, *u, *qk, *gamma;
+  float *w, *u, *qk, *decay;
   __host__ __device__ ChunkScratch(float* p, const DeltaNetShape& d, int chunks) {
     const int64_t n = int64_t(chunks) * d.Hv * kChunk;
     w = p;
     u = w + n * d.dk;
     qk = u + n * d.dv;
-    gamma = qk + n * kChunk;
+    decay = qk + n * kChunk;
   }
   static int64_t floats(const DeltaNetShape& d, int chunks) {
-    return int64_t(chunks) * d.Hv * kChunk * (d.dk + d.dv + kChunk + 1);
+    return int64_t(chunks) * d.Hv * kChunk * (d.dk + d.dv + kChunk + 2);
   }
 };
 
@@ -215,10 +216,13 @@ __global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int
     sm.beta[t + 1] = b1;
     sm.beta_decay[t] = b0 * expf(sum - g1);
     sm.beta_decay[t + 1] = b1 * expf(sum);
-    sc.gamma[head * kChunk + t] = sum - g1;
-    sc.gamma[head * kChunk + t + 1] = sum;
   }
   __syncthreads();
+  if (tid < kChunk) {
+    float* decay = sc.decay + head * 2 * kChunk;
+    decay[tid] = expf(sm.gamma[tid]);
+    decay[kChunk + tid] = tid < L ? expf(sm.gamma[L - 1] - sm.gamma[tid]) : 0.0f;
+  }
 
   // K Kᵀ and Q Kᵀ: thread (tx, ty) owns rows ty*4 + r and columns tx + 16c.
   const int tx = tid % 16, ty = tid / 16;
@@ -280,25 +284,26 @@ __global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int
   }
 }
 
-constexpr int kStateCols = 32;  // value columns per block of the state kernel: one per lane
+constexpr int kStateCols = 32;     // value columns per block of the state kernel: one per lane
+constexpr int kStateWarps = 16;    // warp w owns chunk rows and state rows w, w + 16, ...
 
 template <int DK>
 struct StateSmem {
   float S[DK][kStateCols];
   float W[kChunk][DK + 4], Q[kChunk][DK + 4];  // rows read as float4
-  float KT[DK][kChunk + 4];                    // e^{γ_L−γ_u} k_u, transposed
+  float KT[DK][kChunk + 4];                    // K transposed (its decay is applied to Δ)
   float QK[kChunk][kChunk + 4];
   float D[kChunk][kStateCols];  // U, then Δ
-  float gamma[kChunk];
+  float decay[2][kChunk];
 };
 
-// grid (Hv, ceil(dv/32)), 256 threads: lane = value column, warp w owns rows w, w+8, ...
+// grid (Hv, ceil(dv/32)), 512 threads: lane = value column, warp w owns rows w, w+16, ...
 template <int DK>
-__global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T, const float* q, const float* k,
+__global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetShape d, int T, const float* q, const float* k,
                                                           const float* scratch, float* state, float* out) {
   extern __shared__ float4 smem4[];
   auto& sm = *reinterpret_cast<StateSmem<DK>*>(smem4);
-  constexpr int kRows = kChunk / 8, kStateRows = DK / 8;
+  constexpr int kRows = kChunk / kStateWarps, kStateRows = DK / kStateWarps;
   const int chunks = (T + kChunk - 1) / kChunk;
   const ChunkScratch sc(const_cast<float*>(scratch), d, chunks);
   const int j = blockIdx.x, col0 = blockIdx.y * kStateCols, kh = j / (d.Hv / d.Hk);
@@ -307,14 +312,14 @@ __global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T
   float* Sg = state + int64_t(j) * DK * d.dv;
 #pragma unroll
   for (int r = 0; r < kStateRows; ++r) {
-    const int i = warp + 8 * r;
+    const int i = warp + kStateWarps * r;
     sm.S[i][lane] = col_ok ? Sg[int64_t(i) * d.dv + col0 + lane] : 0.0f;
   }
   for (int c = 0; c < chunks; ++c) {
     const int c0 = c * kChunk, L = min(kChunk, T - c0);
     const int64_t head = int64_t(c) * d.Hv + j;
     __syncthreads();  // the previous chunk is done with every tile
-    if (tid < kChunk) sm.gamma[tid] = sc.gamma[head * kChunk + tid];
+    if (tid < 2 * kChunk) sm.decay[tid / kChunk][tid % kChunk] = sc.decay[head * 2 * kChunk + tid];
     const float* Wg = sc.w + head * kChunk * DK;
     const float* QKg = sc.qk + head * kChunk * kChunk;
     for (int x = tid; x < kChunk * DK / 4; x += blockDim.x) {
@@ -331,14 +336,12 @@ __global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T
     const float* Ug = sc.u + head * kChunk * d.dv;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int t = warp + 8 * r;
+      const int t = warp + kStateWarps * r;
       sm.D[t][lane] = col_ok ? Ug[t * d.dv + col0 + lane] : 0.0f;
     }
-    __syncthreads();  // γ is needed to scale K
-    const float gl = sm.gamma[L - 1];
     for (int x = tid; x < kChunk * DK; x += blockDim.x) {
       const int u = x / DK, i = x % DK;
-      sm.KT[i][u] = u < L ? k[(int64_t(c0 + u) * d.Hk + kh) * DK + i] * expf(gl - sm.gamma[u]) : 0.0f;
+      sm.KT[i][u] = u < L ? k[(int64_t(c0 + u) * d.Hk + kh) * DK + i] : 0.0f;
     }
     __syncthreads();
 
@@ -348,17 +351,17 @@ __global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T
       const float s0 = sm.S[i][lane], s1 = sm.S[i + 1][lane], s2 = sm.S[i + 2][lane], s3 = sm.S[i + 3][lane];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 w = *reinterpret_cast<const float4*>(&sm.W[warp + 8 * r][i]);
-        const float4 qv = *reinterpret_cast<const float4*>(&sm.Q[warp + 8 * r][i]);
+        const float4 w = *reinterpret_cast<const float4*>(&sm.W[warp + kStateWarps * r][i]);
+        const float4 qv = *reinterpret_cast<const float4*>(&sm.Q[warp + kStateWarps * r][i]);
         dacc[r] += w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
         oacc[r] += qv.x * s0 + qv.y * s1 + qv.z * s2 + qv.w * s3;
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int t = warp + 8 * r;
+      const int t = warp + kStateWarps * r;
       sm.D[t][lane] -= dacc[r];
-      oacc[r] *= expf(sm.gamma[t]);
+      oacc[r] *= sm.decay[0][t];
     }
     __syncthreads();
 
@@ -367,34 +370,36 @@ __global__ void __launch_bounds__(256) chunk_state_kernel(DeltaNetShape d, int T
       const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 a = *reinterpret_cast<const float4*>(&sm.QK[warp + 8 * r][u]);
+        const float4 a = *reinterpret_cast<const float4*>(&sm.QK[warp + kStateWarps * r][u]);
         oacc[r] += a.x * d0 + a.y * d1 + a.z * d2 + a.w * d3;
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int t = warp + 8 * r;
+      const int t = warp + kStateWarps * r;
       if (t < L && col_ok) out[(int64_t(c0 + t) * d.Hv + j) * d.dv + col0 + lane] = oacc[r];
     }
-    const float chunk_decay = expf(gl);
+    // Scale Δ's rows by e^{γ_L−γ_u} once (this thread's column only), instead of every K entry.
+    const float chunk_decay = sm.decay[0][L - 1];
     float sacc[kStateRows];
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[warp + 8 * r][lane] * chunk_decay;
+    for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[warp + kStateWarps * r][lane] * chunk_decay;
     for (int u = 0; u < kChunk; u += 4) {
-      const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
+      const float d0 = sm.D[u][lane] * sm.decay[1][u], d1 = sm.D[u + 1][lane] * sm.decay[1][u + 1];
+      const float d2 = sm.D[u + 2][lane] * sm.decay[1][u + 2], d3 = sm.D[u + 3][lane] * sm.decay[1][u + 3];
 #pragma unroll
       for (int r = 0; r < kStateRows; ++r) {
-        const float4 kt = *reinterpret_cast<const float4*>(&sm.KT[warp + 8 * r][u]);
+        const float4 kt = *reinterpret_cast<const float4*>(&sm.KT[warp + kStateWarps * r][u]);
         sacc[r] += kt.x * d0 + kt.y * d1 + kt.z * d2 + kt.w * d3;
       }
     }
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) sm.S[warp + 8 * r][lane] = sacc[r];
+    for (int r = 0; r < kStateRows; ++r) sm.S[warp + kStateWarps * r][lane] = sacc[r];
   }
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < kStateRows; ++r) {
-    const int i = warp + 8 * r;
+    const int i = warp + kStateWarps * r;
     if (col_ok) Sg[int64_t(i) * d.dv + col0 + lane] = sm.S[i][lane];
   }
 }
@@ -409,16 +414,26 @@ void allow_smem(Kernel kernel, size_t bytes) {
 }
 
 template <int DK>
-void launch_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v, const float* beta,
-                    const float* g, float* scratch, float* state, float* out, cudaStream_t s) {
-  const int chunks = div_up(T, kChunk);
+void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
+                          const float* beta, const float* g, float* scratch, cudaStream_t s) {
   allow_smem(chunk_prepare_kernel<DK>, sizeof(PrepareSmem<DK>));
-  chunk_prepare_kernel<DK><<<dim3(chunks, d.Hv), 256, sizeof(PrepareSmem<DK>), s>>>(d, T, q, k, v, beta, g, scratch);
+  chunk_prepare_kernel<DK><<<dim3(div_up(T, kChunk), d.Hv), 256, sizeof(PrepareSmem<DK>), s>>>(d, T, q, k, v, beta, g,
+                                                                                               scratch);
   PETREL_LAUNCHED("delta_rule_chunk_prepare");
+}
+
+template <int DK>
+void launch_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
+                        float* state, float* out, cudaStream_t s) {
   allow_smem(chunk_state_kernel<DK>, sizeof(StateSmem<DK>));
-  chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 256, sizeof(StateSmem<DK>), s>>>(d, T, q, k, scratch,
-                                                                                                 state, out);
+  chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 32 * kStateWarps, sizeof(StateSmem<DK>), s>>>(
+      d, T, q, k, scratch, state, out);
   PETREL_LAUNCHED("delta_rule_chunk_state");
+}
+
+void check_key_dim(const DeltaNetShape& d) {
+  check(d.dk == 16 || d.dk == 32 || d.dk == 64 || d.dk == 128,
+        "CUDA DeltaNet: key head dim " + std::to_string(d.dk) + " is not supported (16, 32, 64 or 128)");
 }
 
 // grid (T, Hv), one warp per value head.
@@ -572,15 +587,26 @@ void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const f
 
 int64_t delta_rule_chunked_scratch(const DeltaNetShape& d, int T) { return ChunkScratch::floats(d, div_up(T, kChunk)); }
 
-void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
-                        const float* beta, const float* g, float* scratch, float* state, float* out, cudaStream_t s) {
+void delta_rule_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
+                              const float* beta, const float* g, float* scratch, cudaStream_t s) {
+  check_key_dim(d);
   switch (d.dk) {
-    case 16: return launch_chunked<16>(d, T, q, k, v, beta, g, scratch, state, out, s);
-    case 32: return launch_chunked<32>(d, T, q, k, v, beta, g, scratch, state, out, s);
-    case 64: return launch_chunked<64>(d, T, q, k, v, beta, g, scratch, state, out, s);
-    case 128: return launch_chunked<128>(d, T, q, k, v, beta, g, scratch, state, out, s);
+    case 16: return launch_chunk_prepare<16>(d, T, q, k, v, beta, g, scratch, s);
+    case 32: return launch_chunk_prepare<32>(d, T, q, k, v, beta, g, scratch, s);
+    case 64: return launch_chunk_prepare<64>(d, T, q, k, v, beta, g, scratch, s);
+    default: return launch_chunk_prepare<128>(d, T, q, k, v, beta, g, scratch, s);
   }
-  throw Error("CUDA DeltaNet: key head dim " + std::to_string(d.dk) + " is not supported (16, 32, 64 or 128)");
+}
+
+void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
+                            float* state, float* out, cudaStream_t s) {
+  check_key_dim(d);
+  switch (d.dk) {
+    case 16: return launch_chunk_state<16>(d, T, q, k, scratch, state, out, s);
+    case 32: return launch_chunk_state<32>(d, T, q, k, scratch, state, out, s);
+    case 64: return launch_chunk_state<64>(d, T, q, k, scratch, state, out, s);
+    default: return launch_chunk_state<128>(d, T, q, k, scratch, state, out, s);
+  }
 }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,

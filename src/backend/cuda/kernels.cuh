@@ -11,6 +11,8 @@ namespace petrel::cuda {
 constexpr int kGemvMaxTokens = 8;
 void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,
             int y_elem, cudaStream_t s);
+// Rounds fp32 activations [T, n] to bf16 rows (the prefill GEMM's asynchronous copies want bf16).
+void round_to_bf16(const float* x, int64_t x_stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s);
 // Where a linear writes: element type 2 (bf16) or 4 (fp32).
 struct GemvOut {
   void* y = nullptr;
@@ -90,10 +92,14 @@ void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float
                       float* beta, float* g, cudaStream_t s);
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out, cudaStream_t s);
-// Prefill: chunks of 64 tokens in WY form (two kernels), `scratch` of delta_rule_chunked_scratch floats.
+// Prefill: chunks of 64 tokens in WY form. chunk_prepare computes every chunk's W, U, masked Q·Kᵀ
+// and decays in parallel into `scratch` (delta_rule_chunked_scratch floats); chunk_state then
+// walks the chunks once, carrying the state and writing out.
 int64_t delta_rule_chunked_scratch(const DeltaNetShape& d, int T);
-void delta_rule_chunked(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
-                        const float* beta, const float* g, float* scratch, float* state, float* out, cudaStream_t s);
+void delta_rule_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
+                              const float* beta, const float* g, float* scratch, cudaStream_t s);
+void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
+                            float* state, float* out, cudaStream_t s);
 // out = rmsnorm(o per value head)·w·silu(z), bf16.
 // A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
 // one launch; false (nothing done) for shapes it does not cover.

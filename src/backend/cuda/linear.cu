@@ -169,6 +169,12 @@ void check_shapes(const DeviceMatrix& w, int64_t x_stride) {
   check(x_stride % 8 == 0, "CUDA linear: activation row stride must be a multiple of 8 elements");
 }
 
+// grid (ceil(n/256), T): one element per thread.
+__global__ void round_kernel(const float* x, int64_t x_stride, int n, bf16* out, int64_t out_stride) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+  if (i < n) out[t * out_stride + i] = __float2bfloat16(x[t * x_stride + i]);
+}
+
 }  // namespace
 
 int sm_count() {
@@ -179,6 +185,11 @@ int sm_count() {
     return count;
   }();
   return n;
+}
+
+void round_to_bf16(const float* x, int64_t x_stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s) {
+  round_kernel<<<dim3(div_up(n, 256), T), 256, 0, s>>>(x, x_stride, n, out, out_stride);
+  PETREL_LAUNCHED("round_to_bf16");
 }
 
 void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, void* y, int64_t y_stride,

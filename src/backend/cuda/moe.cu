@@ -52,6 +52,56 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
   }
 }
 
+constexpr int kRouteTile = 64, kRouteK = 32;  // tokens x router rows per block, columns per stage
+constexpr int kRouteTiledMinTokens = 256;
+
+// grid (ceil((E+1)/64), ceil(T/64)), 256 threads: the prefill router as a tiled fp32 GEMM on CUDA
+// cores (the router must see unrounded activations; tensor cores would round them to bf16).
+// Thread (tx, ty) owns tokens ty + 16i and rows tx + 16j; row E is the shared-expert gate.
+__global__ void __launch_bounds__(256) router_tiled_kernel(DeviceMatrix router, DeviceMatrix shared_gate,
+                                                           bool has_shared, const void* x, int64_t x_stride,
+                                                           int x_elem, int T, int E, float* logits, float* sgate) {
+  __shared__ float xs[kRouteK][kRouteTile + 4], ws[kRouteK][kRouteTile + 4];  // [column][token or row]
+  const int t0 = blockIdx.y * kRouteTile, e0 = blockIdx.x * kRouteTile, tid = threadIdx.x;
+  const int tx = tid % 16, ty = tid / 16, r = tid / 4, c8 = tid % 4;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < router.cols; k0 += kRouteK) {
+    float xv[8] = {}, wv[8] = {};
+    if (t0 + r < T) load8_x(x, x_elem, int64_t(t0 + r) * x_stride + k0 + c8 * 8, xv);
+    if (e0 + r < E) load8(router, e0 + r, k0 / 8 + c8, wv);
+    else if (e0 + r == E && has_shared) load8(shared_gate, 0, k0 / 8 + c8, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      xs[c8 * 8 + i][r] = xv[i];
+      ws[c8 * 8 + i][r] = wv[i];
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kRouteK; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = xs[kk][ty + 16 * i];
+        b[i] = ws[kk][tx + 16 * i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int t = t0 + ty + 16 * i, e = e0 + tx + 16 * j;
+      if (t >= T) continue;
+      if (e < E) logits[int64_t(t) * E + e] = acc[i][j];
+      else if (e == E && has_shared) sgate[t] = sigmoidf_(acc[i][j]);
+    }
+}
+
 constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
 
 // grid (T / kTopkWarps), a warp per token: softmax over all experts, k rounds of argmax (lowest
@@ -325,8 +375,14 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
-  router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
-      router, shared_gate ? *shared_gate : DeviceMatrix{}, shared_gate != nullptr, x, x_stride, x_elem, E, logits, sgate);
+  const DeviceMatrix sg = shared_gate ? *shared_gate : DeviceMatrix{};
+  // Below a few hundred tokens the per-row kernel is faster (the tiled one has only E/64 blocks per 64 tokens).
+  if (T >= kRouteTiledMinTokens && router.cols % kRouteK == 0 && x_stride % 8 == 0)
+    router_tiled_kernel<<<dim3(div_up(E + 1, kRouteTile), div_up(T, kRouteTile)), 256, 0, s>>>(
+        router, sg, shared_gate != nullptr, x, x_stride, x_elem, T, E, logits, sgate);
+  else
+    router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(router, sg, shared_gate != nullptr, x,
+                                                                               x_stride, x_elem, E, logits, sgate);
   PETREL_LAUNCHED("moe router logits");
   topk_kernel<<<div_up(T, kTopkWarps), 32 * kTopkWarps, 0, s>>>(logits, T, E, k, renorm, ids, weights);
   PETREL_LAUNCHED("moe top-k");
