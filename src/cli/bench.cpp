@@ -4,10 +4,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernel_trace.h"
 #include "cli/common.h"
 #include "cli/registry.h"
 #include "core/error.h"
@@ -117,6 +119,46 @@ nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefi
   out["prefill_tokens"] = prefill_tokens;
   backend.time_ops(false);
   return out;
+}
+
+// Kernels of replayed decode graphs as the device ran them (CUPTI): time per kernel name and
+// step, and the step's idle time between kernels (launch gaps that fusion or PDL would remove).
+nlohmann::json graph_kernels(Model& model, int vocab) {
+  constexpr int kSteps = 16;
+  const std::vector<int32_t> prompt = tokens(16, vocab);
+  auto seq = model.new_sequence(int(prompt.size()) + kSteps + 8);
+  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+  for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // capture the graph first
+  cuda::KernelTrace trace;
+  trace.start();
+  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  const std::vector<cuda::KernelRecord> records = trace.stop();
+  std::map<std::string, std::pair<double, int>> per_name;  // ns, launches
+  double busy = 0;
+  for (const auto& r : records) {
+    auto& [ns, n] = per_name[r.name];
+    ns += double(r.end_ns - r.start_ns);
+    ++n;
+    busy += double(r.end_ns - r.start_ns);
+  }
+  const double wall = records.empty() ? 0.0 : double(records.back().end_ns - records.front().start_ns);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [name, v] : per_name)
+    rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / kSteps}, {"launches", double(v.second) / kSteps}});
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["us"] > b["us"]; });
+  return {{"kernels", rows},
+          {"step_us", wall / 1e3 / kSteps},
+          {"busy_us", busy / 1e3 / kSteps},
+          {"launches", double(records.size()) / kSteps}};
+}
+
+void print_graph_kernels(const nlohmann::json& g) {
+  std::printf("\ndecode step in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n",
+              g["step_us"].get<double>(), g["busy_us"].get<double>(),
+              g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
+  for (const auto& r : g["kernels"])
+    std::printf("  %-44s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 44).c_str(),
+                r["us"].get<double>(), r["launches"].get<double>());
 }
 
 void print_op_rows(const char* title, const nlohmann::json& rows) {
@@ -247,6 +289,7 @@ void run(const Args& a) {
     const std::vector<int> sizes = parse_ids(a.prefill, "--prefill");
     const int T = sizes.empty() ? 2048 : *std::max_element(sizes.begin(), sizes.end());
     out["breakdown"] = op_breakdown(model, *backend, config.vocab, T);
+    if (cuda::KernelTrace::available() && a.graphs) out["breakdown"]["graph"] = graph_kernels(model, config.vocab);
   }
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
@@ -276,6 +319,7 @@ void run(const Args& a) {
     print_op_rows(batch.c_str(), out["breakdown"]["batch"]);
     const std::string title = "prefill of " + std::to_string(out["breakdown"]["prefill_tokens"].get<int>()) + " tokens";
     print_op_rows(title.c_str(), out["breakdown"]["prefill"]);
+    if (out["breakdown"].contains("graph")) print_graph_kernels(out["breakdown"]["graph"]);
   }
 }
 
