@@ -532,8 +532,8 @@ __global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d
 template <int DK>
 void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
-                            const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps, bf16* out,
-                            cudaStream_t s) {
+                            const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
+                            bf16* out, cudaStream_t s) {
   const int cols = d.Hv / d.Hk * d.dv;
   deltanet_decode_kernel<DK><<<dim3(d.Hk, rows.B), threads, cols * sizeof(float), s>>>(
       d, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out);
