@@ -1,6 +1,8 @@
 // The decode schedule both batched-decode tests (CPU and GPU) run: five sequences with prompts of
-// 3 to 71 tokens join and leave the batch between steps, and every row of each batched step is
-// compared with a one-sequence step of the same sequence on a second set of states.
+// 3 to 71 tokens join and leave the batch between steps, in an order other than the one they were
+// created in, and every row of each batched step is compared with a one-sequence step of the same
+// sequence on a second set of states (allocated in turn with the batched ones, so that the states
+// of one layer interleave in memory).
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -35,6 +37,14 @@ inline bool in_step(int seq, int step) {
   }
 }
 
+// The even-indexed members, then the odd-indexed ones.
+inline std::vector<int> every_other_first(const std::vector<int>& members) {
+  std::vector<int> out;
+  for (size_t i = 0; i < members.size(); i += 2) out.push_back(members[i]);
+  for (size_t i = 1; i < members.size(); i += 2) out.push_back(members[i]);
+  return out;
+}
+
 // compare(batched_row, alone_row, step, seq) for every row of `steps` steps; returns the number
 // of rows compared. Both runs feed the lone run's greedy token, so their inputs never differ.
 using RowCheck = std::function<void(const std::vector<float>&, const std::vector<float>&, int, int)>;
@@ -57,7 +67,10 @@ inline int run_schedule(Model& model, int steps, const RowCheck& compare) {
     std::vector<int> members;
     for (int s = 0; s < kSequences; ++s)
       if (in_step(s, step)) members.push_back(s);
-    if (step % 2 == 1) std::reverse(members.begin(), members.end());  // a row's place must not matter
+    // A row's place must not matter: odd steps reverse the members, even ones take every other
+    // member, then the rest (step 2 batches all five as 0, 2, 4, 1, 3).
+    if (step % 2 == 1) std::reverse(members.begin(), members.end());
+    else members = every_other_first(members);
     std::vector<int32_t> ids;
     std::vector<SequenceState*> states;
     for (int s : members) {

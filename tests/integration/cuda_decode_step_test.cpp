@@ -1,8 +1,10 @@
 // A decode step on the GPU synchronises with the host once, to read the sampled token, and never
 // allocates device or pinned memory: CUPTI counts every blocking or allocating CUDA runtime call
-// the process makes during a run of greedy decode steps, and of sampled ones (DeviceDecoder).
+// the process makes during a run of greedy decode steps, of sampled ones (DeviceDecoder), and of
+// batched ones (forward_batch).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <fstream>
@@ -125,6 +127,38 @@ TEST_F(CudaDecodeStep, SampledStepOneSyncForTheTokenAndNoAllocation) {
   EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " sampled decode steps";
   EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " sampled decode steps";
   EXPECT_GE(tok, 0);
+}
+// A batched step (forward_batch) of sequences at different positions: its positions and state
+// pointer table go through pinned buffers sized at reserve, and the logits read is its one sync.
+TEST_F(CudaDecodeStep, BatchedStepOneSyncForTheLogitsAndNoAllocation) {
+  constexpr int B = 3;
+  ASSERT_GT(prompt_.size(), size_t(B));
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<SequenceState*> states;
+  std::vector<int32_t> ids;
+  for (int b = 0; b < B; ++b) {
+    seqs.push_back(model_->new_sequence(int(prompt_.size()) + kSteps + 4));
+    states.push_back(seqs.back().get());
+    ids.push_back(model_->forward_greedy(prompt_.data(), int(prompt_.size()) - b, *seqs.back()));
+  }
+  const int64_t V = model_->config().vocab;
+  std::vector<float> logits(size_t(B * V));
+  auto step = [&] {
+    model_->forward_batch(ids.data(), states.data(), B, logits.data());
+    for (int b = 0; b < B; ++b) {
+      const auto row = logits.begin() + b * V;
+      ids[size_t(b)] = int32_t(std::max_element(row, row + V) - row);
+    }
+  };
+  step();  // the first batch allocates the model's logits rows
+
+  RuntimeCalls calls;
+  count_calls([&] {
+    for (int i = 0; i < kSteps; ++i) step();
+  }, calls);
+
+  EXPECT_EQ(calls.syncs.load(), kSteps) << "blocking CUDA calls in " << kSteps << " batched steps";
+  EXPECT_EQ(calls.allocations.load(), 0) << "allocations in " << kSteps << " batched steps";
 }
 #else
 TEST(CudaDecodeStep, CountsRuntimeCalls) {

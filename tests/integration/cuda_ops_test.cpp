@@ -460,6 +460,96 @@ TEST(CudaOps, DeltaNetChunkedEqualsRecurrentOnGpu) {
   EXPECT_TRUE(std::isfinite(num));
 }
 
+// A GPU copy of an Input's values (ops that write their input need one per run).
+Tensor gpu_copy(const Input& in) {
+  Tensor t = pair().gpu->alloc(in.gpu.rows, in.gpu.cols, in.gpu.elem_size == 4);
+  pair().gpu->from_host(in.host.data(), t);
+  return t;
+}
+
+std::vector<float> gpu_values(const Tensor& t) {
+  std::vector<float> v(size_t(t.rows * t.cols));
+  pair().gpu->to_host(t, v.data());
+  return v;
+}
+
+// Fills the DeltaNet (layer 0) and attention (layer 1) states of `st` with a prompt of T random tokens.
+void gpu_prefill(SequenceState& st, int T, uint64_t seed) {
+  const RealShapeModel& m = model();
+  const ModelConfig& c = m.c;
+  Backend& gpu = *pair().gpu;
+  const std::vector<int32_t> ids(size_t(T), 1);
+  gpu.begin_forward(ids.data(), T, st);
+  gpu.embed(m.w.embed, gpu.alloc(T, c.hidden));
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  Input q(T, q_width, seed), k(T, kv_width, seed + 1), v(T, kv_width, seed + 2), g(T, q_width, seed + 3);
+  Tensor attn = gpu.alloc(T, q_width);
+  gpu.qk_norm_rope(q.gpu, k.gpu, m.w.layers[1].attn);
+  gpu.attention(q.gpu, k.gpu, v.gpu, &g.gpu, 1, st, attn);
+  Input qkv(T, c.gdn_conv_channels(), seed + 4), z(T, c.gdn_value_dim(), seed + 5);
+  Input b(T, c.lin_v_heads, seed + 6, 1.0f, true), a(T, c.lin_v_heads, seed + 7, 1.0f, true);
+  gpu.deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, m.w.layers[0].gdn, 0, st, gpu.alloc(T, c.gdn_value_dim()));
+  st.n_past += T;
+}
+
+// A batched decode step's per-sequence ops (qk_norm_rope, attention, DeltaNet: one launch each for
+// all rows, states through the step's pointer table) against the same rows run one sequence at a
+// time: six sequences at different positions, batched in an order other than the one they were
+// created in, over two steps (the second reads the states the first wrote). The same kernel code
+// and key splits run per row, so the results are bit-identical.
+TEST(CudaOps, BatchedDecodeOpsEqualOneSequenceAtATime) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const ModelConfig& c = m.c;
+  Backend& gpu = *pair().gpu;
+  constexpr int B = 6;
+  const int prompts[B] = {5, 40, 1, 130, 17, 64};
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;  // allocated in turn: states interleave
+  for (int s = 0; s < B; ++s) {
+    batched.push_back(gpu.new_sequence(256));
+    alone.push_back(gpu.new_sequence(256));
+    gpu_prefill(*batched.back(), prompts[s], 200 + 10 * s);
+    alone.back()->copy_from(*batched.back());
+  }
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  for (const std::vector<int>& order : {std::vector<int>{3, 0, 5, 1, 4, 2}, std::vector<int>{1, 4, 2, 5, 0, 3}}) {
+    Input q(B, q_width, 1), k(B, kv_width, 2), v(B, kv_width, 3), g(B, q_width, 4);
+    Input qkv(B, c.gdn_conv_channels(), 5), z(B, c.gdn_value_dim(), 6);
+    Input b(B, c.lin_v_heads, 7, 1.0f, true), a(B, c.lin_v_heads, 8, 1.0f, true);
+    const Tensor q1 = gpu_copy(q), k1 = gpu_copy(k);
+    Output attn(B, q_width), attn1(B, q_width), gdn(B, c.gdn_value_dim()), gdn1(B, c.gdn_value_dim());
+    const std::vector<int32_t> ids(B, 1);
+    std::vector<SequenceState*> states;
+    for (int s : order) states.push_back(batched[size_t(s)].get());
+    gpu.begin_batch(ids.data(), states.data(), B);
+    gpu.embed(m.w.embed, gpu.alloc(B, c.hidden));
+    gpu.qk_norm_rope(q.gpu, k.gpu, m.w.layers[1].attn);
+    gpu.attention_batch(q.gpu, k.gpu, v.gpu, &g.gpu, 1, states.data(), attn.gpu);
+    gpu.deltanet_batch(qkv.gpu, z.gpu, b.gpu, a.gpu, m.w.layers[0].gdn, 0, states.data(), gdn.gpu);
+    for (int r = 0; r < B; ++r) {
+      SequenceState& st = *alone[size_t(order[size_t(r)])];
+      gpu.begin_forward(ids.data(), 1, st);
+      gpu.embed(m.w.embed, gpu.alloc(1, c.hidden));
+      const Tensor g_row = g.gpu.rows_view(r, 1);
+      gpu.qk_norm_rope(q1.rows_view(r, 1), k1.rows_view(r, 1), m.w.layers[1].attn);
+      gpu.attention(q1.rows_view(r, 1), k1.rows_view(r, 1), v.gpu.rows_view(r, 1), &g_row, 1, st,
+                    attn1.gpu.rows_view(r, 1));
+      gpu.deltanet(qkv.gpu.rows_view(r, 1), z.gpu.rows_view(r, 1), b.gpu.rows_view(r, 1), a.gpu.rows_view(r, 1),
+                   m.w.layers[0].gdn, 0, st, gdn1.gpu.rows_view(r, 1));
+    }
+    for (int s = 0; s < B; ++s) {
+      batched[size_t(s)]->n_past += 1;
+      alone[size_t(s)]->n_past += 1;
+    }
+    EXPECT_EQ(gpu_values(q.gpu), gpu_values(q1)) << "q after norm and RoPE";
+    EXPECT_EQ(gpu_values(k.gpu), gpu_values(k1)) << "k after norm and RoPE";
+    EXPECT_EQ(gpu_values(attn.gpu), gpu_values(attn1.gpu)) << "attention";
+    EXPECT_EQ(gpu_values(gdn.gpu), gpu_values(gdn1.gpu)) << "DeltaNet";
+    const std::vector<float> out = gpu_values(gdn.gpu);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
+  }
+}
+
 class CudaMoe : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(CudaMoe, RoutedAndSharedExpertsMatchCpu) {

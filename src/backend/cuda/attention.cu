@@ -8,25 +8,35 @@ namespace {
 
 constexpr int kWarps = 4;
 
+// grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
-                                 const int* pos0) {
+                                 const int* pos0, KvRows rows) {
   const int t = blockIdx.x;
-  const int64_t dst = int64_t(*pos0 + t) * width;
+  if (rows.pos) {
+    kc = rows.k[t];
+    vc = rows.v[t];
+  }
+  const int64_t dst = int64_t(rows.pos ? rows.pos[t] : *pos0 + t) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     kc[dst + i] = k[t * stride + i];
     vc[dst + i] = v[t * stride + i];
   }
 }
 
-// grid (T, Hq, splits). Partial record: [m, l, acc[D]] (unnormalised accumulator).
+// grid (T, Hq, splits). Partial record: [m, l, acc[D]] (unnormalised accumulator). Query t is at
+// *pos0 + t of kc, vc; with rows.pos (a batched step), at rows.pos[t] of its own caches.
 template <int PER>  // D / 32 elements per lane
 __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq,
-                                         int Hkv, const int* pos0, float* partial) {
+                                         int Hkv, const int* pos0, KvRows rows, float* partial) {
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = h / (Hq / Hkv);
-  const int n_keys = *pos0 + t + 1;  // causal: keys 0..pos
+  if (rows.pos) {
+    kc = rows.k[t];
+    vc = rows.v[t];
+  }
+  const int n_keys = (rows.pos ? rows.pos[t] : *pos0 + t) + 1;  // causal: keys 0..pos
   const int per_split = (n_keys + splits - 1) / splits;
   const int begin = split * per_split, end = min(n_keys, begin + per_split);
   const float scale = rsqrtf(float(D));
@@ -116,19 +126,40 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
 
 template <int PER>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
-            int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
-            cudaStream_t s) {
-  attention_partial_kernel<PER><<<dim3(T, Hq, splits), 32 * kWarps, 0, s>>>(q, q_stride, kc, vc, Hq, Hkv, pos0, partial);
+            const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
+            int64_t out_stride, cudaStream_t s) {
+  attention_partial_kernel<PER>
+      <<<dim3(T, Hq, splits), 32 * kWarps, 0, s>>>(q, q_stride, kc, vc, Hq, Hkv, pos0, rows, partial);
   PETREL_LAUNCHED("attention_partial");
   attention_combine_kernel<PER><<<dim3(T, Hq), 32, 0, s>>>(partial, Hq, splits, gate, gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_combine");
+}
+
+// The split-K kernels for head_dim D.
+void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
+             const int* pos0, const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride,
+             bf16* out, int64_t out_stride, cudaStream_t s) {
+  switch (D) {
+    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
+  }
+  throw Error("CUDA attention: head_dim " + std::to_string(D) + " is not supported (32, 64, 128 or 256)");
 }
 
 }  // namespace
 
 void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc, const int* pos0,
                cudaStream_t s) {
-  kv_append_kernel<<<T, 256, 0, s>>>(k, v, stride, width, kc, vc, pos0);
+  kv_append_kernel<<<T, 256, 0, s>>>(k, v, stride, width, kc, vc, pos0, KvRows{});
+  PETREL_LAUNCHED("kv_append");
+}
+
+void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int width, const KvRows& rows,
+                    cudaStream_t s) {
+  check(rows.k && rows.v && rows.pos, "CUDA kv_append_rows: needs cache tables and positions");
+  kv_append_kernel<<<B, 256, 0, s>>>(k, v, stride, width, nullptr, nullptr, nullptr, rows);
   PETREL_LAUNCHED("kv_append");
 }
 
@@ -136,13 +167,15 @@ void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf1
                const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s) {
   if (attention_prefill(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, gate, gate_stride, out, out_stride, s)) return;
-  switch (D) {
-    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, splits, partial, gate, gate_stride, out, out_stride, s);
-  }
-  throw Error("CUDA attention: head_dim " + std::to_string(D) + " is not supported (32, 64, 128 or 256)");
+  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, splits, partial, gate, gate_stride, out, out_stride, s);
+}
+
+void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
+                    float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+                    cudaStream_t s) {
+  check(rows.k && rows.v && rows.pos, "CUDA attention_rows: needs cache tables and positions");
+  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, splits, partial, gate, gate_stride, out,
+          out_stride, s);
 }
 
 }  // namespace petrel::cuda

@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
     for (void* p : allocations_) cudaFree(p);
     if (h_ids_) cudaFreeHost(h_ids_);
     if (h_row_pos_) cudaFreeHost(h_row_pos_);
+    if (h_row_states_) cudaFreeHost(h_row_states_);
     cudaFreeHost(h_pos_);
     cudaFreeHost(h_token_);
     cudaEventDestroy(inputs_read_);
@@ -104,12 +105,15 @@ class CudaBackend final : public Backend {
     const int64_t T = max_tokens;
     PETREL_CUDA(cudaMallocHost(&h_ids_, sizeof(int) * T));
     PETREL_CUDA(cudaMallocHost(&h_row_pos_, sizeof(int) * T));
+    PETREL_CUDA(cudaMallocHost(&h_row_states_, sizeof(void*) * row_state_slots(int(T))));
     d_ids_ = alloc_raw<int>(T);
     d_pos_ = alloc_raw<int>(1);
     d_row_pos_ = alloc_raw<int>(T);
+    d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
     d_token_ = alloc_raw<int>(1);
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
-    attn_partial_ = alloc_raw<float>(size_t(std::max<int64_t>(256, T * c.n_heads)) * (c.head_dim + 2));
+    attn_partial_records_ = std::max<int64_t>(256, T * c.n_heads);
+    attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
     if (c.hybrid()) {
       const int64_t C = c.gdn_conv_channels();
       gdn_u_ = alloc_raw<float>(T * C);
@@ -217,11 +221,20 @@ class CudaBackend final : public Backend {
     batch_ = false;
   }
 
-  // Positions go to the device as one per row; the per-sequence ops then run row by row, each
-  // reading its row's position (no batched kernels yet, and no graph: batches change every step).
+  // Stages each row's position and the table of its sequence's states (embed copies both), which
+  // the per-sequence ops of the step read on the device: one launch per op for all rows, and no
+  // graph (batches change every step).
   void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override {
     stage_ids(ids, B);
-    for (int b = 0; b < B; ++b) h_row_pos_[b] = seqs[b]->n_past;
+    for (int b = 0; b < B; ++b) {
+      const auto& s = dynamic_cast<const CudaSequence&>(*seqs[b]);
+      h_row_pos_[b] = s.n_past;
+      for (int layer = 0; layer < c_.n_layers; ++layer) {
+        const bool attn = c_.layer_kinds[layer] == LayerKind::FullAttention;
+        h_row_states_[row_state_slot(layer, 0, b, B)] = attn ? static_cast<void*>(s.k[layer]) : s.conv[layer];
+        h_row_states_[row_state_slot(layer, 1, b, B)] = attn ? static_cast<void*>(s.v[layer]) : s.S[layer];
+      }
+    }
     batch_ = true;
   }
 
@@ -269,8 +282,11 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
-    if (batch_)
+    if (batch_) {
       PETREL_CUDA(cudaMemcpyAsync(d_row_pos_, h_row_pos_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
+      PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(n_tokens_),
+                                  cudaMemcpyHostToDevice, stream_));
+    }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     PETREL_CUDA(cudaStreamIsCapturing(stream_, &capture));
     if (capture == cudaStreamCaptureStatusNone) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
@@ -316,9 +332,13 @@ class CudaBackend final : public Backend {
   }
 
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
+    const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
     if (!batch_) return qk_norm_rope_at(q, k, w, d_pos_);
-    for (int64_t r = 0; r < q.rows; ++r) qk_norm_rope_at(q.rows_view(r, 1), k.rows_view(r, 1), w, d_row_pos_ + r);
+    check(q.rows == n_tokens_, "CUDA qk_norm_rope: a batched step's q must have one row per sequence");
+    cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
+                            weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
+                            d_row_pos_, stream_);
   }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
@@ -329,12 +349,23 @@ class CudaBackend final : public Backend {
 
   void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                        SequenceState* const* seqs, Tensor out) override {
+    const ModelConfig& c = c_;
+    const int B = int(q.rows);
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    for (int64_t r = 0; r < q.rows; ++r) {
-      const Tensor gate_row = gate ? gate->rows_view(r, 1) : Tensor{};
-      attention_at(q.rows_view(r, 1), k.rows_view(r, 1), v.rows_view(r, 1), gate ? &gate_row : nullptr, layer,
-                   *seqs[r], out.rows_view(r, 1), d_row_pos_ + r);
-    }
+    check(batch_ && B == n_tokens_,
+          "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
+    for (int r = 0; r < B; ++r)
+      check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
+                                                     std::to_string(seqs[r]->capacity) + " tokens");
+    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    const cuda::KvRows rows{row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
+    cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
+    // Each row split as a lone decode step splits it (the same sums: the same result) where the
+    // partial records hold that many.
+    const int fit = int(attn_partial_records_ / (int64_t(B) * c.n_heads));
+    const int splits = std::clamp(std::min(256 / c.n_heads, fit), 1, 64);
+    cuda::attention_rows(bf(q), q.stride, B, rows, c.n_heads, c.n_kv_heads, c.head_dim, splits, attn_partial_,
+                         gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
 
   void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
@@ -371,6 +402,23 @@ class CudaBackend final : public Backend {
     }
     const cuda::TimedOp part(timer_, stream_, "deltanet: gated norm");
     cuda::gated_rms_norm(d, gdn_o_, T, weights_->vec(w.norm), bf(z), z.stride, c.rms_eps, bf(out), out.stride, stream_);
+  }
+
+  void deltanet_batch(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
+                      int layer, SequenceState* const* seqs, Tensor out) override {
+    check(batch_ && qkv.rows == n_tokens_,
+          "CUDA deltanet_batch: needs the step staged by begin_batch, one row per sequence");
+    check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
+    {
+      const cuda::TimedOp timed(timer_, stream_, "deltanet");
+      const cuda::DeltaNetRows rows{int(qkv.rows), qkv.stride, b.stride, a.stride, z.stride, out.stride,
+                                    row_states<float>(layer, 0), row_states<float>(layer, 1)};
+      if (cuda::deltanet_decode_rows(gdn_shape(), rows, bf(qkv), weights_->vec(w.conv), f32(b), f32(a),
+                                     weights_->vec(w.A_log), weights_->vec(w.dt_bias), weights_->vec(w.norm), bf(z),
+                                     c_.rms_eps, bf(out), stream_))
+        return;
+    }
+    Backend::deltanet_batch(qkv, z, b, a, w, layer, seqs, out);  // shapes the fused kernel does not cover
   }
 
   void mlp(const Tensor& x, const MlpWeights& w, Tensor out) override {
@@ -467,6 +515,18 @@ class CudaBackend final : public Backend {
                     attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
 
+  // The batched step's table holds, per layer, slot 0 (conv state or K cache) of rows 0..B-1, then
+  // slot 1 (recurrent state or V cache): one copy of 2·layers·B pointers per step.
+  size_t row_state_slots(int B) const { return size_t(c_.n_layers) * 2 * size_t(B); }
+  static size_t row_state_slot(int layer, int slot, int row, int B) {
+    return (size_t(layer) * 2 + size_t(slot)) * size_t(B) + size_t(row);
+  }
+  // Row b's state `slot` of `layer` on the device, b = 0..B-1, as begin_batch staged them.
+  template <typename T>
+  T* const* row_states(int layer, int slot) const {
+    return reinterpret_cast<T* const*>(d_row_states_ + row_state_slot(layer, slot, 0, n_tokens_));
+  }
+
   cuda::DeltaNetShape gdn_shape() const {
     return {c_.lin_k_heads, c_.lin_v_heads, c_.lin_k_dim, c_.lin_v_dim, c_.conv_kernel};
   }
@@ -502,8 +562,10 @@ class CudaBackend final : public Backend {
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has copied the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
+  void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)
   float* attn_partial_ = nullptr;
+  int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;

@@ -454,12 +454,25 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
 // thread per value column): conv + SiLU of the head's q, k and v channels (continuing the conv
 // state), q/k L2 norms and gates, the delta rule on the fp32 state column held in registers, and
 // the gated RMSNorm. The state loads are issued first so their latency overlaps the conv.
+// grid (Hk, rows): a batched step's row blockIdx.y first moves to its operand rows and, from the
+// tables, its sequence's states.
 template <int DK>
-__global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d, const bf16* x, const float* conv_w,
-                                                                 float* conv_state, const float* b, const float* a,
-                                                                 const float* A_log, const float* dt_bias, float* state,
+__global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
+                                                                 const float* conv_w, float* conv_state, const float* b,
+                                                                 const float* a, const float* A_log,
+                                                                 const float* dt_bias, float* state,
                                                                  const float* norm_w, const bf16* z, float eps,
                                                                  bf16* out) {
+  const int row = blockIdx.y;
+  x += row * rows.x_stride;
+  b += row * rows.b_stride;
+  a += row * rows.a_stride;
+  z += row * rows.z_stride;
+  out += row * rows.out_stride;
+  if (rows.states) {
+    conv_state = rows.conv_states[row];
+    state = rows.states[row];
+  }
   extern __shared__ float vs[];  // the block's v channels, then their outputs
   __shared__ float qs[DK], ks[DK], head_inv[32];
   const int kh = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
@@ -532,12 +545,30 @@ __global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d
 }
 
 template <int DK>
-void launch_deltanet_decode(const DeltaNetShape& d, int threads, const bf16* x, const float* conv_w, float* conv_state,
-                            const float* b, const float* a, const float* A_log, const float* dt_bias, float* state,
-                            const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
+void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
+                            const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
+                            const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
+                            bf16* out, cudaStream_t s) {
   const int cols = d.Hv / d.Hk * d.dv;
-  deltanet_decode_kernel<DK><<<d.Hk, threads, cols * sizeof(float), s>>>(d, x, conv_w, conv_state, b, a, A_log, dt_bias,
-                                                                         state, norm_w, z, eps, out);
+  deltanet_decode_kernel<DK><<<dim3(d.Hk, rows.B), threads, cols * sizeof(float), s>>>(
+      d, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out);
+}
+
+// The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
+bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
+                 float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
+                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
+  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = div_up(int64_t(ratio) * d.dv, 32) * 32;
+  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 256 || ratio > 32 || d.K < 1 || d.K > 8) return false;
+  switch (d.dk) {
+    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    default: return false;
+  }
+  PETREL_LAUNCHED("deltanet_decode");
+  return true;
 }
 
 }  // namespace
@@ -612,17 +643,14 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, cudaStream_t s) {
-  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = div_up(int64_t(ratio) * d.dv, 32) * 32;
-  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 256 || ratio > 32 || d.K < 1 || d.K > 8) return false;
-  switch (d.dk) {
-    case 16: launch_deltanet_decode<16>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 32: launch_deltanet_decode<32>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 64: launch_deltanet_decode<64>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 128: launch_deltanet_decode<128>(d, threads, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    default: return false;
-  }
-  PETREL_LAUNCHED("deltanet_decode");
-  return true;
+  return decode_step(d, DeltaNetRows{}, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s);
+}
+
+bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
+                          const float* b, const float* a, const float* A_log, const float* dt_bias,
+                          const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
+  check(rows.B >= 1 && rows.conv_states && rows.states, "CUDA deltanet_decode_rows: needs rows and state tables");
+  return decode_step(d, rows, x, conv_w, nullptr, b, a, A_log, dt_bias, nullptr, norm_w, z, eps, out, s);
 }
 
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,

@@ -55,6 +55,11 @@ void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t 
 // Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
                   float theta, const int* pos0, cudaStream_t s);
+// Both of q [T, Hq·D] and k [T, Hkv·D] in one launch, row t at position pos[t] (a batched decode
+// step: one token of each of T sequences).
+void qk_norm_rope_rows(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                       const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
+                       cudaStream_t s);
 void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out, int64_t out_stride,
               cudaStream_t s);
 
@@ -68,6 +73,20 @@ void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, b
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
                const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s);
+
+// The caches and positions of a batched decode step's rows: query row r (one token of its own
+// sequence) writes its k, v at row pos[r] of the caches k[r], v[r] and attends over rows [0, pos[r]].
+struct KvRows {
+  bf16* const* k = nullptr;
+  bf16* const* v = nullptr;
+  const int* pos = nullptr;
+};
+void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int width, const KvRows& rows,
+                    cudaStream_t s);
+// The split-K attention of B query rows, each over its own cache (rows as for kv_append_rows).
+void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
+                    float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+                    cudaStream_t s);
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
@@ -100,12 +119,26 @@ void delta_rule_chunk_prepare(const DeltaNetShape& d, int T, const float* q, con
                               const float* beta, const float* g, float* scratch, cudaStream_t s);
 void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
                             float* state, float* out, cudaStream_t s);
-// out = rmsnorm(o per value head)·w·silu(z), bf16.
 // A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
 // one launch; false (nothing done) for shapes it does not cover.
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, cudaStream_t s);
+// The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
+// and writes out at r times their row strides, and continues the states conv_states[r] ([K-1, C])
+// and states[r] ([Hv, dk, dv]). The default is one sequence whose states are passed directly.
+struct DeltaNetRows {
+  int B = 1;
+  int64_t x_stride = 0, b_stride = 0, a_stride = 0, z_stride = 0, out_stride = 0;
+  float* const* conv_states = nullptr;
+  float* const* states = nullptr;
+};
+// deltanet_decode for the B rows of a batched step in one launch; false (nothing done) for the
+// shapes deltanet_decode does not cover.
+bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
+                          const float* b, const float* a, const float* A_log, const float* dt_bias,
+                          const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s);
+// out = rmsnorm(o per value head)·w·silu(z), bf16.
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,
                     float eps, bf16* out, int64_t out_stride, cudaStream_t s);
 

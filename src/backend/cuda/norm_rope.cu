@@ -76,12 +76,27 @@ __global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const
   }
 }
 
-// One warp per (token, head); D <= 512.
-__global__ void qk_norm_rope_kernel(bf16* x, int64_t stride, int heads, int D, const float* w, float eps, int rotary,
-                                    float theta, const int* pos0) {
-  const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (h >= heads) return;
-  bf16* p = x + t * stride + int64_t(h) * D;
+// The heads one qk_norm_rope launch normalises and rotates: q's, then (k.heads > 0) k's.
+struct NormRopeHeads {
+  bf16* x;
+  int64_t stride;
+  int heads;
+  const float* w;
+};
+
+constexpr int kNormRopeWarps = 4;  // heads per qk_norm_rope block
+
+// One warp per (token, head); D <= 512. grid.y: q_blocks blocks of q's heads, then k's. Token t is
+// at *pos + t, or at pos[t] where per_row (a batched step).
+__global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_blocks, int D, float eps, int rotary,
+                                    float theta, const int* pos, bool per_row) {
+  const bool is_k = int(blockIdx.y) >= q_blocks;
+  const NormRopeHeads m = is_k ? k : q;
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x, h = (int(blockIdx.y) - (is_k ? q_blocks : 0)) * warps + int(threadIdx.x) / 32;
+  if (h >= m.heads) return;
+  const float* w = m.w;
+  bf16* p = m.x + t * m.stride + int64_t(h) * D;
   float v[16];
   const int per = D / 32;
   float ss = 0.0f;
@@ -94,11 +109,11 @@ __global__ void qk_norm_rope_kernel(bf16* x, int64_t stride, int heads, int D, c
   __syncwarp();
   // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
   const int half = rotary / 2;
-  const float pos = float(*pos0 + t);
+  const float position = float(per_row ? pos[t] : *pos + t);
   for (int j = lane; j < half; j += 32) {
     const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
     float sn, cs;
-    sincosf(pos * inv_freq, &sn, &cs);
+    sincosf(position * inv_freq, &sn, &cs);
     const float x0 = __bfloat162float(p[j]) , x1 = __bfloat162float(p[j + half]);
     p[j] = __float2bfloat16(x0 * cs - x1 * sn);
     p[j + half] = __float2bfloat16(x1 * cs + x0 * sn);
@@ -149,9 +164,19 @@ void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t 
 void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary, float theta,
                   const int* pos0, cudaStream_t s) {
   check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
-  constexpr int kWarps = 4;
-  qk_norm_rope_kernel<<<dim3(T, div_up(heads, kWarps)), 32 * kWarps, 0, s>>>(x, stride, heads, D, w, eps, rotary,
-                                                                              theta, pos0);
+  const int blocks = div_up(heads, kNormRopeWarps);
+  qk_norm_rope_kernel<<<dim3(T, blocks), 32 * kNormRopeWarps, 0, s>>>({x, stride, heads, w}, {}, blocks, D, eps, rotary,
+                                                                      theta, pos0, false);
+  PETREL_LAUNCHED("qk_norm_rope");
+}
+
+void qk_norm_rope_rows(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                       const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
+                       cudaStream_t s) {
+  check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
+  const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
+  qk_norm_rope_kernel<<<dim3(T, blocks), 32 * kNormRopeWarps, 0, s>>>({q, q_stride, Hq, q_w}, {k, k_stride, Hkv, k_w},
+                                                                      q_blocks, D, eps, rotary, theta, pos, true);
   PETREL_LAUNCHED("qk_norm_rope");
 }
 
