@@ -104,6 +104,10 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
 }
 
 void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {
+  backend_.to_host(forward_batch_device(ids, seqs, B), logits);
+}
+
+Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B) {
   check(B >= 1 && B <= max_batch(), "forward_batch: " + std::to_string(B) + " sequences, expected 1.." +
                                         std::to_string(max_batch()) + " (the prefill chunk length)");
   for (int b = 0; b < B; ++b) {
@@ -117,7 +121,7 @@ void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B,
   backend_.begin_batch(ids, seqs, B);
   compute_chunk(B, StepStates{nullptr, seqs}, 0, out);
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
-  backend_.to_host(out, logits);
+  return out;
 }
 
 Tensor Model::all_logits_buffer() {

@@ -39,6 +39,9 @@ class Model {
   // use each row's own state and position. Row b of `logits` (B x vocab floats) is what forward()
   // of ids[b] on seqs[b] alone would give (bit for bit on the CPU). B is at most max_batch().
   void forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits);
+  // forward_batch with the logits left in backend memory: returns the [B, vocab] fp32 rows, valid
+  // until the next forward (a DeviceSampler reads them where they are).
+  Tensor forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B);
   int max_batch() const { return options_.max_chunk; }
 
  private:

@@ -30,17 +30,28 @@ bool deliver(const StepCallback& callback, const StepEvent& event) {
   }
 }
 
-RunningRequest::RunningRequest(QueuedRequest queued, SequenceState& state, int vocab)
+RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
     : id_(queued.id),
       request_(std::move(queued.request)),
       callback_(std::move(queued.callback)),
-      state_(state),
+      slot_(slot),
+      state_(*slot.state),
       vocab_(vocab),
-      sampler_(request_.sampling, vocab),
+      device_(slot.sampler.get()),
       submitted_(queued.submitted) {
   check(state_.n_past == 0, "RunningRequest: the state slot was not reset");
+}
+
+void RunningRequest::start_sampler() {
+  if (device_) device_->reset(request_.sampling);
+  else sampler_.emplace(request_.sampling, vocab_);
   // The penalty history starts with the prompt, as in Generator::generate.
-  for (int32_t t : request_.prompt) sampler_.observe(t, false);
+  for (int32_t t : request_.prompt) observe(t, false);
+}
+
+void RunningRequest::observe(int32_t token, bool generated) {
+  if (device_) device_->observe(token, generated);
+  else sampler_->observe(token, generated);
 }
 
 std::span<const int32_t> RunningRequest::next_prompt_piece(int max) const {
@@ -48,9 +59,12 @@ std::span<const int32_t> RunningRequest::next_prompt_piece(int max) const {
   return std::span<const int32_t>(request_.prompt).subspan(size_t(fed), size_t(std::min(max, prompt_size() - fed)));
 }
 
-StepEvent RunningRequest::sample(const float* logits) {
-  const int32_t t = sampler_.sample(logits, uint64_t(state_.n_past));
-  sampler_.observe(t, true);
+StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
+  check(host_row || !needs_host_row(), "RunningRequest::sample: the logits row is needed on the host");
+  // The position is the sequence's length after the fed token, as in Generator::generate.
+  const uint64_t position = uint64_t(state_.n_past);
+  const int32_t t = device_ ? device_->sample(row, position) : sampler_->sample(host_row, position);
+  observe(t, true);
   last_token_ = SchedulerClock::now();
   if (generated_ == 0) first_token_ = last_token_;
   ++generated_;
@@ -58,7 +72,7 @@ StepEvent RunningRequest::sample(const float* logits) {
 
   StepEvent e;
   e.token = t;
-  if (request_.top_logprobs >= 0) add_logprobs(logits, e);
+  if (request_.top_logprobs >= 0) add_logprobs(host_row, e);
   e.done = finished_by(t, e.reason);
   if (e.done) e.stats = stats();
   return e;

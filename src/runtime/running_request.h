@@ -4,9 +4,12 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
+#include "backend/device_sampler.h"
 #include "generate/sampler.h"
 #include "runtime/scheduler.h"
 
@@ -29,12 +32,21 @@ StepEvent ending_event(const GenerationStats& stats, const std::string& error = 
 // the caller's failure ends its own request, never the scheduler.
 bool deliver(const StepCallback& callback, const StepEvent& event);
 
+// What the scheduler allocates once per concurrent sequence: the state, and the device sampler
+// that serves whichever request holds the slot (null where rows are sampled on the host), so no
+// request pays for device allocations.
+struct Slot {
+  std::unique_ptr<SequenceState> state;
+  std::unique_ptr<DeviceSampler> sampler;
+};
+
 class RunningRequest {
  public:
-  // `state` must be empty (n_past 0); it stays owned by the scheduler.
-  RunningRequest(QueuedRequest queued, SequenceState& state, int vocab);
+  // The slot's state must be empty (n_past 0); the slot stays owned by the scheduler.
+  RunningRequest(QueuedRequest queued, Slot& slot, int vocab);
 
   uint64_t id() const { return id_; }
+  Slot& slot() { return slot_; }
   SequenceState& state() { return state_; }
   int prompt_size() const { return int(request_.prompt.size()); }
   bool prefilling() const { return state_.n_past < prompt_size(); }
@@ -43,14 +55,21 @@ class RunningRequest {
   // The last sampled token: what the next decode step feeds.
   int32_t pending_token() const { return pending_; }
 
-  // Samples the token after the sequence's last fed token from its logits row (vocab floats) and
-  // returns its event; done when EOS, max_tokens or a full context ends the request.
-  StepEvent sample(const float* logits);
+  // Sets the sampler to the request's parameters with the prompt as penalty history. Apart from the
+  // constructor: the device sampler's calls can fail, and the scheduler then ends the request.
+  void start_sampler();
+  // Whether sample() reads the row on the host: host sampling, or logprobs to report.
+  bool needs_host_row() const { return !device_ || request_.top_logprobs >= 0; }
+  // Samples the token after the sequence's last fed token from its logits row (`row`: one fp32 row
+  // in backend memory; `host_row`: its vocab floats copied to the host when needs_host_row(), else
+  // null) and returns its event; done when EOS, max_tokens or a full context ends the request.
+  StepEvent sample(const Tensor& row, const float* host_row);
   // The final event when the request ends without a new token (see ending_event).
   StepEvent ending(const std::string& error = {}) const { return ending_event(stats(), error); }
   bool deliver(const StepEvent& event) const { return petrel::deliver(callback_, event); }
 
  private:
+  void observe(int32_t token, bool generated);
   void add_logprobs(const float* logits, StepEvent& event) const;
   // The reason the request ends with token `t`, or none.
   bool finished_by(int32_t t, FinishReason& reason) const;
@@ -59,9 +78,11 @@ class RunningRequest {
   uint64_t id_;
   CompletionRequest request_;
   StepCallback callback_;
+  Slot& slot_;
   SequenceState& state_;
   int vocab_;
-  Sampler sampler_;
+  DeviceSampler* device_;           // the slot's sampler, or null
+  std::optional<Sampler> sampler_;  // the host sampler, when there is no device one
   int32_t pending_ = -1;
   int generated_ = 0;
   SchedulerClock::time_point submitted_, first_token_, last_token_;

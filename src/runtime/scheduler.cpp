@@ -1,6 +1,8 @@
 // Continuous batching on one thread. Each turn of the loop: cancellations, admission of queued
 // requests into free state slots, one batched decode step for every sequence past its prompt, and
-// one prefill chunk of the oldest sequence still reading its prompt.
+// one prefill chunk of the oldest sequence still reading its prompt. Logits stay in backend memory:
+// each row is sampled there when the slot has a DeviceSampler, and copied to the host only when
+// the request reads it there (host sampling, logprobs).
 #include "runtime/scheduler.h"
 
 #include <algorithm>
@@ -69,7 +71,8 @@ struct Scheduler::Impl {
   void end_unadmitted(const QueuedRequest& q, const std::string& error = {});
   void decode_step();
   void prefill_step();
-  void emit(RunningRequest& r, const float* logits);
+  void emit(RunningRequest& r, const Tensor& row);
+  const float* host_copy(const RunningRequest& r, const Tensor& row);
   void fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error);
   void finish(RunningRequest& r, const StepEvent& final_event);
   std::unique_ptr<RunningRequest> release(RunningRequest& r);
@@ -79,7 +82,7 @@ struct Scheduler::Impl {
   Model& model;
   const SchedulerOptions options;
   const int vocab;
-  std::vector<std::unique_ptr<SequenceState>> slots;  // allocated once, reused by every request
+  std::vector<Slot> slots;  // allocated once, reused by every request
 
   mutable std::mutex mu;
   std::condition_variable work_cv;  // wakes the scheduler thread
@@ -95,20 +98,22 @@ struct Scheduler::Impl {
 
   // Scheduler thread only.
   std::vector<std::unique_ptr<RunningRequest>> running;  // in admission order
-  std::vector<SequenceState*> free_slots;
+  std::vector<Slot*> free_slots;
   SchedulerMetrics counters;
   std::vector<int32_t> batch_ids;
   std::vector<SequenceState*> batch_states;
-  std::vector<float> logits;  // [rows, vocab] of the latest step
+  std::vector<float> host_row;  // the latest logits row copied to the host (vocab floats)
 
   std::thread thread;  // last: starts once everything above exists
 };
 
 Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o) : model(m), options(o), vocab(m.config().vocab) {
   check_options(options, model.max_batch());
+  slots.reserve(size_t(options.max_sequences));  // free_slots points into it
   for (int i = 0; i < options.max_sequences; ++i) {
-    slots.push_back(model.new_sequence(options.context));
-    free_slots.push_back(slots.back().get());
+    slots.push_back({model.new_sequence(options.context),
+                     options.device_sampling ? model.backend().make_sampler(vocab) : nullptr});
+    free_slots.push_back(&slots.back());
   }
   counters.slots_total = published.slots_total = options.max_sequences;
   thread = std::thread([this] { run(); });
@@ -201,15 +206,20 @@ void Scheduler::Impl::admit() {
     }
   }
   for (QueuedRequest& q : admitted) {
-    SequenceState* slot = free_slots.back();
+    Slot* slot = free_slots.back();
     try {
-      slot->reset();
+      slot->state->reset();
     } catch (...) {
       end_unadmitted(q, message_of(std::current_exception()));
       continue;
     }
     free_slots.pop_back();
     running.push_back(std::make_unique<RunningRequest>(std::move(q), *slot, vocab));
+    try {
+      running.back()->start_sampler();
+    } catch (...) {
+      fail({running.back().get()}, std::current_exception());
+    }
   }
 }
 
@@ -233,15 +243,15 @@ void Scheduler::Impl::decode_step() {
     batch_ids.push_back(r->pending_token());
     batch_states.push_back(&r->state());
   }
-  logits.resize(size_t(B) * size_t(vocab));
+  Tensor logits;
   try {
-    model.forward_batch(batch_ids.data(), batch_states.data(), B, logits.data());
+    logits = model.forward_batch_device(batch_ids.data(), batch_states.data(), B);
   } catch (...) {
     return fail(rows, std::current_exception());
   }
   ++counters.decode_steps;
   counters.last_batch_size = B;
-  for (int b = 0; b < B; ++b) emit(*rows[size_t(b)], logits.data() + size_t(b) * size_t(vocab));
+  for (int b = 0; b < B; ++b) emit(*rows[size_t(b)], logits.rows_view(b, 1));
 }
 
 void Scheduler::Impl::prefill_step() {
@@ -250,22 +260,23 @@ void Scheduler::Impl::prefill_step() {
   RunningRequest& r = **it;
   const std::span<const int32_t> piece = r.next_prompt_piece(options.prefill_chunk);
   const bool last = r.state().n_past + int(piece.size()) == r.prompt_size();
-  logits.resize(size_t(vocab));
+  Tensor logits;
   try {
-    model.forward(piece.data(), int(piece.size()), r.state(), last ? logits.data() : nullptr);
+    const KeepLogits keep = last ? KeepLogits::Last : KeepLogits::None;
+    logits = model.forward_device(piece.data(), int(piece.size()), r.state(), keep);
   } catch (...) {
     return fail({&r}, std::current_exception());
   }
   counters.prompt_tokens += piece.size();
-  if (last) emit(r, logits.data());
+  if (last) emit(r, logits);
 }
 
 // Samples the request's next token and hands its event over; ends the request when a stop rule
 // fires or the callback declines.
-void Scheduler::Impl::emit(RunningRequest& r, const float* row) {
+void Scheduler::Impl::emit(RunningRequest& r, const Tensor& row) {
   StepEvent e;
   try {
-    e = r.sample(row);
+    e = r.sample(row, host_copy(r, row));
   } catch (...) {
     return fail({&r}, std::current_exception());
   }
@@ -275,6 +286,14 @@ void Scheduler::Impl::emit(RunningRequest& r, const float* row) {
     release(r);
     ended();
   }
+}
+
+// The row on the host when the request reads it there, else null (it stays in backend memory).
+const float* Scheduler::Impl::host_copy(const RunningRequest& r, const Tensor& row) {
+  if (!r.needs_host_row()) return nullptr;
+  host_row.resize(size_t(vocab));
+  model.backend().to_host(row, host_row.data());
+  return host_row.data();
 }
 
 // The engine failed while computing these rows: their states are unusable, so they end with an error.
@@ -294,7 +313,7 @@ std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
   const auto it = std::find_if(running.begin(), running.end(), [&](const auto& p) { return p.get() == &r; });
   std::unique_ptr<RunningRequest> owned = std::move(*it);
   running.erase(it);
-  free_slots.push_back(&owned->state());
+  free_slots.push_back(&owned->slot());
   ++counters.requests_finished;
   publish();
   return owned;

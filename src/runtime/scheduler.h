@@ -21,6 +21,10 @@ struct SchedulerOptions {
   int max_queued = 64;     // requests waiting for a slot beyond that; submit() refuses more
   int context = 4096;      // tokens per sequence (prompt + output); longer prompts are refused
   int prefill_chunk = 256; // prompt tokens fed between two decode steps
+  // Sample each row where the logits are when the backend offers a DeviceSampler (only the token
+  // id, and the rows of requests that want logprobs, reach the host); false samples every row on
+  // the host with the CPU Sampler.
+  bool device_sampling = true;
 };
 
 struct CompletionRequest {
