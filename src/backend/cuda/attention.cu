@@ -7,6 +7,7 @@ namespace petrel::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges (two per lane)
 
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
@@ -101,18 +102,37 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, base[s * (D + 2)]);
-  float L = 0.0f, acc[PER];
+  // Each lane reads the (m, l) of splits lane and lane + 32, so the records' loads overlap.
+  __shared__ float weight[kMaxSplits];
+  float m[2], M = -INFINITY;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int s = lane + 32 * r;
+    m[r] = s < splits ? base[s * (D + 2)] : -INFINITY;
+    M = fmaxf(M, m[r]);
+  }
+  M = warp_max(M);
+  float l = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int s = lane + 32 * r;
+    const float c = m[r] == -INFINITY ? 0.0f : __expf(m[r] - M);  // empty key ranges weigh nothing
+    if (s < splits) {
+      weight[s] = c;
+      l += base[s * (D + 2) + 1] * c;
+    }
+  }
+  const float L = warp_sum(l);
+  __syncwarp();
+  float acc[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) acc[i] = 0.0f;
+#pragma unroll 4
   for (int s = 0; s < splits; ++s) {
-    const float* rec = base + s * (D + 2);
-    if (rec[0] == -INFINITY) continue;
-    const float c = __expf(rec[0] - M);
-    L += rec[1] * c;
+    const float* rec = base + s * (D + 2) + 2;
+    const float c = weight[s];
 #pragma unroll
-    for (int i = 0; i < PER; ++i) acc[i] += rec[2 + lane + 32 * i] * c;
+    for (int i = 0; i < PER; ++i) acc[i] += rec[lane + 32 * i] * c;
   }
   const float inv = 1.0f / L;
 #pragma unroll
@@ -139,6 +159,7 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
              const int* pos0, const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride,
              bf16* out, int64_t out_stride, cudaStream_t s) {
+  check(splits >= 1 && splits <= kMaxSplits, "CUDA attention: " + std::to_string(splits) + " key ranges (1..64)");
   switch (D) {
     case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
     case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);

@@ -124,6 +124,7 @@ class CudaBackend final : public Backend {
       gdn_beta_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
+      gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
@@ -379,7 +380,7 @@ class CudaBackend final : public Backend {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), stream_))
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, stream_))
         return;
     }
     {
@@ -415,7 +416,7 @@ class CudaBackend final : public Backend {
                                     row_states<float>(layer, 0), row_states<float>(layer, 1)};
       if (cuda::deltanet_decode_rows(gdn_shape(), rows, bf(qkv), weights_->vec(w.conv), f32(b), f32(a),
                                      weights_->vec(w.A_log), weights_->vec(w.dt_bias), weights_->vec(w.norm), bf(z),
-                                     c_.rms_eps, bf(out), stream_))
+                                     c_.rms_eps, bf(out), gdn_readers_, stream_))
         return;
     }
     Backend::deltanet_batch(qkv, z, b, a, w, layer, seqs, out);  // shapes the fused kernel does not cover
@@ -569,6 +570,7 @@ class CudaBackend final : public Backend {
   float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
+  int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;

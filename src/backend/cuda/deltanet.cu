@@ -450,19 +450,23 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
   }
 }
 
-// The whole decode step of one DeltaNet layer for one key head and its Hv/Hk value heads (one
-// thread per value column): conv + SiLU of the head's q, k and v channels (continuing the conv
-// state), q/k L2 norms and gates, the delta rule on the fp32 state column held in registers, and
-// the gated RMSNorm. The state loads are issued first so their latency overlaps the conv.
-// grid (Hk, rows): a batched step's row blockIdx.y first moves to its operand rows and, from the
-// tables, its sequence's states.
+constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, rows interleaved
+
+// The whole decode step of one DeltaNet layer for one value head (kDecodeParts adjacent threads per
+// value column, each holding every kDecodeParts-th row of the fp32 state column in registers):
+// conv + SiLU of its key head's q and k channels and of its own v channels (continuing the conv
+// state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm. The state loads are
+// issued first so their latency overlaps the conv.
+// grid (Hv, rows): the Hv/Hk blocks of a key head all read its q/k conv state; the last of them to
+// finish reading (counted in readers[row·Hk + key head], left at zero) shifts it. A batched
+// step's row blockIdx.y first moves to its operand rows and, from the tables, its sequence's states.
 template <int DK>
-__global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
-                                                                 const float* conv_w, float* conv_state, const float* b,
-                                                                 const float* a, const float* A_log,
-                                                                 const float* dt_bias, float* state,
-                                                                 const float* norm_w, const bf16* z, float eps,
-                                                                 bf16* out) {
+__global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
+                                                               const float* conv_w, float* conv_state, const float* b,
+                                                               const float* a, const float* A_log, const float* dt_bias,
+                                                               float* state, const float* norm_w, const bf16* z,
+                                                               float eps, bf16* out, int* readers) {
+  constexpr int kRows = DK / kDecodeParts;
   const int row = blockIdx.y;
   x += row * rows.x_stride;
   b += row * rows.b_stride;
@@ -473,33 +477,40 @@ __global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d
     conv_state = rows.conv_states[row];
     state = rows.states[row];
   }
-  extern __shared__ float vs[];  // the block's v channels, then their outputs
-  __shared__ float qs[DK], ks[DK], head_inv[32];
-  const int kh = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
-  const int ratio = d.Hv / d.Hk, cols = ratio * d.dv;
+  __shared__ float qs[DK], ks[DK], vs[512 / kDecodeParts], head_inv;
+  __shared__ bool last_reader;
+  const int j = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
+  const int ratio = d.Hv / d.Hk, kh = j / ratio;
   const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
-  const bool active = tid < cols;
-  const int jl = tid / d.dv, e = tid % d.dv, j = kh * ratio + jl;
+  const int e = tid / kDecodeParts, part = tid % kDecodeParts;
+  const bool active = e < d.dv;
   float* S = state + int64_t(j) * DK * d.dv;
-  float col[DK];
+  float col[kRows];
 #pragma unroll
-  for (int i = 0; i < DK; ++i) col[i] = active ? S[int64_t(i) * d.dv + e] : 0.0f;
+  for (int r = 0; r < kRows; ++r) col[r] = active ? S[int64_t(part + kDecodeParts * r) * d.dv + e] : 0.0f;
 
-  for (int ch = tid; ch < 2 * DK + cols; ch += blockDim.x) {
-    const int c = ch < DK ? kh * DK + ch : ch < 2 * DK ? key_dim + kh * DK + ch - DK : 2 * key_dim + kh * cols + ch - 2 * DK;
+  for (int ch = tid; ch < 2 * DK + d.dv; ch += blockDim.x) {
+    const bool shared_qk = ch < 2 * DK;  // read by every block of the key head; shifted by the last
+    const int c = ch < DK ? kh * DK + ch : shared_qk ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + ch - 2 * DK;
     float acc = conv_w[int64_t(c) * d.K + hist] * __bfloat162float(x[c]);
     for (int t = 0; t < hist; ++t) {
       const float w_t = conv_state[int64_t(t) * C + c];
       acc += conv_w[int64_t(c) * d.K + t] * w_t;
-      if (t > 0) conv_state[int64_t(t - 1) * C + c] = w_t;
+      if (t > 0 && !shared_qk) conv_state[int64_t(t - 1) * C + c] = w_t;
     }
-    if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = __bfloat162float(x[c]);
+    if (hist > 0 && !shared_qk) conv_state[int64_t(hist - 1) * C + c] = __bfloat162float(x[c]);
     const float u = siluf_(acc);
     if (ch < DK) qs[ch] = u;
-    else if (ch < 2 * DK) ks[ch - DK] = u;
+    else if (shared_qk) ks[ch - DK] = u;
     else vs[ch - 2 * DK] = u;
   }
   __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    int* count = readers + row * d.Hk + kh;
+    last_reader = atomicAdd(count, 1) == ratio - 1;
+    if (last_reader) *count = 0;
+  }
   for (int which = warp; which < 2; which += warps) {  // q (with the 1/sqrt(dk) scale), then k
     float* v = which == 0 ? qs : ks;
     float ss = 0.0f;
@@ -508,39 +519,50 @@ __global__ void __launch_bounds__(256, 1) deltanet_decode_kernel(DeltaNetShape d
     for (int i = lane; i < DK; i += 32) v[i] *= inv;
   }
   __syncthreads();
+  if (last_reader)  // every block of the key head has read the q/k window: shift it
+    for (int ch = tid; ch < 2 * DK; ch += blockDim.x) {
+      const int c = ch < DK ? kh * DK + ch : key_dim + kh * DK + ch - DK;
+      for (int t = 1; t < hist; ++t) conv_state[int64_t(t - 1) * C + c] = conv_state[int64_t(t) * C + c];
+      if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = __bfloat162float(x[c]);
+    }
+  // Every thread runs the shuffles (inactive ones hold zeros); the parts of a column are adjacent lanes.
+  const float av = a[j] + dt_bias[j];
+  const float decay = expf(-expf(A_log[j]) * (av > 20.0f ? av : log1pf(expf(av))));
+  const float beta = 1.0f / (1.0f + expf(-b[j]));
+  float m = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    col[r] *= decay;
+    m += col[r] * ks[part + kDecodeParts * r];
+  }
+  m += __shfl_xor_sync(0xffffffffu, m, 1);
+  m += __shfl_xor_sync(0xffffffffu, m, 2);
+  const float delta = beta * ((active ? vs[e] : 0.0f) - m);
   float o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    col[r] += ks[part + kDecodeParts * r] * delta;
+    o += col[r] * qs[part + kDecodeParts * r];
+  }
+  o += __shfl_xor_sync(0xffffffffu, o, 1);
+  o += __shfl_xor_sync(0xffffffffu, o, 2);
   if (active) {
-    const float av = a[j] + dt_bias[j];
-    const float decay = expf(-expf(A_log[j]) * (av > 20.0f ? av : log1pf(expf(av))));
-    const float beta = 1.0f / (1.0f + expf(-b[j]));
-    float m = 0.0f;
 #pragma unroll
-    for (int i = 0; i < DK; ++i) {
-      col[i] *= decay;
-      m += col[i] * ks[i];
-    }
-    const float delta = beta * (vs[tid] - m);
-#pragma unroll
-    for (int i = 0; i < DK; ++i) {
-      col[i] += ks[i] * delta;
-      o += col[i] * qs[i];
-    }
-#pragma unroll
-    for (int i = 0; i < DK; ++i) S[int64_t(i) * d.dv + e] = col[i];
+    for (int r = 0; r < kRows; ++r) S[int64_t(part + kDecodeParts * r) * d.dv + e] = col[r];
   }
   __syncthreads();  // every v channel read: its slot now holds this column's output
-  if (active) vs[tid] = o;
+  if (active && part == 0) vs[e] = o;
   __syncthreads();
-  for (int h = warp; h < ratio; h += warps) {
+  if (warp == 0) {
     float ss = 0.0f;
-    for (int i = lane; i < d.dv; i += 32) ss += vs[h * d.dv + i] * vs[h * d.dv + i];
-    const float inv = rsqrtf(warp_sum(ss) / float(d.dv) + eps);
-    if (lane == 0) head_inv[h] = inv;
+    for (int i = lane; i < d.dv; i += 32) ss += vs[i] * vs[i];
+    ss = warp_sum(ss);
+    if (lane == 0) head_inv = rsqrtf(ss / float(d.dv) + eps);
   }
   __syncthreads();
-  if (active) {
+  if (active && part == 0) {
     const int64_t c = int64_t(j) * d.dv + e;
-    out[c] = __float2bfloat16(o * head_inv[jl] * norm_w[e] * siluf_(__bfloat162float(z[c])));
+    out[c] = __float2bfloat16(o * head_inv * norm_w[e] * siluf_(__bfloat162float(z[c])));
   }
 }
 
@@ -548,23 +570,22 @@ template <int DK>
 void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
-                            bf16* out, cudaStream_t s) {
-  const int cols = d.Hv / d.Hk * d.dv;
-  deltanet_decode_kernel<DK><<<dim3(d.Hk, rows.B), threads, cols * sizeof(float), s>>>(
-      d, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out);
+                            bf16* out, int* readers, cudaStream_t s) {
+  deltanet_decode_kernel<DK><<<dim3(d.Hv, rows.B), threads, 0, s>>>(d, rows, x, conv_w, conv_state, b, a, A_log,
+                                                                    dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
 bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                  float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
-                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
-  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = div_up(int64_t(ratio) * d.dv, 32) * 32;
-  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 256 || ratio > 32 || d.K < 1 || d.K > 8) return false;
+                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
+  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = div_up(d.dv * kDecodeParts, 32) * 32;
+  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 512 || d.K < 1 || d.K > 8) return false;
   switch (d.dk) {
-    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
-    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s); break;
+    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
     default: return false;
   }
   PETREL_LAUNCHED("deltanet_decode");
@@ -642,15 +663,16 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, cudaStream_t s) {
-  return decode_step(d, DeltaNetRows{}, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, s);
+                     const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
+  return decode_step(d, DeltaNetRows{}, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers,
+                     s);
 }
 
 bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                           const float* b, const float* a, const float* A_log, const float* dt_bias,
-                          const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s) {
+                          const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
   check(rows.B >= 1 && rows.conv_states && rows.states, "CUDA deltanet_decode_rows: needs rows and state tables");
-  return decode_step(d, rows, x, conv_w, nullptr, b, a, A_log, dt_bias, nullptr, norm_w, z, eps, out, s);
+  return decode_step(d, rows, x, conv_w, nullptr, b, a, A_log, dt_bias, nullptr, norm_w, z, eps, out, readers, s);
 }
 
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,

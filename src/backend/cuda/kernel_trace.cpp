@@ -36,11 +36,13 @@ std::string short_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d ? d : mangled;
   std::free(d);
+  const std::string anon = "(anonymous namespace)::";
+  for (size_t p = s.find(anon); p != std::string::npos; p = s.find(anon)) s.erase(p, anon.size());
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {  // drop the parameter list: the first '(' outside <>
     if (s[i] == '<') ++depth;
     if (s[i] == '>') --depth;
-    if (s[i] == '(' && depth == 0 && i > 0) {
+    if (s[i] == '(' && depth == 0) {
       s.resize(i);
       break;
     }

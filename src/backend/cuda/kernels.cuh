@@ -120,10 +120,12 @@ void delta_rule_chunk_prepare(const DeltaNetShape& d, int T, const float* q, con
 void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
                             float* state, float* out, cudaStream_t s);
 // A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
-// one launch; false (nothing done) for shapes it does not cover.
+// one launch, a block per value head; false (nothing done) for shapes it does not cover.
+// readers: [rows · Hk] zero-initialised counters, left at zero (the blocks of a key head count
+// their reads of its q/k conv state so the last can shift it).
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, cudaStream_t s);
+                     const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
 // and writes out at r times their row strides, and continues the states conv_states[r] ([K-1, C])
 // and states[r] ([Hv, dk, dv]). The default is one sequence whose states are passed directly.
@@ -137,7 +139,7 @@ struct DeltaNetRows {
 // shapes deltanet_decode does not cover.
 bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                           const float* b, const float* a, const float* A_log, const float* dt_bias,
-                          const float* norm_w, const bf16* z, float eps, bf16* out, cudaStream_t s);
+                          const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s);
 // out = rmsnorm(o per value head)·w·silu(z), bf16.
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,
                     float eps, bf16* out, int64_t out_stride, cudaStream_t s);
