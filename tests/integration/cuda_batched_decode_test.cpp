@@ -10,6 +10,7 @@
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_fixture.h"
 #include "batch_schedule.h"
 #include "io/checkpoint.h"
 
@@ -21,17 +22,7 @@ float top2_margin(std::vector<float> row) {
   return row[0] - row[1];
 }
 
-struct Gpu {
-  std::unique_ptr<Checkpoint> ck;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-  explicit Gpu(const std::string& name) : ck(Checkpoint::open(test::fixture_model(name))) {
-    CudaOptions o;
-    o.progress = false;
-    backend = make_cuda_backend(o);
-    model = std::make_unique<Model>(ck->config(), ck->weights(), *backend);
-  }
-};
+using Gpu = test::CudaFixtureModel;
 
 class CudaBatchedDecode : public ::testing::TestWithParam<std::string> {};
 

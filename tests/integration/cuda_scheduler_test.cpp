@@ -13,9 +13,11 @@
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_fixture.h"
 #include "io/checkpoint.h"
 #include "model/forward.h"
 #include "runtime/scheduler.h"
+#include "scheduler_gate.h"
 
 #ifdef PETREL_HAVE_CUPTI
 #include <cupti.h>
@@ -27,18 +29,7 @@ namespace {
 constexpr int kContext = 256;
 constexpr int kChunk = 32;  // prefill pieces: the longest prompt takes four
 
-struct GpuModel {
-  std::unique_ptr<Checkpoint> ck;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-  explicit GpuModel(const std::string& name) : ck(Checkpoint::open(test::fixture_model(name))) {
-    CudaOptions o;
-    o.progress = false;
-    backend = make_cuda_backend(o);
-    model = std::make_unique<Model>(ck->config(), ck->weights(), *backend);
-  }
-  int vocab() const { return ck->config().vocab; }
-};
+using GpuModel = test::CudaFixtureModel;
 
 struct Case {
   std::string name;
@@ -75,29 +66,6 @@ std::vector<Case> cases(int V) {
   };
 }
 
-// Holds the scheduler thread inside a callback until the test has queued everything.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool arrived = false, open = false;
-  void pass() {
-    std::unique_lock lock(mu);
-    arrived = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return open; });
-  }
-  void wait_arrival() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return arrived; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu);
-      open = true;
-    }
-    cv.notify_all();
-  }
-};
 
 SchedulerOptions options(int max_sequences, bool device_sampling) {
   SchedulerOptions o;

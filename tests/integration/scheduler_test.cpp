@@ -15,6 +15,7 @@
 #include "generate/generator.h"
 #include "generate/host_decoder.h"
 #include "runtime/scheduler.h"
+#include "scheduler_gate.h"
 
 namespace petrel {
 namespace {
@@ -111,37 +112,6 @@ struct Collector {
   StepEvent last() {
     std::lock_guard lock(mu);
     return events.back();
-  }
-};
-
-// Holds the scheduler thread inside a callback until the test has done what it must do first.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool arrived = false, open = false;
-  void pass() {
-    std::unique_lock lock(mu);
-    arrived = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return open; });
-  }
-  void wait_arrival() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return arrived; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu);
-      open = true;
-    }
-    cv.notify_all();
-  }
-  // A callback that waits at its n-th event.
-  std::function<bool(const StepEvent&)> at_event(int n) {
-    return [this, n, seen = 0](const StepEvent&) mutable {
-      if (++seen == n) pass();
-      return true;
-    };
   }
 };
 
