@@ -137,6 +137,7 @@ class CudaBackend final : public Backend {
       moe_logits_ = alloc_raw<float>(T * c.n_experts);
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
+      moe_route_done_ = alloc_raw<int>(T);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -441,7 +442,7 @@ class CudaBackend final : public Backend {
     {
       const cuda::TimedOp timed(timer_, stream_, "moe.route");
       cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k,
-                      c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, stream_);
+                      c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, moe_route_done_, stream_);
     }
     const cuda::TimedOp timed(timer_, stream_, "moe.experts");
     if (T <= cuda::kGemvMaxTokens) {
@@ -575,6 +576,7 @@ class CudaBackend final : public Backend {
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
+  int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;

@@ -147,8 +147,10 @@ void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* 
 // ---- moe.cu --------------------------------------------------------------------------------------
 // Router: fp32 logits [T, E] (scratch), softmax over E, top-k (renormalised if `renorm`) ->
 // ids/weights [T, k]; and sigmoid(x · shared_gate) -> sgate [T] when shared_gate is given.
+// done: [T] zero-initialised counters, left at zero (the router's last block per token runs its top-k).
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
-               int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, cudaStream_t s);
+               int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
+               cudaStream_t s);
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared.
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,

@@ -36,22 +36,6 @@ __device__ float dot_row_f32(const DeviceMatrix& w, int64_t row, const float* x,
   return dot_row(w, row, x, 4, 0, lane);
 }
 
-// grid (ceil((E+1)/8), T): one warp per router row (row E is the shared-expert gate), fp32 logits.
-// Spread over many blocks: a single block per token would stream the router through one SM.
-__global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const void* x,
-                                     int64_t x_stride, int x_elem, int E, float* logits, float* sgate) {
-  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int e = blockIdx.x * kWarps + warp;
-  const int64_t xo = t * x_stride;
-  if (e < E) {
-    const float v = dot_row(router, e, x, x_elem, xo, lane);
-    if (lane == 0) logits[int64_t(t) * E + e] = v;
-  } else if (e == E && has_shared) {
-    const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
-    if (lane == 0) sgate[t] = sigmoidf_(v);
-  }
-}
-
 constexpr int kRouteTile = 64, kRouteK = 32;  // tokens x router rows per block, columns per stage
 constexpr int kRouteTiledMinTokens = 256;
 
@@ -102,16 +86,11 @@ __global__ void __launch_bounds__(256) router_tiled_kernel(DeviceMatrix router, 
     }
 }
 
-constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
-
-// grid (T / kTopkWarps), a warp per token: softmax over all experts, k rounds of argmax (lowest
-// index wins ties).
-__global__ void topk_kernel(const float* logits, int T, int E, int k, bool renorm, int* ids, float* weights) {
-  __shared__ float probs[kTopkWarps][kMaxExperts];
-  const int lane = threadIdx.x % 32, t = blockIdx.x * kTopkWarps + threadIdx.x / 32;
-  if (t >= T) return;
-  float* p = probs[threadIdx.x / 32];
-  for (int e = lane; e < E; e += 32) p[e] = logits[int64_t(t) * E + e];
+// One warp: softmax of a token's router logits (staged in p, E floats of shared memory), then k
+// rounds of argmax (lowest index wins ties) -> ids/weights. Loads bypass L1: in the fused router
+// the logits were just written by other blocks.
+__device__ void topk_row(const float* logits, float* p, int E, int k, bool renorm, int* ids, float* weights, int lane) {
+  for (int e = lane; e < E; e += 32) p[e] = __ldcg(logits + e);
   __syncwarp();
   float mx = -INFINITY;
   for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
@@ -138,14 +117,55 @@ __global__ void topk_kernel(const float* logits, int T, int E, int k, bool renor
       }
     }
     if (lane == 0) {
-      ids[t * k + i] = best_e;
-      weights[t * k + i] = best / sum;
+      ids[i] = best_e;
+      weights[i] = best / sum;
       p[best_e] = -2.0f;  // below every probability: excluded from later rounds
     }
     total += best / sum;
     __syncwarp();
   }
-  if (renorm && lane < k) weights[t * k + lane] /= total;
+  if (renorm && lane < k) weights[lane] /= total;
+}
+
+constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
+
+// grid (T / kTopkWarps), a warp per token (after the tiled router).
+__global__ void topk_kernel(const float* logits, int T, int E, int k, bool renorm, int* ids, float* weights) {
+  __shared__ float probs[kTopkWarps][kMaxExperts];
+  const int lane = threadIdx.x % 32, t = blockIdx.x * kTopkWarps + threadIdx.x / 32;
+  if (t >= T) return;
+  topk_row(logits + int64_t(t) * E, probs[threadIdx.x / 32], E, k, renorm, ids + t * k, weights + t * k, lane);
+}
+
+// grid (ceil((E+1)/8), T): one warp per router row (row E is the shared-expert gate), fp32 logits.
+// Spread over many blocks: a single block per token would stream the router through one SM. The
+// last block of a token to finish (counted in done[t], left at zero) runs its top-k.
+__global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_gate, bool has_shared, const void* x,
+                                     int64_t x_stride, int x_elem, int E, int k, bool renorm, float* logits,
+                                     float* sgate, int* ids, float* weights, int* done) {
+  __shared__ float probs[kMaxExperts];
+  __shared__ bool last;
+  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = blockIdx.x * kWarps + warp;
+  const int64_t xo = t * x_stride;
+  if (e < E) {
+    const float v = dot_row(router, e, x, x_elem, xo, lane);
+    if (lane == 0) logits[int64_t(t) * E + e] = v;
+  } else if (e == E && has_shared) {
+    const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
+    if (lane == 0) sgate[t] = sigmoidf_(v);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's logits are visible before it is counted
+    last = atomicAdd(done + t, 1) == int(gridDim.x) - 1;
+    if (last) done[t] = 0;
+  }
+  __syncthreads();
+  if (last && warp == 0) {
+    __threadfence();
+    topk_row(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k, lane);
+  }
 }
 
 // grid (rows/8, T·k + shared slots): silu(gate·x)·(up·x) per selected expert row -> act (fp32).
@@ -373,16 +393,19 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 }  // namespace
 
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
-               int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, cudaStream_t s) {
+               int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
+               cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
   const DeviceMatrix sg = shared_gate ? *shared_gate : DeviceMatrix{};
   // Below a few hundred tokens the per-row kernel is faster (the tiled one has only E/64 blocks per 64 tokens).
-  if (T >= kRouteTiledMinTokens && router.cols % kRouteK == 0 && x_stride % 8 == 0)
-    router_tiled_kernel<<<dim3(div_up(E + 1, kRouteTile), div_up(T, kRouteTile)), 256, 0, s>>>(
-        router, sg, shared_gate != nullptr, x, x_stride, x_elem, T, E, logits, sgate);
-  else
-    router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(router, sg, shared_gate != nullptr, x,
-                                                                               x_stride, x_elem, E, logits, sgate);
+  if (T < kRouteTiledMinTokens || router.cols % kRouteK != 0 || x_stride % 8 != 0) {
+    router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
+        router, sg, shared_gate != nullptr, x, x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
+    PETREL_LAUNCHED("moe router + top-k");
+    return;
+  }
+  router_tiled_kernel<<<dim3(div_up(E + 1, kRouteTile), div_up(T, kRouteTile)), 256, 0, s>>>(
+      router, sg, shared_gate != nullptr, x, x_stride, x_elem, T, E, logits, sgate);
   PETREL_LAUNCHED("moe router logits");
   topk_kernel<<<div_up(T, kTopkWarps), 32 * kTopkWarps, 0, s>>>(logits, T, E, k, renorm, ids, weights);
   PETREL_LAUNCHED("moe top-k");

@@ -57,13 +57,14 @@ constexpr int kAddNormPerThread = 8;  // row elements each thread keeps in regis
 __global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride,
                                     const float* w, int n, float eps, void* out, int64_t out_stride, int out_elem) {
   const int64_t hb = blockIdx.x * h_stride, ab = blockIdx.x * a_stride, ob = blockIdx.x * out_stride;
-  float v[kAddNormPerThread];
+  float v[kAddNormPerThread], wv[kAddNormPerThread];
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < kAddNormPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n) {
       v[k] = load_act(h, h_elem, hb + i) + __bfloat162float(a[ab + i]);
+      wv[k] = w[i];  // loaded with the row, not after the reduction: one memory round trip less
       store_act(h, h_elem, hb + i, v[k]);
       ss += v[k] * v[k];
     }
@@ -72,7 +73,7 @@ __global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const
 #pragma unroll
   for (int k = 0; k < kAddNormPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
-    if (i < n) store_act(out, out_elem, ob + i, v[k] * inv * w[i]);
+    if (i < n) store_act(out, out_elem, ob + i, v[k] * inv * wv[k]);
   }
 }
 
