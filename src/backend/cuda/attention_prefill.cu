@@ -16,6 +16,7 @@
 // Pipeline per key tile j (single K and V buffers): wait K_j; load V_j; S = Q·K_jᵀ, softmax;
 // wait V_j; load K_{j+1}; O += P·V_j. Each load overlaps the math that does not read it.
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -37,40 +38,6 @@ constexpr size_t smem_bytes() {
 template <int D>
 __device__ __forceinline__ uint32_t swz(int row, int col) {
   return 2u * uint32_t(row * D + (col & ~63) + ((((col >> 3) & 7) ^ (row & 7)) << 3));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-// 16-byte global -> shared copy; a row outside the data is zero-filled (never read from global).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a·b for one m16n8k16 tile, bf16 inputs, fp32 accumulator.
-__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as a bf16 pair, the lower column in the low half (the mma operand order).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 __device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf gives 0
@@ -204,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int j = 0; j < n_tiles; ++j) {
     const int key0 = j * kBKV;
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) have landed; every warp is done reading V_{j-1}
     load_tile<D, kBKV>(sV, vh, kv_stride, key0, n_keys);
     cp_async_commit();
@@ -212,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     scores<D>(sQ, sK, warp, lane, s);
     if (key0 + kBKV - 1 > warp_pos) causal_mask(s, key0, warp_pos + lane / 4, lane);  // diagonal tiles only
     online_softmax<D>(s, m, l, o, scale_log2);
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();  // V_j has landed; every warp is done reading K_j
     if (j + 1 < n_tiles) {
       load_tile<D, kBKV>(sK, kh, kv_stride, key0 + kBKV, n_keys);

@@ -10,6 +10,7 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -29,40 +30,6 @@ struct Tile {
   static constexpr int kW = kPacked ? BN * kRawRow : BN * kPitch * 2;
   static constexpr int kBytes = kStages * (kA + kW) + (kPacked ? BN * kPitch * 2 : 0);
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when !ok.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, r[i] its fragment.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 __device__ __forceinline__ void store8_bf16(bf16* dst, const float f[8]) {
   *reinterpret_cast<uint4*>(dst) =
@@ -123,7 +90,7 @@ struct Gemm {
     for (int i = 0; i < MI; ++i) {
       const bool ok = a_src[i] != nullptr && k < K;
       if (x_elem == 2) {
-        cp_async16(dst + 32 * i * kPitch, ok ? a_src[i] + k * 2 : x, ok);
+        cp_async16(smem_addr(dst + 32 * i * kPitch), ok ? a_src[i] + k * 2 : x, ok);
       } else {  // fp32 activations are converted on the way, through registers
         float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (ok) load8_x(a_src[i], 4, k, f);
@@ -141,7 +108,7 @@ struct Gemm {
       const int n = n0 + tid / 8 + 32 * i;
       const bool ok = n < N && k < K;
       if constexpr (L == WLoad::Bf16) {
-        cp_async16(dst + 32 * i * kPitch, ok ? static_cast<const bf16*>(W.w) + int64_t(n) * K + k : W.w, ok);
+        cp_async16(smem_addr(dst + 32 * i * kPitch), ok ? static_cast<const bf16*>(W.w) + int64_t(n) * K + k : W.w, ok);
       } else {
         float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (ok) load8(W, n, k / 8, f);
@@ -161,7 +128,7 @@ struct Gemm {
     uint8_t* dst = w_tile(stage) + (tid / 2) * G::kRawRow + (tid % 2) * (G::kRawRow / 2);
     const uint8_t* src = static_cast<const uint8_t*>(W.w) + int64_t(n) * (K / 8 * bits) + k / 8 * bits;
 #pragma unroll
-    for (int c = 0; c < chunks; ++c) cp_async16(dst + 16 * c, ok ? src + 16 * c : W.w, ok);
+    for (int c = 0; c < chunks; ++c) cp_async16(smem_addr(dst + 16 * c), ok ? src + 16 * c : W.w, ok);
   }
 
   // Scale and bias of the thread's half row (a group is a multiple of 32 columns); zero off the matrix.
@@ -214,11 +181,11 @@ struct Gemm {
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[MI][4], bf[4][2];
 #pragma unroll
-      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a + (i * 16 + lane % 16) * kPitch + kk + (lane / 16) * 8);
+      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], smem_addr(a + (i * 16 + lane % 16) * kPitch + kk + (lane / 16) * 8));
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
         uint32_t r[4];
-        ldmatrix_x4(r, b + (jj * 16 + (lane / 16) * 8 + lane % 8) * kPitch + kk + (lane / 8 % 2) * 8);
+        ldmatrix_x4(r, smem_addr(b + (jj * 16 + (lane / 16) * 8 + lane % 8) * kPitch + kk + (lane / 8 % 2) * 8));
         bf[2 * jj][0] = r[0];
         bf[2 * jj][1] = r[1];
         bf[2 * jj + 1][0] = r[2];
@@ -227,7 +194,7 @@ struct Gemm {
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], af[i], bf[j]);
+        for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
     }
   }
 };
