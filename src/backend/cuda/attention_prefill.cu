@@ -212,12 +212,7 @@ template <int D>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
             const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride, cudaStream_t s) {
   constexpr size_t smem = smem_bytes<D>();
-  static bool configured = false;  // above 48 KB needs an opt-in, once per kernel
-  if (!configured) {
-    PETREL_CUDA(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(smem)));
-    configured = true;
-  }
+  allow_dynamic_smem<attention_prefill_kernel<D>>(smem);
   attention_prefill_kernel<D><<<dim3(div_up(T, kBQ), Hq), kThreads, smem, s>>>(q, q_stride, T, kc, vc, Hq, Hkv, pos0,
                                                                                 gate, gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_prefill");

@@ -161,4 +161,14 @@ __device__ __forceinline__ float load_act(const void* base, int elem_size, int64
 
 inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
+// Lets kernel K launch with `bytes` of dynamic shared memory (beyond 48 KB needs an opt-in); the
+// attribute is set once per kernel and raised only when a larger size comes.
+template <auto K>
+void allow_dynamic_smem(size_t bytes) {
+  static size_t allowed = 48 * 1024;
+  if (bytes <= allowed) return;
+  PETREL_CUDA(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  allowed = bytes;
+}
+
 }  // namespace petrel::cuda

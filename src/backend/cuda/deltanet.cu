@@ -404,19 +404,10 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
   }
 }
 
-template <typename Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  static size_t configured = 0;  // one per kernel instantiation
-  if (bytes > configured) {
-    PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    configured = bytes;
-  }
-}
-
 template <int DK>
 void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* scratch, cudaStream_t s) {
-  allow_smem(chunk_prepare_kernel<DK>, sizeof(PrepareSmem<DK>));
+  allow_dynamic_smem<chunk_prepare_kernel<DK>>(sizeof(PrepareSmem<DK>));
   chunk_prepare_kernel<DK><<<dim3(div_up(T, kChunk), d.Hv), 256, sizeof(PrepareSmem<DK>), s>>>(d, T, q, k, v, beta, g,
                                                                                                scratch);
   PETREL_LAUNCHED("delta_rule_chunk_prepare");
@@ -425,7 +416,7 @@ void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const f
 template <int DK>
 void launch_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
                         float* state, float* out, cudaStream_t s) {
-  allow_smem(chunk_state_kernel<DK>, sizeof(StateSmem<DK>));
+  allow_dynamic_smem<chunk_state_kernel<DK>>(sizeof(StateSmem<DK>));
   chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 32 * kStateWarps, sizeof(StateSmem<DK>), s>>>(
       d, T, q, k, scratch, state, out);
   PETREL_LAUNCHED("delta_rule_chunk_state");

@@ -72,12 +72,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(GemvSegmen
 template <WFormat F, int TMAX, int NR>
 void launch_gemv_staged(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, size_t smem, int lpr,
                         cudaStream_t s) {
-  static bool configured = false;  // one attribute call per instantiation
-  if (!configured) {
-    PETREL_CUDA(cudaFuncSetAttribute(gemv_staged_kernel<F, TMAX, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(kStagedGemvMaxSmem)));
-    configured = true;
-  }
+  allow_dynamic_smem<gemv_staged_kernel<F, TMAX, NR>>(kStagedGemvMaxSmem);
   const int block_rows = kGemvWarps * NR * (32 / lpr);
   segs.first_block[0] = 0;
   for (int i = 0; i < segs.n; ++i)
