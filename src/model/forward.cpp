@@ -117,6 +117,8 @@ Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seq
       check(seqs[other] != seqs[b], "forward_batch: rows " + std::to_string(other) + " and " + std::to_string(b) +
                                         " continue the same sequence");
   }
+  // One row is a plain decode step: it can replay the sequence's recorded step (CUDA graphs).
+  if (B == 1) return forward_device(ids, 1, *seqs[0], KeepLogits::Last);
   Tensor out = all_logits_buffer().rows_view(0, B);
   backend_.begin_batch(ids, seqs, B);
   compute_chunk(B, StepStates{nullptr, seqs}, 0, out);
