@@ -121,8 +121,10 @@ nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefi
   return out;
 }
 
-// Kernels of replayed decode graphs as the device ran them (CUPTI): time per kernel name and
-// step, and the step's idle time between kernels (launch gaps that fusion or PDL would remove).
+// Kernels of replayed decode graphs as the device ran them (CUPTI). Kernels launched with PDL
+// overlap their predecessor (they start early and wait), so each kernel is charged the time from
+// the end of everything before it to its own end: the part of the step it alone accounts for. The
+// rest of the step is idle time between kernels (launch gaps that fusion or PDL would remove).
 nlohmann::json graph_kernels(Model& model, int vocab) {
   constexpr int kSteps = 16;
   const std::vector<int32_t> prompt = tokens(16, vocab);
@@ -135,18 +137,30 @@ nlohmann::json graph_kernels(Model& model, int vocab) {
   const std::vector<cuda::KernelRecord> records = trace.stop();
   std::map<std::string, std::pair<double, int>> per_name;  // ns, launches
   double busy = 0;
+  uint64_t done = records.empty() ? 0 : records.front().start_ns;  // end of everything so far
   for (const auto& r : records) {
+    const double own = r.end_ns > done ? double(r.end_ns - std::max(r.start_ns, done)) : 0.0;
+    done = std::max(done, r.end_ns);
     auto& [ns, n] = per_name[r.name];
-    ns += double(r.end_ns - r.start_ns);
+    ns += own;
     ++n;
-    busy += double(r.end_ns - r.start_ns);
+    busy += own;
   }
   const double wall = records.empty() ? 0.0 : double(records.back().end_ns - records.front().start_ns);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, v] : per_name)
     rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / kSteps}, {"launches", double(v.second) / kSteps}});
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["us"] > b["us"]; });
+  // One whole step as the device ran it (the last replay): start and end of each kernel, in us
+  // from the step's first start, to see what overlaps and what waits.
+  nlohmann::json timeline = nlohmann::json::array();
+  const size_t per_step = records.size() / kSteps;
+  for (size_t i = records.size() - per_step; i < records.size(); ++i) {
+    const uint64_t t0 = records[records.size() - per_step].start_ns;
+    timeline.push_back({records[i].name, double(records[i].start_ns - t0) / 1e3, double(records[i].end_ns - t0) / 1e3});
+  }
   return {{"kernels", rows},
+          {"timeline", timeline},
           {"step_us", wall / 1e3 / kSteps},
           {"busy_us", busy / 1e3 / kSteps},
           {"launches", double(records.size()) / kSteps}};

@@ -98,7 +98,8 @@ struct RealShapeModel : RandomWeights {
       L.ffn.moe = true;
       // A trained router separates its top-8 clearly; a unit-gain random one puts 256 experts within
       // bf16 noise of each other and every position would flip experts between backends.
-      L.ffn.router = dense("router", c.n_experts, H, 8.0f);
+      // Layer 1's router 8-bit, as --weights int4 stores it (the staged 8-bit router with its shared gate).
+      L.ffn.router = i == 0 ? dense("router", c.n_experts, H, 8.0f) : affine("router", c.n_experts, H, 8, 64, 8.0f);
       for (int e = 0; e < c.n_experts; ++e) {
         // Layer 0 experts bf16, layer 1 experts 4-bit: both formats through both MoE paths.
         auto make = [&](const char* n, int64_t r, int64_t cc) { return i == 0 ? dense(n, r, cc) : affine(n, r, cc); };

@@ -12,6 +12,7 @@ constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges (two per
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
                                  const int* pos0, KvRows rows) {
+  pdl_enter();
   const int t = blockIdx.x;
   if (rows.pos) {
     kc = rows.k[t];
@@ -29,6 +30,7 @@ __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, i
 template <int PER>  // D / 32 elements per lane
 __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq,
                                          int Hkv, const int* pos0, KvRows rows, float* partial) {
+  pdl_enter();
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -99,6 +101,7 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
 template <int PER>
 __global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const bf16* gate,
                                          int64_t gate_stride, bf16* out, int64_t out_stride) {
+  pdl_enter();
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
@@ -148,10 +151,9 @@ template <int PER>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
             const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
             int64_t out_stride, cudaStream_t s) {
-  attention_partial_kernel<PER>
-      <<<dim3(T, Hq, splits), 32 * kWarps, 0, s>>>(q, q_stride, kc, vc, Hq, Hkv, pos0, rows, partial);
+  launch_pdl(attention_partial_kernel<PER>, dim3(T, Hq, splits), 32 * kWarps, 0, s, q, q_stride, kc, vc, Hq, Hkv, pos0, rows, partial);
   PETREL_LAUNCHED("attention_partial");
-  attention_combine_kernel<PER><<<dim3(T, Hq), 32, 0, s>>>(partial, Hq, splits, gate, gate_stride, out, out_stride);
+  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32, 0, s, partial, Hq, splits, gate, gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_combine");
 }
 
@@ -173,14 +175,14 @@ void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16*
 
 void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc, const int* pos0,
                cudaStream_t s) {
-  kv_append_kernel<<<T, 256, 0, s>>>(k, v, stride, width, kc, vc, pos0, KvRows{});
+  launch_pdl(kv_append_kernel, T, 256, 0, s, k, v, stride, width, kc, vc, pos0, KvRows{});
   PETREL_LAUNCHED("kv_append");
 }
 
 void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int width, const KvRows& rows,
                     cudaStream_t s) {
   check(rows.k && rows.v && rows.pos, "CUDA kv_append_rows: needs cache tables and positions");
-  kv_append_kernel<<<B, 256, 0, s>>>(k, v, stride, width, nullptr, nullptr, nullptr, rows);
+  launch_pdl(kv_append_kernel, B, 256, 0, s, k, v, stride, width, nullptr, nullptr, nullptr, rows);
   PETREL_LAUNCHED("kv_append");
 }
 

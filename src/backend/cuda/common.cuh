@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -159,7 +160,70 @@ __device__ __forceinline__ float load_act(const void* base, int elem_size, int64
   return elem_size == 2 ? __bfloat162float(static_cast<const bf16*>(base)[i]) : static_cast<const float*>(base)[i];
 }
 
-inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+// Programmatic dependent launch (PDL). A kernel started with launch_pdl may begin while the kernel
+// before it in the stream still runs: everything before pdl_wait() must touch only memory no
+// earlier kernel writes (weights), and pdl_wait() returns once the earlier kernels have finished
+// and their writes are visible. pdl_launch_dependents() lets the next kernel start early (its
+// blocks then take free room on the multiprocessors and wait there). Both are no-ops on a kernel
+// launched the ordinary way, and before Hopper.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// The usual prologue of a decode kernel: let the next kernel start, then wait for the previous one.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_launch_dependents();
+  pdl_wait();
+}
+
+// Starts pulling [p, p + bytes) into L2 without waiting for it (Hopper's bulk prefetch; a hint,
+// nothing on older chips). The range is widened to 16-byte bounds, which stay inside the allocation.
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + 15) & ~uintptr_t(15);
+  for (uintptr_t a = b; a < e; a += uintptr_t(1) << 20) {  // at most 1 MB a request
+    const uint32_t n = uint32_t(e - a < (uintptr_t(1) << 20) ? e - a : uintptr_t(1) << 20);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+  }
+#endif
+}
+
+// True on Hopper and later, where kernels may overlap through PDL (cached for the current device).
+inline bool pdl_supported() {
+  static const bool yes = [] {
+    int device = 0, major = 0;
+    PETREL_CUDA(cudaGetDevice(&device));
+    PETREL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  }();
+  return yes;
+}
+
+// Launches kernel K with PDL allowed (see pdl_wait): K must call pdl_wait() before it reads what
+// earlier kernels write or writes what they read. Before Hopper it is an ordinary launch.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_supported() ? 1 : 0;
+  PETREL_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+__host__ __device__ inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 // Lets kernel K launch with `bytes` of dynamic shared memory (beyond 48 KB needs an opt-in); the
 // attribute is set once per kernel and raised only when a larger size comes.

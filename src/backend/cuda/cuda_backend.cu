@@ -495,10 +495,10 @@ class CudaBackend final : public Backend {
   // qk_norm_rope with row t of q and k at position *pos0 + t.
   void qk_norm_rope_at(Tensor q, Tensor k, const AttentionWeights& w, const int* pos0) {
     const ModelConfig& c = c_;
-    cuda::qk_norm_rope(bf(q), q.stride, int(q.rows), c.n_heads, c.head_dim, weights_->vec(w.q_norm), c.rms_eps,
-                       c.rotary_dim, c.rope_theta, pos0, stream_);
-    cuda::qk_norm_rope(bf(k), k.stride, int(k.rows), c.n_kv_heads, c.head_dim, weights_->vec(w.k_norm), c.rms_eps,
-                       c.rotary_dim, c.rope_theta, pos0, stream_);
+    check(q.rows == k.rows, "CUDA qk_norm_rope: q and k must have the same rows");
+    cuda::qk_norm_rope(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
+                       weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta, pos0,
+                       stream_);
   }
 
   // attention with row t of q at position *pos0 + t of `st` (the device copy of st.n_past).

@@ -476,6 +476,11 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
   const int e = tid / kDecodeParts, part = tid % kDecodeParts;
   const bool active = e < d.dv;
   float* S = state + int64_t(j) * DK * d.dv;
+  // PDL: the state is not written by the kernels this one may overlap (the last writer ran in the
+  // previous step), but it is read only after the wait; before it, L2 is asked for it.
+  pdl_launch_dependents();
+  if (tid == 0) prefetch_l2(S, size_t(DK) * d.dv * sizeof(float));
+  pdl_wait();
   float col[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) col[r] = active ? S[int64_t(part + kDecodeParts * r) * d.dv + e] : 0.0f;
@@ -562,8 +567,8 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  deltanet_decode_kernel<DK><<<dim3(d.Hv, rows.B), threads, 0, s>>>(d, rows, x, conv_w, conv_state, b, a, A_log,
-                                                                    dt_bias, state, norm_w, z, eps, out, readers);
+  launch_pdl(deltanet_decode_kernel<DK>, dim3(d.Hv, rows.B), threads, 0, s, d, rows, x, conv_w, conv_state, b, a, A_log,
+             dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.

@@ -1,7 +1,8 @@
-// Building blocks of the decode matrix-vector kernels (dense GEMV and the MoE experts). A block
-// stages its activation rows in shared memory as fp32, padded so that lanes reading neighbouring
-// chunks hit distinct banks, together with each chunk's Σx; weights then stream from HBM in
-// 16-byte chunks (32 4-bit, 16 8-bit or 8 bf16 weights), several rows in flight per lane.
+// Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
+// block stages its activation rows in shared memory (fp32, or scaled fp16 for 4-bit weights),
+// padded so that lanes reading neighbouring chunks hit distinct banks, together with each chunk's
+// Σx; weights then stream from HBM in 16-byte chunks (32 4-bit, 16 8-bit or 8 bf16 weights),
+// several rows in flight per lane.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -19,17 +20,20 @@ __host__ __device__ constexpr int chunk_weights(WFormat f) {
 // distinct banks.
 __host__ __device__ constexpr int chunk_pitch(WFormat f) { return f == WFormat::Q4 ? 20 : chunk_weights(f) + 4; }
 
-// True when a row splits into whole chunks that never straddle a quantisation group.
+// True when a row splits into whole chunks and a quantisation group into a power of two of them.
 inline bool chunked_layout(const DeviceMatrix& m) {
   const int cw = chunk_weights(m.format);
-  return m.cols % cw == 0 && (m.format == WFormat::BF16 || m.group % cw == 0);
+  if (m.cols % cw != 0) return false;
+  if (m.format == WFormat::BF16) return true;
+  const int per_group = m.group / cw;
+  return m.group % cw == 0 && (per_group & (per_group - 1)) == 0;
 }
 
 // Shared memory for `rows` staged activation rows of a `cols`-wide matrix of format f: the
-// chunks, each chunk's Σx, and a scale per row.
+// chunks, and each chunk's Σx and (4-bit) scale.
 inline size_t staged_bytes(WFormat f, int cols, int rows) {
   const int chunks = cols / chunk_weights(f);
-  return (size_t(rows) * chunks * (chunk_pitch(f) + 1) + rows) * sizeof(float);
+  return size_t(rows) * chunks * (chunk_pitch(f) + 2) * sizeof(float);
 }
 
 // Exact float of v < 2^23 without the quarter-rate integer-to-float conversion.
@@ -42,18 +46,56 @@ struct Chunk {
   float scale, bias;  // of the chunk's quantisation group (unused for bf16)
 };
 
+// A chunked matrix with its index arithmetic settled once: the inner loops do no division.
 template <WFormat F>
-__device__ __forceinline__ Chunk load_chunk(const DeviceMatrix& m, int64_t row, int c) {
-  constexpr int cw = chunk_weights(F);
-  const int chunks = m.cols / cw;
-  Chunk ch;
-  ch.raw = __ldg(reinterpret_cast<const uint4*>(m.w) + row * chunks + c);
-  if constexpr (F != WFormat::BF16) {
-    const int64_t gi = row * (m.cols / m.group) + int64_t(c) * cw / m.group;
-    ch.scale = __bfloat162float(m.scales[gi]);
-    ch.bias = __bfloat162float(m.biases[gi]);
+struct ChunkMatrix {
+  const uint4* w;
+  const bf16* scales;
+  const bf16* biases;
+  int chunks, groups, group_shift;  // per row; chunk c lies in quantisation group c >> group_shift
+
+  __device__ __forceinline__ Chunk load(int64_t row, int c) const {
+    Chunk ch;
+    ch.raw = __ldg(w + row * chunks + c);
+    if constexpr (F != WFormat::BF16) {
+      const int64_t gi = row * groups + (c >> group_shift);
+      ch.scale = __bfloat162float(scales[gi]);
+      ch.bias = __bfloat162float(biases[gi]);
+    }
+    return ch;
   }
-  return ch;
+  // Starts pulling rows [r0, r1) (weights, scales, biases) into L2.
+  __device__ void prefetch_rows(int64_t r0, int64_t r1) const {
+    if (r1 <= r0) return;
+    prefetch_l2(w + r0 * chunks, size_t(r1 - r0) * chunks * sizeof(uint4));
+    if constexpr (F != WFormat::BF16) {
+      prefetch_l2(scales + r0 * groups, size_t(r1 - r0) * groups * sizeof(bf16));
+      prefetch_l2(biases + r0 * groups, size_t(r1 - r0) * groups * sizeof(bf16));
+    }
+  }
+};
+
+// The same view moved to another matrix of the same shape (a stack entry): no arithmetic redone.
+template <WFormat F>
+__device__ __forceinline__ ChunkMatrix<F> with_data(ChunkMatrix<F> v, const DeviceMatrix& m) {
+  v.w = static_cast<const uint4*>(m.w);
+  v.scales = m.scales;
+  v.biases = m.biases;
+  return v;
+}
+
+// The ChunkMatrix view of m (chunked_layout(m) must hold).
+template <WFormat F>
+__device__ __forceinline__ ChunkMatrix<F> chunk_matrix(const DeviceMatrix& m) {
+  constexpr int cw = chunk_weights(F);
+  ChunkMatrix<F> v;
+  v.w = static_cast<const uint4*>(m.w);
+  v.scales = m.scales;
+  v.biases = m.biases;
+  v.chunks = m.cols / cw;
+  v.groups = F == WFormat::BF16 ? 0 : m.cols / m.group;
+  v.group_shift = F == WFormat::BF16 ? 0 : __ffs(m.group / cw) - 1;
+  return v;
 }
 
 // Σ (q-8)·x over 32 4-bit codes in fp16 pairs: each code pair becomes the exact half2
@@ -115,7 +157,7 @@ __device__ __forceinline__ float dot_chunk_f32(const Chunk& ch, const float* xs,
 }
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
-// the unscaled fp32 values) and, for 4-bit, the factor each row was scaled down by.
+// the unscaled fp32 values) and, for 4-bit, the factor each chunk was scaled down by.
 template <WFormat F>
 struct Staged {
   const float* xs;
@@ -129,19 +171,13 @@ struct Staged {
   __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const {
     if constexpr (F == WFormat::Q4) {
       // w = s·q + b = s·(q-8) + (b + 8s)
-      return ch.scale * unscale[row] * dot_q4_centered(ch.raw, chunk(row, c)) +
-             (ch.bias + 8.0f * ch.scale) * sums[row * chunks + c];
+      const int i = row * chunks + c;
+      return ch.scale * unscale[i] * dot_q4_centered(ch.raw, chunk(row, c)) + (ch.bias + 8.0f * ch.scale) * sums[i];
     } else {
       return dot_chunk_f32<F>(ch, chunk(row, c), sums[row * chunks + c]);
     }
   }
 };
-
-// Loads the 32 activations of chunk c (bf16 or fp32 source) into v.
-__device__ __forceinline__ void load32_act(const void* x, int x_elem, int64_t src, float v[32]) {
-#pragma unroll
-  for (int g = 0; g < 4; ++g) load8_x(x, x_elem, src + 8 * g, v + 8 * g);
-}
 
 // Exponent k >= 0 with m·2^-k <= 512, for scaling fp16 activations away from overflow.
 __device__ __forceinline__ int fp16_safe_shift(float m) {
@@ -151,86 +187,52 @@ __device__ __forceinline__ int fp16_safe_shift(float m) {
   return e;
 }
 
-// 4-bit staging, one thread per (row, chunk): Σx and the row's max |x| first, then x·2^-k as
-// fp16 in code-pair order, with k chosen so that |x·2^-k| <= 512 (no fp16 overflow).
-template <typename RowSrc>
-__device__ Staged<WFormat::Q4> stage_rows_q4(float* smem, const void* x, int x_elem, int cols, int rows,
-                                             RowSrc row_src) {
-  const int chunks = cols / 32, n = rows * chunks;
-  float* xs = smem;
-  float* sums = smem + int64_t(n) * chunk_pitch(WFormat::Q4);
-  float* unscale = sums + n;  // holds the max |x| bits until the scale is known
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) unscale[r] = 0.0f;
-  __syncthreads();
-  for (int p = threadIdx.x; p < n; p += blockDim.x) {
-    float v[32];
-    load32_act(x, x_elem, row_src(p / chunks) + int64_t(p % chunks) * 32, v);
-    float s = 0.0f, m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      s += v[i];
-      m = fmaxf(m, fabsf(v[i]));
-    }
-    sums[p] = s;
-    atomicMax(reinterpret_cast<int*>(unscale) + p / chunks, __float_as_int(m));  // m >= 0: int order = float order
-  }
-  __syncthreads();
-  for (int p = threadIdx.x; p < n; p += blockDim.x) {
-    const float down = ldexpf(1.0f, -fp16_safe_shift(unscale[p / chunks]));
-    float v[32];
-    load32_act(x, x_elem, row_src(p / chunks) + int64_t(p % chunks) * 32, v);
-    uint4* dst = reinterpret_cast<uint4*>(xs + int64_t(p) * chunk_pitch(WFormat::Q4));
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      const float* e = v + 8 * g;
-      __half2 h[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(e[j] * down, e[j + 4] * down);
-      dst[g] = *reinterpret_cast<const uint4*>(h);
-    }
-  }
-  __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) unscale[r] = ldexpf(1.0f, fp16_safe_shift(unscale[r]));
-  __syncthreads();
-  return Staged<WFormat::Q4>{xs, sums, unscale, chunks};
-}
-
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
-// Staged layout. row_src(r) gives row r's first element index in x (a multiple of 8). Ends with
-// __syncthreads().
+// Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
+// index in x (a multiple of 8). A chunk's activations are split 8 per thread; its threads
+// (adjacent lanes) combine Σx and, for 4-bit weights, max |x|, which picks the chunk's scale 2^-k
+// (|x·2^-k| <= 512: no fp16 overflow in the dot); 4-bit chunks are stored as fp16 in code-pair order.
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src) {
-  if constexpr (F == WFormat::Q4) {
-    return stage_rows_q4(smem, x, x_elem, cols, rows, row_src);
-  } else {
-    constexpr int cw = chunk_weights(F), pitch = chunk_pitch(F);
-    const int chunks = cols / cw;
-    float* xs = smem;
-    float* sums = smem + rows * chunks * pitch;
-    for (int r = 0; r < rows; ++r) {
-      const int64_t src = row_src(r);
-#pragma unroll 4
-      for (int i = 8 * threadIdx.x; i < cols; i += 8 * blockDim.x) {  // chunks are multiples of 8 wide
-        float v[8];
-        load8_x(x, x_elem, src + i, v);
-        float* dst = xs + (int64_t(r) * chunks + i / cw) * pitch + i % cw;
-        reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      }
-    }
-    __syncthreads();
-    if constexpr (F == WFormat::Q8) {
-      for (int rc = threadIdx.x; rc < rows * chunks; rc += blockDim.x) {
-        const float* p = xs + int64_t(rc) * pitch;
-        float s = 0.0f;
+  constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
+  const int chunks = cols / cw, n = rows * chunks;
+  float* xs = smem;
+  float* sums = xs + int64_t(n) * pitch;
+  float* unscale = sums + n;
+  for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
+    const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
+    const bool active = q < n * per_chunk;
+    float v[8] = {};
+    if (active) load8_x(x, x_elem, row_src(p / chunks) + int64_t(p % chunks) * cw + 8 * part, v);
+    float sum = 0.0f, mx = 0.0f;
 #pragma unroll
-        for (int i = 0; i < cw; ++i) s += p[i];
-        sums[rc] = s;
-      }
-      __syncthreads();
+    for (int i = 0; i < 8; ++i) {
+      sum += v[i];
+      mx = fmaxf(mx, fabsf(v[i]));
     }
-    return Staged<F>{xs, sums, nullptr, chunks};
+#pragma unroll
+    for (int o = 1; o < per_chunk; o <<= 1) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    }
+    if (!active) continue;
+    float* dst = xs + int64_t(p) * pitch;
+    if constexpr (F == WFormat::Q4) {
+      const int k = fp16_safe_shift(mx);
+      const float down = ldexpf(1.0f, -k);
+      __half2 h[4];  // code pairs (j, j+4) of the part's 8 weights
+#pragma unroll
+      for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[j] * down, v[j + 4] * down);
+      reinterpret_cast<uint4*>(dst)[part] = *reinterpret_cast<const uint4*>(h);
+      if (part == 0) unscale[p] = ldexpf(1.0f, k);
+    } else {
+      reinterpret_cast<float4*>(dst + 8 * part)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(dst + 8 * part)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    if (part == 0) sums[p] = sum;
   }
+  __syncthreads();
+  return Staged<F>{xs, sums, unscale, chunks};
 }
 
 // Sum over the `width` lanes (a power of two) of each aligned lane group.

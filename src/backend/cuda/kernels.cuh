@@ -52,11 +52,11 @@ void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a
 // h += a, then out = rms_norm(h)·w, in one kernel (rows up to 8192 wide).
 void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, const float* w, int T, int n,
                   float eps, void* out, int64_t out_stride, int out_elem, cudaStream_t s);
-// Per-head RMSNorm then NeoX RoPE on the first `rotary` dims; positions *pos0 + t.
-void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary,
-                  float theta, const int* pos0, cudaStream_t s);
-// Both of q [T, Hq·D] and k [T, Hkv·D] in one launch, row t at position pos[t] (a batched decode
-// step: one token of each of T sequences).
+// Per-head RMSNorm then NeoX RoPE on the first `rotary` dims of q [T, Hq·D] and k [T, Hkv·D] in
+// one launch; row t at position *pos0 + t.
+void qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                  const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos0, cudaStream_t s);
+// The same with row t at position pos[t] (a batched decode step: one token of each of T sequences).
 void qk_norm_rope_rows(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
                        const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
                        cudaStream_t s);

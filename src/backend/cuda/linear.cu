@@ -8,18 +8,21 @@ namespace petrel::cuda {
 namespace {
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvChunksInFlight = 4;  // 16-byte weight loads each lane keeps in flight
+constexpr int kGemvChunksInFlight = 8;  // 16-byte weight loads each lane keeps in flight
+constexpr int kGemvBlocksPerSm = 3;     // registers allow 3 blocks per multiprocessor: grids stay one wave
 constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
-// The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 4
-// chunks in flight: NR rows x (4 / NR) consecutive chunk steps. Several matrices sharing the
+// The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 8
+// chunks in flight: NR rows x (8 / NR) consecutive chunk steps. Several matrices sharing the
 // input (a layer's projections) run in one launch, each over its own range of blocks, which
-// stride over its rows.
+// stride over its rows. Launched with PDL: a block loads its first chunks before it waits for
+// the kernel that writes x, and asks L2 for its next rows at the start of each pass.
 template <WFormat F, int TMAX, int NR>
-__global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(GemvSegments segs, const void* x,
+__global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) gemv_staged_kernel(GemvSegments segs, const void* x,
                                                                       int64_t x_stride, int x_elem, int T, int lpr) {
   constexpr int U = kGemvChunksInFlight / NR;
+  pdl_launch_dependents();
   DeviceMatrix w;
   GemvOut out;
   int block = 0, blocks = 0;
@@ -31,31 +34,41 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_staged_kernel(GemvSegmen
       block = blockIdx.x - segs.first_block[i];
       blocks = segs.first_block[i + 1] - segs.first_block[i];
     }
-  extern __shared__ float4 smem4[];
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
-                                     [&](int t) { return t * x_stride; });
+  const ChunkMatrix<F> m = chunk_matrix<F>(w);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
   const int warp_rows = NR * pass, block_rows = kGemvWarps * warp_rows;
-  for (int64_t base = int64_t(block) * block_rows + warp * warp_rows; base < w.rows;
-       base += int64_t(blocks) * block_rows) {
+  const int64_t stride_rows = int64_t(blocks) * block_rows, first_row = int64_t(block) * block_rows;
+  Chunk ch[NR][U];
+  auto load_step = [&](int64_t base, int c0) {
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t row = base + r * pass + sub;
+        if (row < w.rows && c0 + u * lpr < m.chunks) ch[r][u] = m.load(row, c0 + u * lpr);
+      }
+  };
+  load_step(first_row + warp * warp_rows, sl);  // weights: loaded before waiting for x
+  pdl_wait();
+  extern __shared__ float4 smem4[];
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
+                                     [&](int t) { return t * x_stride; });
+  bool loaded = true;
+  for (int64_t first = first_row; first < w.rows; first += stride_rows) {
+    if (threadIdx.x == 0) m.prefetch_rows(first + stride_rows, std::min<int64_t>(w.rows, first + stride_rows + block_rows));
+    const int64_t base = first + warp * warp_rows;
     float acc[NR][TMAX] = {};
-    for (int c0 = sl; c0 < st.chunks; c0 += lpr * U) {
-      Chunk ch[NR][U];
-#pragma unroll
-      for (int r = 0; r < NR; ++r)
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t row = base + r * pass + sub;
-          if (row < w.rows && c0 + u * lpr < st.chunks) ch[r][u] = load_chunk<F>(w, row, c0 + u * lpr);
-        }
+    for (int c0 = sl; c0 < m.chunks; c0 += lpr * U) {
+      if (!loaded) load_step(base, c0);
+      loaded = false;
 #pragma unroll
       for (int r = 0; r < NR; ++r)
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
           for (int t = 0; t < TMAX; ++t)
-            if (t < T && c0 + u * lpr < st.chunks) acc[r][t] += st.dot(ch[r][u], t, c0 + u * lpr);
+            if (t < T && c0 + u * lpr < m.chunks) acc[r][t] += st.dot(ch[r][u], t, c0 + u * lpr);
     }
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
@@ -76,9 +89,9 @@ void launch_gemv_staged(GemvSegments segs, const void* x, int64_t x_stride, int 
   const int block_rows = kGemvWarps * NR * (32 / lpr);
   segs.first_block[0] = 0;
   for (int i = 0; i < segs.n; ++i)
-    segs.first_block[i + 1] = segs.first_block[i] + std::min(div_up(segs.w[i].rows, block_rows), sm_count() * 4);
-  gemv_staged_kernel<F, TMAX, NR><<<segs.first_block[segs.n], 32 * kGemvWarps, smem, s>>>(segs, x, x_stride, x_elem,
-                                                                                            T, lpr);
+    segs.first_block[i + 1] = segs.first_block[i] + std::min(div_up(segs.w[i].rows, block_rows), sm_count() * kGemvBlocksPerSm);
+  launch_pdl(gemv_staged_kernel<F, TMAX, NR>, segs.first_block[segs.n], 32 * kGemvWarps, smem, s, segs, x, x_stride,
+             x_elem, T, lpr);
 }
 
 // Rows in flight per warp: as many as keep at least two blocks per multiprocessor busy.

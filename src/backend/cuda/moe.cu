@@ -14,6 +14,7 @@ constexpr int kWarps = 8;
 __device__ float dot_row(const DeviceMatrix& w, int64_t row, const void* x, int elem, int64_t x_off, int lane) {
   float acc = 0.0f;
   if (q4_wide(w)) {
+#pragma unroll 4
     for (int c32 = lane; c32 < w.cols / 32; c32 += 32) {
       uint32_t words[4];
       float sc, bi;
@@ -22,6 +23,7 @@ __device__ float dot_row(const DeviceMatrix& w, int64_t row, const void* x, int 
     }
     return warp_sum(acc);
   }
+#pragma unroll 8
   for (int c8 = lane; c8 < w.cols / 8; c8 += 32) {
     float wv[8], xv[8];
     load8(w, row, c8, wv);
@@ -86,28 +88,38 @@ __global__ void __launch_bounds__(256) router_tiled_kernel(DeviceMatrix router, 
     }
 }
 
-// One warp: softmax of a token's router logits (staged in p, E floats of shared memory), then k
-// rounds of argmax (lowest index wins ties) -> ids/weights. Loads bypass L1: in the fused router
-// the logits were just written by other blocks.
-__device__ void topk_row(const float* logits, float* p, int E, int k, bool renorm, int* ids, float* weights, int lane) {
-  for (int e = lane; e < E; e += 32) p[e] = __ldcg(logits + e);
-  __syncwarp();
+// One warp: softmax of a token's router logits (in p, E <= 32·PER floats of shared memory), then
+// k rounds of argmax (lowest index wins ties) -> ids/weights. Each lane holds its PER
+// probabilities in registers; lane r keeps round r's pick.
+template <int PER>
+__device__ void topk_probs_regs(const float* p, int E, int k, bool renorm, int* ids, float* weights, int lane) {
+  float v[PER];
   float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    v[i] = lane + 32 * i < E ? p[lane + 32 * i] : -INFINITY;
+    mx = fmaxf(mx, v[i]);
+  }
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(p[e] - mx));
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    v[i] = lane + 32 * i < E ? expf(v[i] - mx) : -1.0f;  // -1: below every probability, never picked
+    sum += fmaxf(v[i], 0.0f);
+  }
   sum = warp_sum(sum);
-  __syncwarp();
-  float total = 0.0f;
-  for (int i = 0; i < k; ++i) {
-    float best = -1.0f;
-    int best_e = E;
-    for (int e = lane; e < E; e += 32)
-      if (p[e] > best) {
-        best = p[e];
-        best_e = e;
+  float total = 0.0f, my_w = 0.0f;
+  int my_id = 0;
+  for (int r = 0; r < k; ++r) {
+    float best = v[0];
+    int best_i = 0;
+#pragma unroll
+    for (int i = 1; i < PER; ++i)
+      if (v[i] > best) {
+        best = v[i];
+        best_i = i;
       }
+    int best_e = lane + 32 * best_i;
     for (int o = 16; o > 0; o >>= 1) {
       const float ob = __shfl_xor_sync(0xffffffffu, best, o);
       const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
@@ -116,15 +128,40 @@ __device__ void topk_row(const float* logits, float* p, int E, int k, bool renor
         best_e = oe;
       }
     }
-    if (lane == 0) {
-      ids[i] = best_e;
-      weights[i] = best / sum;
-      p[best_e] = -2.0f;  // below every probability: excluded from later rounds
+#pragma unroll
+    for (int i = 0; i < PER; ++i)
+      if (best_e == lane + 32 * i) v[i] = -2.0f;  // picked: excluded from later rounds
+    if (lane == r) {
+      my_id = best_e;
+      my_w = best / sum;
     }
     total += best / sum;
-    __syncwarp();
   }
-  if (renorm && lane < k) weights[lane] /= total;
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = renorm ? my_w / total : my_w;
+  }
+}
+
+__device__ void topk_probs(const float* p, int E, int k, bool renorm, int* ids, float* weights, int lane) {
+  if (E <= 256) topk_probs_regs<8>(p, E, k, renorm, ids, weights, lane);
+  else if (E <= 512) topk_probs_regs<16>(p, E, k, renorm, ids, weights, lane);
+  else topk_probs_regs<32>(p, E, k, renorm, ids, weights, lane);
+}
+
+__device__ void topk_row(const float* logits, float* p, int E, int k, bool renorm, int* ids, float* weights, int lane) {
+  for (int e = lane; e < E; e += 32) p[e] = logits[e];
+  __syncwarp();
+  topk_probs(p, E, k, renorm, ids, weights, lane);
+}
+
+// The fused routers' last block: the whole block fetches the token's logits (bypassing L1: other
+// blocks just wrote them) in one round trip, then warp 0 picks the top k.
+__device__ void topk_last_block(const float* logits, float* p, int E, int k, bool renorm, int* ids, float* weights) {
+  __threadfence();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = __ldcg(logits + e);
+  __syncthreads();
+  if (threadIdx.x < 32) topk_probs(p, E, k, renorm, ids, weights, threadIdx.x);
 }
 
 constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
@@ -162,10 +199,64 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
     if (last) done[t] = 0;
   }
   __syncthreads();
-  if (last && warp == 0) {
-    __threadfence();
-    topk_row(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k, lane);
+  if (last) topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
+}
+
+constexpr int kRouterChunksPerLane = 8;  // the staged router holds a whole row in registers
+
+// True when router rows fit the staged router: bf16 or 8-bit (4-bit would meet fp16 activations,
+// and routing must see them unrounded), at most 8 chunks per lane.
+bool router_staged_fits(const DeviceMatrix& router) {
+  return router.format != WFormat::Q4 && chunked_layout(router) &&
+         router.cols / chunk_weights(router.format) <= 32 * kRouterChunksPerLane;
+}
+
+// grid (ceil((E+1)/8), T), PDL: the decode router. A warp per router row loads the whole row into
+// registers before waiting for x, then dots it with x staged in fp32. Row E is the shared-expert
+// gate: staged the same way when it has the router's format (gate_staged), else the plain warp
+// dot. The last block of a token (counted in done[t], left at zero) runs its softmax + top-k.
+template <WFormat F>
+__global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix router, DeviceMatrix shared_gate,
+                                                                    bool has_shared, bool gate_staged, const void* x,
+                                                                    int64_t x_stride, int x_elem, int E, int k,
+                                                                    bool renorm, float* logits, float* sgate, int* ids,
+                                                                    float* weights, int* done) {
+  extern __shared__ float4 smem4[];
+  __shared__ float probs[kMaxExperts];
+  __shared__ bool last;
+  pdl_launch_dependents();
+  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = blockIdx.x * kWarps + warp;
+  const bool gate_row = e == E && has_shared, staged_row = e < E || (gate_row && gate_staged);
+  const ChunkMatrix<F> m = chunk_matrix<F>(e < E ? router : shared_gate);
+  Chunk ch[kRouterChunksPerLane];
+#pragma unroll
+  for (int i = 0; i < kRouterChunksPerLane; ++i)
+    if (staged_row && lane + 32 * i < m.chunks) ch[i] = m.load(e < E ? e : 0, lane + 32 * i);
+  pdl_wait();
+  const int64_t xo = t * x_stride;
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, router.cols, 1,
+                                     [&](int) { return xo; });
+  if (staged_row) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRouterChunksPerLane; ++i)
+      if (lane + 32 * i < m.chunks) acc += st.dot(ch[i], 0, lane + 32 * i);
+    acc = warp_sum(acc);
+    if (lane == 0 && e < E) logits[int64_t(t) * E + e] = acc;
+    if (lane == 0 && gate_row) sgate[t] = sigmoidf_(acc);
+  } else if (gate_row) {
+    const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
+    if (lane == 0) sgate[t] = sigmoidf_(v);
   }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's logits are visible before it is counted
+    last = atomicAdd(done + t, 1) == int(gridDim.x) - 1;
+    if (last) done[t] = 0;
+  }
+  __syncthreads();
+  if (last) topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
 }
 
 // grid (rows/8, T·k + shared slots): silu(gate·x)·(up·x) per selected expert row -> act (fp32).
@@ -201,56 +292,84 @@ __global__ void down_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_sha
   if (lane == 0) out[t * out_stride + h] = __float2bfloat16(acc);
 }
 
-constexpr int kStagedRows = 2;  // gate and up rows per warp in the staged expert kernel
-constexpr int kDownChunksInFlight = 4;  // per lane in the staged down kernel (one output row per warp)
+constexpr int kStagedRows = 2;    // gate and up rows per warp in the staged expert kernel
+constexpr int kGateUpSteps = 1;   // chunk steps per row whose loads a lane issues at once (2 costs 112 registers)
+constexpr int kDownChunksInFlight = 8;  // per lane in the staged down kernel (one output row per warp)
 
-// grid (width/16, slots), staged form of gate_up_kernel: the block stages its token's activation
-// row, each warp streams kStagedRows rows of gate and of up at once.
+// grid (width/16, slots), PDL: the staged form of gate_up_kernel. Each warp streams kStagedRows
+// rows of gate and of up, kGateUpSteps chunk steps at once; a block issues its first loads before
+// staging its token's activation row (the shared expert's blocks even before waiting for the
+// router) and, once its loads are consumed, asks L2 for a slice of its expert's down projection
+// (the next kernel's weights).
 template <WFormat F>
-__global__ void __launch_bounds__(32 * kWarps) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
-                                                                     DeviceMatrix s_gate, DeviceMatrix s_up,
+__global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
+                                                                     DeviceMatrix down, DeviceMatrix s_gate,
+                                                                     DeviceMatrix s_up, DeviceMatrix s_down,
                                                                      bool has_shared, const void* x, int64_t x_stride,
                                                                      int x_elem, int T, int k, const int* ids,
                                                                      float* act, int act_stride, int lpr) {
   extern __shared__ float4 smem4[];
+  pdl_launch_dependents();
   const int slot = blockIdx.y;
   const bool routed = slot < T * k;
   if (!routed && !has_shared) return;
-  const int token = routed ? slot / k : slot - T * k;
-  const DeviceMatrix g = routed ? gate.entry(ids[slot]) : s_gate;
-  const DeviceMatrix u = routed ? up.entry(ids[slot]) : s_up;
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, g.cols, 1,
-                                     [&](int) { return token * x_stride; });
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
-  const int base = (blockIdx.x * kWarps + warp) * kStagedRows * pass;
-  float ga[kStagedRows] = {}, ua[kStagedRows] = {};
-  for (int c = sl; c < st.chunks; c += lpr) {
-    Chunk gc[kStagedRows], uc[kStagedRows];
+  const int block_rows = kWarps * kStagedRows * pass, first = blockIdx.x * block_rows;
+  const int base = first + warp * kStagedRows * pass, rows = routed ? gate.rows : s_gate.rows;
+  ChunkMatrix<F> gm = chunk_matrix<F>(routed ? gate : s_gate), um = chunk_matrix<F>(routed ? up : s_up);
+  Chunk gc[kStagedRows][kGateUpSteps], uc[kStagedRows][kGateUpSteps];
+  auto load_step = [&](int c0) {
 #pragma unroll
-    for (int r = 0; r < kStagedRows; ++r) {
-      const int row = base + r * pass + sub;
-      if (row < g.rows) {
-        gc[r] = load_chunk<F>(g, row, c);
-        uc[r] = load_chunk<F>(u, row, c);
+    for (int r = 0; r < kStagedRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kGateUpSteps; ++u) {
+        const int row = base + r * pass + sub, c = c0 + u * lpr;
+        if (row < rows && c < gm.chunks) {
+          gc[r][u] = gm.load(row, c);
+          uc[r][u] = um.load(row, c);
+        }
       }
-    }
+  };
+  if (!routed) load_step(sl);  // the shared expert's weights: loaded before waiting
+  pdl_wait();
+  const int token = routed ? slot / k : slot - T * k;
+  const int expert = routed ? ids[slot] : -1;
+  if (routed) {
+    gm = with_data(gm, gate.entry(expert));
+    um = with_data(um, up.entry(expert));
+    load_step(sl);  // issued before the activations are staged
+  }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, gate.cols, 1,
+                                     [&](int) { return token * x_stride; });
+  float ga[kStagedRows] = {}, ua[kStagedRows] = {};
+  for (int c0 = sl; c0 < gm.chunks; c0 += lpr * kGateUpSteps) {
+    if (c0 != sl) load_step(c0);
 #pragma unroll
-    for (int r = 0; r < kStagedRows; ++r) {
-      ga[r] += st.dot(gc[r], 0, c);
-      ua[r] += st.dot(uc[r], 0, c);
-    }
+    for (int r = 0; r < kStagedRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kGateUpSteps; ++u)
+        if (c0 + u * lpr < gm.chunks) {
+          ga[r] += st.dot(gc[r][u], 0, c0 + u * lpr);
+          ua[r] += st.dot(uc[r][u], 0, c0 + u * lpr);
+        }
+  }
+  if (threadIdx.x == 0) {
+    const DeviceMatrix d = routed ? down.entry(expert) : s_down;
+    const int per = (d.rows + gridDim.x - 1) / gridDim.x;
+    chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * per, min(d.rows, int(blockIdx.x + 1) * per));
   }
 #pragma unroll
   for (int r = 0; r < kStagedRows; ++r) {
     const int row = base + r * pass + sub;
     const float gv = group_sum(ga[r], lpr), uv = group_sum(ua[r], lpr);
-    if (sl == 0 && row < g.rows) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
+    if (sl == 0 && row < rows) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
   }
 }
 
-// grid (H/8, T), staged form of down_kernel: the block stages its token's k (+1 shared)
-// activation rows; a warp's lanes spread over the (expert, chunk) pairs of one output row.
+// grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
+// chunk) pairs of one output row, kDownChunksInFlight pairs per lane at once; a block issues its
+// first loads (the router's choice read) before staging its token's k (+1 shared) activation rows.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix down, DeviceMatrix s_down,
                                                                   bool has_shared, int T, int k, const int* ids,
@@ -259,30 +378,41 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
                                                                   int64_t out_stride) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  __shared__ int expert[33];
+  pdl_launch_dependents();
   const int t = blockIdx.y, n = k + (has_shared ? 1 : 0);
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    expert[j] = j < k ? ids[t * k + j] : -1;
-    mix[j] = j < k ? weights[t * k + j] : sgate[t];
-  }
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), act, 4, down.cols, n, [&](int j) {
-    return int64_t(j < k ? t * k + j : T * k + t) * act_stride;
-  });
   const int lane = threadIdx.x % 32, h = blockIdx.x * kWarps + threadIdx.x / 32;
-  const int pairs = n * st.chunks;
+  const ChunkMatrix<F> dm = chunk_matrix<F>(down);
+  const int chunks = dm.chunks;
+  if (has_shared && threadIdx.x == 0)
+    chunk_matrix<F>(s_down).prefetch_rows(blockIdx.x * kWarps, std::min(down.rows, int(blockIdx.x + 1) * kWarps));
+  pdl_wait();
+  if (int(threadIdx.x) < n) mix[threadIdx.x] = int(threadIdx.x) < k ? weights[t * k + threadIdx.x] : sgate[t];
+  // Row j of the staged activations meets expert ids[t·k + j] (j < k) or the shared expert.
+  auto matrix_of = [&](int j) { return with_data(dm, j < k ? down.entry(ids[t * k + j]) : s_down); };
+  // Lane pairs p = lane + 32·i walk (row j, chunk c) in order, without division.
+  int j = lane / chunks, c = lane % chunks;
+  Chunk ch[kDownChunksInFlight];
+  int js[kDownChunksInFlight], cs[kDownChunksInFlight];
+  auto load_round = [&]() {
+#pragma unroll
+    for (int u = 0; u < kDownChunksInFlight; ++u) {
+      js[u] = j;
+      cs[u] = c;
+      if (j < n && h < down.rows) ch[u] = matrix_of(j).load(h, c);
+      for (c += 32; c >= chunks; c -= chunks) ++j;
+    }
+  };
+  load_round();
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), act, 4, down.cols, n, [&](int r) {
+    return int64_t(r < k ? t * k + r : T * k + t) * act_stride;
+  });
   float acc = 0.0f;
-  for (int p0 = lane; p0 < pairs; p0 += 32 * kDownChunksInFlight) {
-    Chunk ch[kDownChunksInFlight];
+  while (true) {
 #pragma unroll
-    for (int u = 0; u < kDownChunksInFlight; ++u) {
-      const int p = p0 + 32 * u, j = p / st.chunks;
-      if (p < pairs && h < down.rows) ch[u] = load_chunk<F>(expert[j] >= 0 ? down.entry(expert[j]) : s_down, h, p % st.chunks);
-    }
-#pragma unroll
-    for (int u = 0; u < kDownChunksInFlight; ++u) {
-      const int p = p0 + 32 * u, j = p / st.chunks;
-      if (p < pairs) acc += mix[j] * st.dot(ch[u], j, p % st.chunks);
-    }
+    for (int u = 0; u < kDownChunksInFlight; ++u)
+      if (js[u] < n) acc += mix[js[u]] * st.dot(ch[u], js[u], cs[u]);
+    if (j >= n) break;
+    load_round();
   }
   acc = warp_sum(acc);
   if (lane == 0 && h < down.rows) out[t * out_stride + h] = __float2bfloat16(acc);
@@ -310,14 +440,13 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int slots = T * k + (shared ? T : 0);
   const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
   const int gu_rows = kWarps * kStagedRows * (32 / lpr);
-  gate_up_staged_kernel<F><<<dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1), s>>>(
-      gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
-      ids, act, width, lpr);
+  launch_pdl(gate_up_staged_kernel<F>, dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1),
+             s, gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
+             shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr);
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  down_staged_kernel<F><<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps,
-                          staged_bytes(F, down.cols, n), s>>>(down, shared ? *s_down : DeviceMatrix{}, shared, T, k,
-                                                              ids, weights, sgate, act, width, out, out_stride);
+  launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
+             down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, out_stride);
   PETREL_LAUNCHED("moe down");
 }
 
@@ -398,6 +527,20 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
   const DeviceMatrix sg = shared_gate ? *shared_gate : DeviceMatrix{};
   // Below a few hundred tokens the per-row kernel is faster (the tiled one has only E/64 blocks per 64 tokens).
+  const dim3 grid(div_up(E + 1, kWarps), T);
+  if (T < kRouteTiledMinTokens && router_staged_fits(router) && x_stride % 8 == 0) {
+    const size_t smem = staged_bytes(router.format, router.cols, 1);
+    const bool sh = shared_gate != nullptr;
+    const bool gate_staged = sh && sg.format == router.format && sg.cols == router.cols && chunked_layout(sg);
+    if (router.format == WFormat::Q8)
+      launch_pdl(router_staged_kernel<WFormat::Q8>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
+    else
+      launch_pdl(router_staged_kernel<WFormat::BF16>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
+    PETREL_LAUNCHED("moe router + top-k");
+    return;
+  }
   if (T < kRouteTiledMinTokens || router.cols % kRouteK != 0 || x_stride % 8 != 0) {
     router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
         router, sg, shared_gate != nullptr, x, x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);

@@ -7,6 +7,7 @@ namespace petrel::cuda {
 namespace {
 
 __global__ void embed_kernel(DeviceMatrix table, const int* ids, void* out, int64_t out_stride, int out_elem) {
+  pdl_enter();
   const int t = blockIdx.x;
   const int64_t row = ids[t];
   for (int c8 = threadIdx.x; c8 < table.cols / 8; c8 += blockDim.x) {
@@ -32,6 +33,7 @@ __device__ float block_sum(float v) {
 
 __global__ void rms_norm_kernel(const void* x, int64_t x_stride, int x_elem, const float* w, int n, float eps,
                                 void* out, int64_t out_stride, int out_elem) {
+  pdl_enter();
   const int64_t base = blockIdx.x * x_stride;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -44,6 +46,7 @@ __global__ void rms_norm_kernel(const void* x, int64_t x_stride, int x_elem, con
 }
 
 __global__ void add_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int n) {
+  pdl_enter();
   const bf16* ar = a + blockIdx.x * a_stride;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t j = blockIdx.x * h_stride + i;
@@ -56,6 +59,7 @@ constexpr int kAddNormPerThread = 8;  // row elements each thread keeps in regis
 // One block per row: h += a, then out = h · rsqrt(mean(h²) + eps) · w with h held in registers.
 __global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride,
                                     const float* w, int n, float eps, void* out, int64_t out_stride, int out_elem) {
+  pdl_enter();
   const int64_t hb = blockIdx.x * h_stride, ab = blockIdx.x * a_stride, ob = blockIdx.x * out_stride;
   float v[kAddNormPerThread], wv[kAddNormPerThread];
   float ss = 0.0f;
@@ -91,6 +95,7 @@ constexpr int kNormRopeWarps = 4;  // heads per qk_norm_rope block
 // at *pos + t, or at pos[t] where per_row (a batched step).
 __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_blocks, int D, float eps, int rotary,
                                     float theta, const int* pos, bool per_row) {
+  pdl_enter();
   const bool is_k = int(blockIdx.y) >= q_blocks;
   const NormRopeHeads m = is_k ? k : q;
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
@@ -135,19 +140,19 @@ __global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, in
 
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
            cudaStream_t s) {
-  embed_kernel<<<T, 128, 0, s>>>(table, ids, out, out_stride, out_elem);
+  launch_pdl(embed_kernel, T, 128, 0, s, table, ids, out, out_stride, out_elem);
   PETREL_LAUNCHED("embed");
 }
 
 void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
               int64_t out_stride, int out_elem, cudaStream_t s) {
-  rms_norm_kernel<<<T, 256, 0, s>>>(x, x_stride, x_elem, w, n, eps, out, out_stride, out_elem);
+  launch_pdl(rms_norm_kernel, T, 256, 0, s, x, x_stride, x_elem, w, n, eps, out, out_stride, out_elem);
   PETREL_LAUNCHED("rms_norm");
 }
 
 void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n,
                  cudaStream_t s) {
-  add_kernel<<<T, 256, 0, s>>>(h, h_stride, h_elem, a, a_stride, n);
+  launch_pdl(add_kernel, T, 256, 0, s, h, h_stride, h_elem, a, a_stride, n);
   PETREL_LAUNCHED("add");
 }
 
@@ -158,27 +163,33 @@ void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t 
     add_inplace(h, h_stride, h_elem, a, a_stride, T, n, s);
     return rms_norm(h, h_stride, h_elem, w, T, n, eps, out, out_stride, out_elem, s);
   }
-  add_rms_norm_kernel<<<T, threads, 0, s>>>(h, h_stride, h_elem, a, a_stride, w, n, eps, out, out_stride, out_elem);
+  launch_pdl(add_rms_norm_kernel, T, threads, 0, s, h, h_stride, h_elem, a, a_stride, w, n, eps, out, out_stride, out_elem);
   PETREL_LAUNCHED("add_rms_norm");
 }
 
-void qk_norm_rope(bf16* x, int64_t stride, int T, int heads, int D, const float* w, float eps, int rotary, float theta,
-                  const int* pos0, cudaStream_t s) {
+namespace {
+// q's heads then k's in one launch; token t at *pos + t, or at pos[t] where per_row.
+void launch_qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                         const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
+                         bool per_row, cudaStream_t s) {
   check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
-  const int blocks = div_up(heads, kNormRopeWarps);
-  qk_norm_rope_kernel<<<dim3(T, blocks), 32 * kNormRopeWarps, 0, s>>>({x, stride, heads, w}, {}, blocks, D, eps, rotary,
-                                                                      theta, pos0, false);
+  const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
+  launch_pdl(qk_norm_rope_kernel, dim3(T, blocks), 32 * kNormRopeWarps, 0, s, NormRopeHeads{q, q_stride, Hq, q_w},
+             NormRopeHeads{k, k_stride, Hkv, k_w}, q_blocks, D, eps, rotary, theta, pos, per_row);
   PETREL_LAUNCHED("qk_norm_rope");
+}
+}  // namespace
+
+void qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                  const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos0,
+                  cudaStream_t s) {
+  launch_qk_norm_rope(q, q_stride, Hq, q_w, k, k_stride, Hkv, k_w, T, D, eps, rotary, theta, pos0, false, s);
 }
 
 void qk_norm_rope_rows(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
                        const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
                        cudaStream_t s) {
-  check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
-  const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
-  qk_norm_rope_kernel<<<dim3(T, blocks), 32 * kNormRopeWarps, 0, s>>>({q, q_stride, Hq, q_w}, {k, k_stride, Hkv, k_w},
-                                                                      q_blocks, D, eps, rotary, theta, pos, true);
-  PETREL_LAUNCHED("qk_norm_rope");
+  launch_qk_norm_rope(q, q_stride, Hq, q_w, k, k_stride, Hkv, k_w, T, D, eps, rotary, theta, pos, true, s);
 }
 
 void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s) {

@@ -31,6 +31,7 @@ __device__ void block_argmax(float& v, int& idx) {
 
 // Each block reduces a strided share of the logits to one candidate.
 __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, int* cand_i) {
+  pdl_enter();
   float v = -INFINITY;
   int idx = n;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) keep_better(v, idx, logits[i], i);
@@ -42,6 +43,7 @@ __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, 
 }
 
 __global__ void argmax_final_kernel(const float* cand_v, const int* cand_i, int blocks, int* out) {
+  pdl_enter();
   float v = -INFINITY;
   int idx = 0x7fffffff;
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) keep_better(v, idx, cand_v[b], cand_i[b]);
@@ -257,9 +259,9 @@ __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, f
 void argmax(const float* logits, int n, float* scratch, int* out, cudaStream_t s) {
   const int blocks = std::min(kArgmaxBlocks, div_up(n, 1024));
   int* cand_i = reinterpret_cast<int*>(scratch + kArgmaxBlocks);
-  argmax_blocks_kernel<<<blocks, 256, 0, s>>>(logits, n, scratch, cand_i);
+  launch_pdl(argmax_blocks_kernel, blocks, 256, 0, s, logits, n, scratch, cand_i);
   PETREL_LAUNCHED("argmax blocks");
-  argmax_final_kernel<<<1, 256, 0, s>>>(scratch, cand_i, blocks, out);
+  launch_pdl(argmax_final_kernel, 1, 256, 0, s, scratch, cand_i, blocks, out);
   PETREL_LAUNCHED("argmax");
 }
 
