@@ -164,6 +164,20 @@ __device__ void topk_last_block(const float* logits, float* p, int E, int k, boo
   if (threadIdx.x < 32) topk_probs(p, E, k, renorm, ids, weights, threadIdx.x);
 }
 
+// Whole block, once its logits are written: true in the last of the token's blocks to finish
+// (counted in *done, which that block resets to zero).
+__device__ bool last_block_of_token(int* done) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's logits are visible before it is counted
+    last = atomicAdd(done, 1) == int(gridDim.x) - 1;
+    if (last) *done = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
 constexpr int kTopkWarps = 4;  // tokens per top-k block, one warp each
 
 // grid (T / kTopkWarps), a warp per token (after the tiled router).
@@ -181,7 +195,6 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
                                      int64_t x_stride, int x_elem, int E, int k, bool renorm, float* logits,
                                      float* sgate, int* ids, float* weights, int* done) {
   __shared__ float probs[kMaxExperts];
-  __shared__ bool last;
   const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
   const int64_t xo = t * x_stride;
@@ -192,14 +205,8 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
     const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
     if (lane == 0) sgate[t] = sigmoidf_(v);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this block's logits are visible before it is counted
-    last = atomicAdd(done + t, 1) == int(gridDim.x) - 1;
-    if (last) done[t] = 0;
-  }
-  __syncthreads();
-  if (last) topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
+  if (last_block_of_token(done + t))
+    topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
 }
 
 constexpr int kRouterChunksPerLane = 8;  // the staged router holds a whole row in registers
@@ -223,7 +230,6 @@ __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix
                                                                     float* weights, int* done) {
   extern __shared__ float4 smem4[];
   __shared__ float probs[kMaxExperts];
-  __shared__ bool last;
   pdl_launch_dependents();
   const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kWarps + warp;
@@ -249,14 +255,8 @@ __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix
     const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
     if (lane == 0) sgate[t] = sigmoidf_(v);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this block's logits are visible before it is counted
-    last = atomicAdd(done + t, 1) == int(gridDim.x) - 1;
-    if (last) done[t] = 0;
-  }
-  __syncthreads();
-  if (last) topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
+  if (last_block_of_token(done + t))
+    topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
 }
 
 // grid (rows/8, T·k + shared slots): silu(gate·x)·(up·x) per selected expert row -> act (fp32).
