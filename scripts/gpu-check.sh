@@ -66,8 +66,17 @@ if "breakdown" in d:
         g = b["graph"]
         print(f"  decode step in a replayed graph: {g['step_us']:.0f} us, kernels busy {g['busy_us']:.0f} us, "
               f"idle {g['step_us'] - g['busy_us']:.0f} us, {g['launches']:.0f} launches")
+        print("    (per kernel: its share of the step's critical path)")
         for r in g["kernels"][:18]:
             print(f"    {r['kernel'][:48]:48s} {r['us']:8.1f} us x{r['launches']:.0f}")
+        tl = g.get("timeline", [])
+        starts = [i for i, k in enumerate(tl) if k[0].startswith("deltanet_decode")]
+        if len(starts) > 5:  # one DeltaNet layer mid-model, from its input projections on
+            first, done = starts[4] - 1, tl[starts[4] - 2][2]
+            print("  one DeltaNet layer of that step (us: start, end, own share):")
+            for name, s, e in tl[first:first + 8]:
+                print(f"    {name[:48]:48s} {s:8.1f} {e:8.1f} {e - max(s, done):6.1f}")
+                done = max(done, e)
 PY
   done
 fi
