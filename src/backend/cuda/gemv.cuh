@@ -88,14 +88,11 @@ __device__ __forceinline__ ChunkMatrix<F> with_data(ChunkMatrix<F> v, const Devi
 template <WFormat F>
 __device__ __forceinline__ ChunkMatrix<F> chunk_matrix(const DeviceMatrix& m) {
   constexpr int cw = chunk_weights(F);
-  ChunkMatrix<F> v;
-  v.w = static_cast<const uint4*>(m.w);
-  v.scales = m.scales;
-  v.biases = m.biases;
+  ChunkMatrix<F> v{};
   v.chunks = m.cols / cw;
   v.groups = F == WFormat::BF16 ? 0 : m.cols / m.group;
   v.group_shift = F == WFormat::BF16 ? 0 : __ffs(m.group / cw) - 1;
-  return v;
+  return with_data(v, m);
 }
 
 // Σ (q-8)·x over 32 4-bit codes in fp16 pairs: each code pair becomes the exact half2

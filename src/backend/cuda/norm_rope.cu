@@ -136,6 +136,17 @@ __global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, in
   }
 }
 
+// q's heads then k's in one launch; token t at *pos + t, or at pos[t] where per_row.
+void launch_qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
+                         const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
+                         bool per_row, cudaStream_t s) {
+  check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
+  const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
+  launch_pdl(qk_norm_rope_kernel, dim3(T, blocks), 32 * kNormRopeWarps, 0, s, NormRopeHeads{q, q_stride, Hq, q_w},
+             NormRopeHeads{k, k_stride, Hkv, k_w}, q_blocks, D, eps, rotary, theta, pos, per_row);
+  PETREL_LAUNCHED("qk_norm_rope");
+}
+
 }  // namespace
 
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
@@ -167,18 +178,6 @@ void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t 
   PETREL_LAUNCHED("add_rms_norm");
 }
 
-namespace {
-// q's heads then k's in one launch; token t at *pos + t, or at pos[t] where per_row.
-void launch_qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
-                         const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
-                         bool per_row, cudaStream_t s) {
-  check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
-  const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
-  launch_pdl(qk_norm_rope_kernel, dim3(T, blocks), 32 * kNormRopeWarps, 0, s, NormRopeHeads{q, q_stride, Hq, q_w},
-             NormRopeHeads{k, k_stride, Hkv, k_w}, q_blocks, D, eps, rotary, theta, pos, per_row);
-  PETREL_LAUNCHED("qk_norm_rope");
-}
-}  // namespace
 
 void qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
                   const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos0,
