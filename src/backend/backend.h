@@ -117,10 +117,17 @@ class Backend {
   }
   // h += a
   virtual void add(Tensor h, const Tensor& a) = 0;
-  // h += a, then out = rms_norm(h): the residual add and the next norm in one pass where fused.
-  virtual void add_rms_norm(Tensor h, const Tensor& a, const std::vector<float>& w, float eps, Tensor out) {
-    add(h, a);
-    rms_norm(h, w, eps, out);
+  // outs[i] = rms_norm(h)·w · ws[i]ᵀ: a layer's input norm and projections. x holds the normed rows
+  // where the backend does not fold the norm into the projections.
+  virtual void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x,
+                                    const Matrix* const* ws, const Tensor* outs, int n) {
+    rms_norm(h, w, eps, x);
+    linear_many(x, ws, outs, n);
+  }
+  // h += x · Wᵀ: an output projection meeting the residual stream (scratch holds x · Wᵀ where unfused).
+  virtual void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) {
+    linear(x, w, scratch);
+    add(h, scratch);
   }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
@@ -156,6 +163,14 @@ class Backend {
   virtual void mlp(const Tensor& x, const MlpWeights& w, Tensor out) = 0;
   // Router softmax → top-k → (renormalise) → weighted experts, plus the sigmoid-gated shared expert.
   virtual void moe(const Tensor& x, const FfnWeights& w, Tensor out) = 0;
+  // h += moe(rms_norm(h)·norm): the post-attention norm, the MoE block and its residual add (x and
+  // scratch hold the normed rows and the block's output where unfused).
+  virtual void rms_norm_moe_add(Tensor h, const std::vector<float>& norm, float eps, Tensor x, const FfnWeights& w,
+                                Tensor scratch) {
+    rms_norm(h, norm, eps, x);
+    moe(x, w, scratch);
+    add(h, scratch);
+  }
 };
 
 }  // namespace petrel

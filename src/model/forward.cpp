@@ -137,25 +137,25 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
   Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
   backend_.embed(weights_.embed, h);
-  backend_.rms_norm(h, weights_.layers[0].input_norm, c.rms_eps, x);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
-    if (L.kind == LayerKind::DeltaNet) deltanet_block(i, x, st, mix);
-    else attention_block(i, x, st, mix);
-    backend_.add_rms_norm(h, mix, L.post_norm, c.rms_eps, x);
-    if (L.ffn.moe) backend_.moe(x, L.ffn, ffn);
-    else backend_.mlp(x, L.ffn.dense, ffn);
-    // The residual add meets the next layer's input norm (the last layer's meets the final norm below).
-    if (i + 1 < c.n_layers) backend_.add_rms_norm(h, ffn, weights_.layers[i + 1].input_norm, c.rms_eps, x);
-    else backend_.add(h, ffn);
+    if (L.kind == LayerKind::DeltaNet) deltanet_block(i, h, x, st, mix);
+    else attention_block(i, h, x, st, mix);
+    if (L.ffn.moe) {
+      backend_.rms_norm_moe_add(h, L.post_norm, c.rms_eps, x, L.ffn, ffn);
+    } else {
+      backend_.rms_norm(h, L.post_norm, c.rms_eps, x);
+      backend_.mlp(x, L.ffn.dense, ffn);
+      backend_.add(h, ffn);
+    }
   }
   if (first_logit_row == T) return;
   Tensor hs = h.rows_view(first_logit_row, T - first_logit_row), xs = x.rows_view(first_logit_row, T - first_logit_row);
-  backend_.rms_norm(hs, weights_.final_norm, c.rms_eps, xs);
-  backend_.linear(xs, weights_.lm_head, logits);
+  const Matrix* head[] = {&weights_.lm_head};
+  backend_.rms_norm_linear_many(hs, weights_.final_norm, c.rms_eps, xs, head, &logits, 1);
 }
 
-void Model::attention_block(int layer, const Tensor& x, const StepStates& st, Tensor out) {
+void Model::attention_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch) {
   const AttentionWeights& A = weights_.layers[layer].attn;
   const int64_t T = x.rows;
   Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
@@ -163,25 +163,26 @@ void Model::attention_block(int layer, const Tensor& x, const StepStates& st, Te
   Tensor gate = A.gate.valid() ? ws_.gate.rows_view(0, T) : Tensor{};
   const Matrix* proj[] = {&A.q, &A.k, &A.v, &A.gate};
   const Tensor proj_out[] = {q, k, v, gate};
-  backend_.linear_many(x, proj, proj_out, A.gate.valid() ? 4 : 3);
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
+                                A.gate.valid() ? 4 : 3);
   backend_.qk_norm_rope(q, k, A);
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
   if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
   else backend_.attention(q, k, v, gate_or_null, layer, *st.chunk, attn);
-  backend_.linear(attn, A.o, out);
+  backend_.linear_add(attn, A.o, h, scratch);
 }
 
-void Model::deltanet_block(int layer, const Tensor& x, const StepStates& st, Tensor out) {
+void Model::deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
   const int64_t T = x.rows;
   Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
   Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
-  backend_.linear_many(x, proj, proj_out, 4);
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
-  backend_.linear(o, G.out, out);
+  backend_.linear_add(o, G.out, h, scratch);
 }
 
 }  // namespace petrel

@@ -62,8 +62,10 @@ class Model {
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
   void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);
-  void attention_block(int layer, const Tensor& x, const StepStates& st, Tensor out);
-  void deltanet_block(int layer, const Tensor& x, const StepStates& st, Tensor out);
+  // A layer's mixer: its input norm of the residual stream h (into x where the backend writes it),
+  // the mixer, and the output projection added to h (through scratch where the backend needs it).
+  void attention_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch);
+  void deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch);
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;

@@ -364,11 +364,69 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
     pair().cpu.add(x.cpu, n.cpu);
     pair().gpu->add(x.gpu, n.gpu);
     EXPECT_LT(rel_error(x.cpu, x.gpu), kNormTol) << "fp32 residual " << fp32_residual;
-    Output fused(9, m.c.hidden);  // the fused residual add + norm the forward pass uses
-    pair().cpu.add_rms_norm(x.cpu, n.cpu, m.w.layers[0].post_norm, 1e-6f, fused.cpu);
-    pair().gpu->add_rms_norm(x.gpu, n.gpu, m.w.layers[0].post_norm, 1e-6f, fused.gpu);
-    EXPECT_LT(rel_error(x.cpu, x.gpu), kNormTol) << "fused add, fp32 residual " << fp32_residual;
-    EXPECT_LT(fused.rel_error(), kNormTol) << "fused norm, fp32 residual " << fp32_residual;
+  }
+}
+
+// What an op added to the residual stream h (Input, fp32) on each backend, compared:
+// max |Δgpu - Δcpu| / max |Δcpu| (NaN-safe).
+double update_error(const Input& h) {
+  std::vector<float> a(h.host.size()), b(a.size());
+  pair().cpu.to_host(h.cpu, a.data());
+  pair().gpu->to_host(h.gpu, b.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double dc = double(a[i]) - h.host[i], dg = double(b[i]) - h.host[i];
+    if (!(std::fabs(dg - dc) <= 1e30)) return INFINITY;
+    num = std::max(num, std::fabs(dg - dc));
+    den = std::max(den, std::fabs(dc));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// A layer's input norm meeting its projections (and the final norm the LM head): T <= 4 folds the
+// norm into the staged GEMV (x is not written), 6 runs the norm then the projections.
+TEST(CudaOps, NormFoldedIntoProjectionsMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const DeltaNetWeights& G = m.w.layers[0].gdn;
+  const AttentionWeights& A = m.w.layers[1].attn;
+  const std::vector<std::vector<const Matrix*>> lists = {{&G.qkv, &G.z, &G.b, &G.a}, {&A.q, &A.k, &A.v, &A.gate},
+                                                         {&m.w.lm_head}};
+  const std::vector<const std::vector<float>*> norms = {&m.w.layers[0].input_norm, &m.w.layers[1].input_norm,
+                                                        &m.w.final_norm};
+  for (int T : {1, 2, 4, 6}) {
+    for (size_t l = 0; l < lists.size(); ++l) {
+      const auto& ws = lists[l];
+      Input h(T, m.c.hidden, 70 + T + l, 3.0f, /*fp32=*/true);
+      Output x(T, m.c.hidden, /*fp32=*/true);
+      std::vector<Output> outs;
+      outs.reserve(ws.size());
+      std::vector<Tensor> cpu, gpu;
+      for (const Matrix* w : ws) {
+        outs.emplace_back(T, w->rows, /*fp32=*/w == &G.b || w == &G.a || w == &m.w.lm_head);
+        cpu.push_back(outs.back().cpu);
+        gpu.push_back(outs.back().gpu);
+      }
+      pair().cpu.rms_norm_linear_many(h.cpu, *norms[l], 1e-6f, x.cpu, ws.data(), cpu.data(), int(ws.size()));
+      pair().gpu->rms_norm_linear_many(h.gpu, *norms[l], 1e-6f, x.gpu, ws.data(), gpu.data(), int(ws.size()));
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kLinearTol) << ws[i]->name << " T=" << T;
+    }
+  }
+}
+
+// Output projections adding to the residual stream: T <= 4 add inside the staged GEMV, 6 and 40
+// run the projection then the add.
+TEST(CudaOps, LinearAddMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  for (const Matrix* w : {&m.w.layers[0].gdn.out, &m.w.layers[1].attn.o}) {
+    for (int T : {1, 3, 6, 40}) {
+      Input x(T, w->cols, 110 + T), h(T, m.c.hidden, 120 + T, 3.0f, /*fp32=*/true);
+      Output scratch(T, m.c.hidden);
+      pair().cpu.linear_add(x.cpu, *w, h.cpu, scratch.cpu);
+      pair().gpu->linear_add(x.gpu, *w, h.gpu, scratch.gpu);
+      EXPECT_LT(update_error(h), kLinearTol) << w->name << " T=" << T;
+    }
   }
 }
 
@@ -562,6 +620,21 @@ TEST_P(CudaMoe, RoutedAndSharedExpertsMatchCpu) {
   pair().cpu.moe(x.cpu, m.w.layers[layer].ffn, out.cpu);
   pair().gpu->moe(x.gpu, m.w.layers[layer].ffn, out.gpu);
   EXPECT_LT(out.rel_error(), kMoeTol) << "layer " << layer << " T=" << T;
+}
+
+// The post-attention norm, the MoE block and the residual add: T = 1 and 3 stage the norm in the
+// router and experts and add inside the down projection (x and scratch are not written), 70 and
+// 400 run norm, MoE and add. The update to h is compared.
+TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
+  REQUIRE_GPU();
+  const auto [layer, T] = GetParam();
+  const RealShapeModel& m = model();
+  const LayerWeights& L = m.w.layers[layer];
+  Input h(T, m.c.hidden, 130 + T, 3.0f, /*fp32=*/true);
+  Output x(T, m.c.hidden, /*fp32=*/true), scratch(T, m.c.hidden);
+  pair().cpu.rms_norm_moe_add(h.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, scratch.cpu);
+  pair().gpu->rms_norm_moe_add(h.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, scratch.gpu);
+  EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T;
 }
 
 // T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped

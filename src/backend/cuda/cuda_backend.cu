@@ -310,27 +310,34 @@ class CudaBackend final : public Backend {
 
   void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
     const cuda::TimedOp timed(timer_, stream_, "linear_many", n, ws[0]->cols);
-    constexpr int kMax = 8;  // a layer's projections; no heap work per call
-    check(n <= kMax, "CUDA linear_many: at most 8 matrices per call");
-    const DeviceMatrix* mats[kMax];
-    cuda::GemvOut dst[kMax];
-    for (int i = 0; i < n; ++i) {
-      mats[i] = &weights_->matrix(*ws[i]);
-      dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
-    }
+    const Projections p = projections(ws, outs, n);
     const Tensor xin = gemm_input(x);
-    cuda::linear_many(mats, dst, n, xin.data, xin.stride, xin.elem_size, int(x.rows), stream_);
+    cuda::linear_many(p.mats, p.dst, n, xin.data, xin.stride, xin.elem_size, int(x.rows), stream_);
+  }
+
+  // Few rows: the staged GEMV applies the norm while staging h (x is not written).
+  void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
+                            const Tensor* outs, int n) override {
+    const Projections p = projections(ws, outs, n);
+    if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
+      return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
+    const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
+    cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
+                             stream_);
+  }
+
+  // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
+  void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) override {
+    const DeviceMatrix* m = &weights_->matrix(w);
+    if (!cuda::gemv_stageable(&m, 1, int(x.rows), x.stride, /*norm=*/false)) return Backend::linear_add(x, w, h, scratch);
+    const cuda::TimedOp timed(timer_, stream_, "linear + add", w.rows, w.cols);
+    const cuda::GemvOut dst{h.data, h.stride, h.elem_size, /*add=*/true};
+    cuda::linear_many_staged(&m, &dst, 1, x.data, x.stride, x.elem_size, int(x.rows), {}, stream_);
   }
 
   void add(Tensor h, const Tensor& a) override {
     const cuda::TimedOp timed(timer_, stream_, "add");
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
-  }
-
-  void add_rms_norm(Tensor h, const Tensor& a, const std::vector<float>& w, float eps, Tensor out) override {
-    const cuda::TimedOp timed(timer_, stream_, "add_rms_norm");
-    cuda::add_rms_norm(h.data, h.stride, h.elem_size, bf(a), a.stride, weights_->vec(w), int(h.rows), int(h.cols), eps,
-                       out.data, out.stride, out.elem_size, stream_);
   }
 
   void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
@@ -435,24 +442,16 @@ class CudaBackend final : public Backend {
   }
 
   void moe(const Tensor& x, const FfnWeights& w, Tensor out) override {
-    const ModelConfig& c = c_;
-    const int T = int(x.rows), k = c.top_k;
-    const cuda::ExpertStacks& E = weights_->experts(w);
-    const DeviceMatrix* sg = w.has_shared ? &weights_->matrix(w.shared_gate) : nullptr;
+    const int T = int(x.rows);
     {
       const cuda::TimedOp timed(timer_, stream_, "moe.route");
-      cuda::moe_route(weights_->matrix(w.router), sg, x.data, x.stride, x.elem_size, T, c.n_experts, k,
-                      c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, moe_route_done_, stream_);
+      moe_route(x, w, {});
     }
     const cuda::TimedOp timed(timer_, stream_, "moe.experts");
-    if (T <= cuda::kGemvMaxTokens) {
-      const DeviceMatrix* s_gate = w.has_shared ? &weights_->matrix(w.shared.gate) : nullptr;
-      const DeviceMatrix* s_up = w.has_shared ? &weights_->matrix(w.shared.up) : nullptr;
-      const DeviceMatrix* s_down = w.has_shared ? &weights_->matrix(w.shared.down) : nullptr;
-      cuda::moe_decode(E.gate, E.up, E.down, s_gate, s_up, s_down, x.data, x.stride, x.elem_size, T, k, moe_ids_,
-                       moe_w_, moe_sgate_, moe_decode_act_, bf(out), out.stride, stream_);
-      return;
-    }
+    if (T <= cuda::kGemvMaxTokens) return moe_experts_decode(x, w, {}, {out.data, out.stride, out.elem_size});
+    const ModelConfig& c = c_;
+    const int k = c.top_k;
+    const cuda::ExpertStacks& E = weights_->experts(w);
     const int I = c.moe_intermediate;
     const int64_t istride = (I + 7) / 8 * 8;
     cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
@@ -474,7 +473,67 @@ class CudaBackend final : public Backend {
                       out.stride, stream_);
   }
 
+  // Few rows: router and experts apply the norm while staging h, and the down projection adds its
+  // rows to h (x and scratch are not written).
+  void rms_norm_moe_add(Tensor h, const std::vector<float>& norm, float eps, Tensor x, const FfnWeights& w,
+                        Tensor scratch) override {
+    const cuda::ExpertStacks& E = weights_->experts(w);
+    const Shared sh = shared_of(w);
+    if (!cuda::moe_norm_stageable(weights_->matrix(w.router), sh.gate_row, E.gate, E.up, E.down, sh.gate, sh.up,
+                                  sh.down, c_.top_k, int(h.rows), h.stride))
+      return Backend::rms_norm_moe_add(h, norm, eps, x, w, scratch);
+    const cuda::StageNorm n{weights_->vec(norm), eps};
+    {
+      const cuda::TimedOp timed(timer_, stream_, "rms_norm + moe.route");
+      moe_route(h, w, n);
+    }
+    const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
+    moe_experts_decode(h, w, n, {h.data, h.stride, h.elem_size, /*add=*/true});
+  }
+
  private:
+  // A layer's projections as device matrices and output views (no heap work per call).
+  static constexpr int kMaxProjections = 8;
+  struct Projections {
+    const DeviceMatrix* mats[kMaxProjections];
+    cuda::GemvOut dst[kMaxProjections];
+  };
+  Projections projections(const Matrix* const* ws, const Tensor* outs, int n) const {
+    check(n <= kMaxProjections, "CUDA linear_many: at most 8 matrices per call");
+    Projections p;
+    for (int i = 0; i < n; ++i) {
+      p.mats[i] = &weights_->matrix(*ws[i]);
+      p.dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
+    }
+    return p;
+  }
+
+  // The shared expert's matrices (null where the block has none) and its gate row.
+  struct Shared {
+    const DeviceMatrix *gate = nullptr, *up = nullptr, *down = nullptr, *gate_row = nullptr;
+  };
+  Shared shared_of(const FfnWeights& w) const {
+    if (!w.has_shared) return {};
+    return {&weights_->matrix(w.shared.gate), &weights_->matrix(w.shared.up), &weights_->matrix(w.shared.down),
+            &weights_->matrix(w.shared_gate)};
+  }
+
+  // Router softmax + top-k of rows x (normed by `norm` where set) -> moe_ids_, moe_w_, moe_sgate_.
+  void moe_route(const Tensor& x, const FfnWeights& w, cuda::StageNorm norm) {
+    const ModelConfig& c = c_;
+    cuda::moe_route(weights_->matrix(w.router), shared_of(w).gate_row, x.data, x.stride, x.elem_size, int(x.rows),
+                    c.n_experts, c.top_k, c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, moe_route_done_,
+                    norm, stream_);
+  }
+
+  // The routed experts of a few rows (after moe_route) into out.
+  void moe_experts_decode(const Tensor& x, const FfnWeights& w, cuda::StageNorm norm, const cuda::GemvOut& out) {
+    const cuda::ExpertStacks& E = weights_->experts(w);
+    const Shared sh = shared_of(w);
+    cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
+                     c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, out, stream_);
+  }
+
   void stage_ids(const int32_t* ids, int n) {
     check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
                                 std::to_string(max_tokens_));

@@ -1,12 +1,10 @@
 // Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
-// block stages its activation rows in shared memory (fp32, or scaled fp16 for 4-bit weights),
-// padded so that lanes reading neighbouring chunks hit distinct banks, together with each chunk's
-// Σx; weights then stream from HBM in 16-byte chunks (32 4-bit, 16 8-bit or 8 bf16 weights),
-// several rows in flight per lane.
+// block stages its activation rows in shared memory (fp32, or two int8 levels with a scale per
+// chunk for 4-bit weights), padded so that lanes reading neighbouring chunks hit distinct banks, together
+// with each chunk's Σx; weights then stream from HBM in 16-byte chunks (32 4-bit, 16 8-bit or 8
+// bf16 weights), several rows in flight per lane.
 #pragma once
-#include <cuda_fp16.h>
-
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
 
 namespace petrel::cuda {
 
@@ -15,8 +13,8 @@ __host__ __device__ constexpr int chunk_weights(WFormat f) {
   return f == WFormat::Q4 ? 32 : f == WFormat::Q8 ? 16 : 8;
 }
 // Floats of shared memory between consecutive chunks' staged activations. bf16 and 8-bit
-// weights meet fp32 activations (plus 4 floats of padding); 4-bit weights meet fp16 pairs (16
-// floats' worth, plus 4). The padding keeps the 16-byte reads of 8 neighbouring lanes on
+// weights meet fp32 activations (plus 4 floats of padding); 4-bit weights meet two int8 levels
+// (16 floats' worth, plus 4). The padding keeps the 16-byte reads of 8 neighbouring lanes on
 // distinct banks.
 __host__ __device__ constexpr int chunk_pitch(WFormat f) { return f == WFormat::Q4 ? 20 : chunk_weights(f) + 4; }
 
@@ -30,10 +28,10 @@ inline bool chunked_layout(const DeviceMatrix& m) {
 }
 
 // Shared memory for `rows` staged activation rows of a `cols`-wide matrix of format f: the
-// chunks, and each chunk's Σx and (4-bit) scale.
+// chunks, each chunk's Σx and (4-bit) scale, and each row's Σx² (for a staged norm).
 inline size_t staged_bytes(WFormat f, int cols, int rows) {
   const int chunks = cols / chunk_weights(f);
-  return size_t(rows) * chunks * (chunk_pitch(f) + 2) * sizeof(float);
+  return (size_t(rows) * chunks * (chunk_pitch(f) + 2) + rows) * sizeof(float);
 }
 
 // Exact float of v < 2^23 without the quarter-rate integer-to-float conversion.
@@ -95,30 +93,25 @@ __device__ __forceinline__ ChunkMatrix<F> chunk_matrix(const DeviceMatrix& m) {
   return with_data(v, m);
 }
 
-// Σ (q-8)·x over 32 4-bit codes in fp16 pairs: each code pair becomes the exact half2
-// (1024+q, 1024+q') with one mask-and-or, minus 1032; products accumulate in two half2 chains
-// of 8 (magnitudes stay below 2^16 because staging scales x to |x| <= 512).
-__device__ __forceinline__ float dot_q4_centered(const uint4& raw, const float* xs) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+// Σ q·(127·x1 + x2) over 32 4-bit codes q and their activations' two int8 levels (x ≈ d·(x1 +
+// x2/127)), on the integer dot-product units: the word's low nibbles (even weights) meet each
+// level's first activation word, the high ones its second. Exact: |Σ| < 2^23.
+__device__ __forceinline__ int dot_q4_int8x2(const uint4& raw, const float* xs) {
   const uint4* x16 = reinterpret_cast<const uint4*>(xs);
-  const __half2 magic = __floats2half2_rn(1032.0f, 1032.0f);
-  __half2 acc0 = __floats2half2_rn(0.0f, 0.0f), acc1 = acc0;
+  const uint4 a = x16[0], b = x16[1], c = x16[2], d = x16[3];
+  const uint32_t hi[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  const uint32_t lo[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  int acc_hi = 0, acc_lo = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint4 xv = x16[i];  // x of the word's codes, ordered (0,4) (1,5) (2,6) (3,7)
-    const uint32_t w = words[i];
-    const uint32_t p[4] = {(w & 0x000F000Fu) | 0x64006400u, ((w >> 4) & 0x000F000Fu) | 0x64006400u,
-                           ((w >> 8) & 0x000F000Fu) | 0x64006400u, ((w >> 12) & 0x000F000Fu) | 0x64006400u};
-    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const __half2 q = __hsub2(*reinterpret_cast<const __half2*>(&p[j]), magic);
-      __half2& acc = j % 2 ? acc1 : acc0;
-      acc = __hfma2(q, *reinterpret_cast<const __half2*>(&xw[j]), acc);
-    }
+    const int even = int(words[i] & 0x0F0F0F0Fu), odd = int((words[i] >> 4) & 0x0F0F0F0Fu);
+    acc_hi = __dp4a(even, int(hi[2 * i]), acc_hi);
+    acc_hi = __dp4a(odd, int(hi[2 * i + 1]), acc_hi);
+    acc_lo = __dp4a(even, int(lo[2 * i]), acc_lo);
+    acc_lo = __dp4a(odd, int(lo[2 * i + 1]), acc_lo);
   }
-  const float2 a = __half22float2(acc0), b = __half22float2(acc1);
-  return (a.x + a.y) + (b.x + b.y);
+  return 127 * acc_hi + acc_lo;
 }
 
 // Σ w·x over one chunk of bf16 or 8-bit weights; xs points at the chunk's fp32 activations.
@@ -154,53 +147,75 @@ __device__ __forceinline__ float dot_chunk_f32(const Chunk& ch, const float* xs,
 }
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
-// the unscaled fp32 values) and, for 4-bit, the factor each chunk was scaled down by.
+// the fp32 values) and, for 4-bit, the scale of its int8 activations' second level. Under a
+// staged norm, rows hold x·w and row_ss each row's Σx².
 template <WFormat F>
 struct Staged {
   const float* xs;
   const float* sums;
   const float* unscale;
+  const float* row_ss;  // null: no norm
   int chunks;
+  float inv_cols, eps;
+  // What a dot product with row `row` is multiplied by: the row's rsqrt(mean(x²) + eps) under a norm.
+  __device__ float row_scale(int row) const { return row_ss ? rsqrtf(row_ss[row] * inv_cols + eps) : 1.0f; }
   __device__ const float* chunk(int row, int c) const {
     return xs + (int64_t(row) * chunks + c) * chunk_pitch(F);
   }
   // Σ w·x of chunk c of activation row `row` with the weights in ch.
   __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const {
     if constexpr (F == WFormat::Q4) {
-      // w = s·q + b = s·(q-8) + (b + 8s)
+      // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127)·Σ q·(127·x1 + x2) + b·Σx
       const int i = row * chunks + c;
-      return ch.scale * unscale[i] * dot_q4_centered(ch.raw, chunk(row, c)) + (ch.bias + 8.0f * ch.scale) * sums[i];
+      return ch.scale * unscale[i] * float(dot_q4_int8x2(ch.raw, chunk(row, c))) + ch.bias * sums[i];
     } else {
       return dot_chunk_f32<F>(ch, chunk(row, c), sums[row * chunks + c]);
     }
   }
 };
 
-// Exponent k >= 0 with m·2^-k <= 512, for scaling fp16 activations away from overflow.
-__device__ __forceinline__ int fp16_safe_shift(float m) {
-  if (!(m > 512.0f) || isinf(m)) return 0;
-  int e = 0;
-  frexpf(m / 512.0f, &e);
-  return e;
-}
-
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
 // Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
 // index in x (a multiple of 8). A chunk's activations are split 8 per thread; its threads
-// (adjacent lanes) combine Σx and, for 4-bit weights, max |x|, which picks the chunk's scale 2^-k
-// (|x·2^-k| <= 512: no fp16 overflow in the dot); 4-bit chunks are stored as fp16 in code-pair order.
+// (adjacent lanes) combine Σx and, for 4-bit weights, max |x|, which sets the chunk's int8 scale
+// d = max|x|/127: x1 = round(x/d), then the remainder's x2 = round(127·(x - d·x1)/d) (about 14
+// bits in all, above fp16's 11). A thread's 8 values of each level are stored even ones first
+// (the order dot_q4_int8x2 reads).
+// Under a norm (cols a multiple of 256: a warp's lanes share a row) x·w is staged and each warp
+// adds its Σx² to the row's.
 template <WFormat F, typename RowSrc>
-__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src) {
+__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                StageNorm norm = {}) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
   float* sums = xs + int64_t(n) * pitch;
   float* unscale = sums + n;
+  float* row_ss = unscale + n;
+  if (norm.w) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) row_ss[r] = 0.0f;
+    __syncthreads();
+  }
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
+    const int col = (p % chunks) * cw + 8 * part;
     float v[8] = {};
-    if (active) load8_x(x, x_elem, row_src(p / chunks) + int64_t(p % chunks) * cw + 8 * part, v);
+    if (active) load8_x(x, x_elem, row_src(p / chunks) + col, v);
+    if (norm.w) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
+      ss = warp_sum(ss);
+      if (active && threadIdx.x % 32 == 0) atomicAdd(&row_ss[p / chunks], ss);
+      if (active) {
+        const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm.w + col));
+        const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm.w + col) + 1);
+        const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] *= ws[i];
+      }
+    }
     float sum = 0.0f, mx = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -215,13 +230,19 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
     if (!active) continue;
     float* dst = xs + int64_t(p) * pitch;
     if constexpr (F == WFormat::Q4) {
-      const int k = fp16_safe_shift(mx);
-      const float down = ldexpf(1.0f, -k);
-      __half2 h[4];  // code pairs (j, j+4) of the part's 8 weights
+      const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+      uint32_t hi[2] = {}, lo[2] = {};  // [0]: even values, [1]: odd ones
 #pragma unroll
-      for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[j] * down, v[j + 4] * down);
-      reinterpret_cast<uint4*>(dst)[part] = *reinterpret_cast<const uint4*>(h);
-      if (part == 0) unscale[p] = ldexpf(1.0f, k);
+      for (int j = 0; j < 8; ++j) {
+        const float t = v[j] * inv;  // in units of d
+        const float x1 = rintf(t);
+        const int x2 = __float2int_rn((t - x1) * 127.0f);
+        hi[j % 2] |= (uint32_t(int(x1)) & 255u) << (8 * (j / 2));
+        lo[j % 2] |= (uint32_t(x2) & 255u) << (8 * (j / 2));
+      }
+      reinterpret_cast<uint2*>(dst)[part] = make_uint2(hi[0], hi[1]);
+      reinterpret_cast<uint2*>(dst + 8)[part] = make_uint2(lo[0], lo[1]);
+      if (part == 0) unscale[p] = mx / (127.0f * 127.0f);
     } else {
       reinterpret_cast<float4*>(dst + 8 * part)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(dst + 8 * part)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -229,7 +250,13 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
     if (part == 0) sums[p] = sum;
   }
   __syncthreads();
-  return Staged<F>{xs, sums, unscale, chunks};
+  return Staged<F>{xs, sums, unscale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
+}
+
+// Stores v as element i of o (or adds it, rounded to bf16, where o.add).
+__device__ __forceinline__ void write_out(const GemvOut& o, int64_t i, float v) {
+  if (o.add) v = load_act(o.y, o.elem, i) + __bfloat162float(__float2bfloat16(v));
+  store_act(o.y, o.elem, i, v);
 }
 
 // Sum over the `width` lanes (a power of two) of each aligned lane group.

@@ -13,12 +13,22 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
             int y_elem, cudaStream_t s);
 // Rounds fp32 activations [T, n] to bf16 rows (the prefill GEMM's asynchronous copies want bf16).
 void round_to_bf16(const float* x, int64_t x_stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s);
-// Where a linear writes: element type 2 (bf16) or 4 (fp32).
+// Where a linear writes: element type 2 (bf16) or 4 (fp32); with `add`, the result (rounded to
+// bf16, as the unfused path stores it) is added to what y holds: the residual stream's update.
 struct GemvOut {
   void* y = nullptr;
   int64_t stride = 0;
   int elem = 2;
+  bool add = false;
 };
+// An RMSNorm the decode kernels apply to their input rows while staging them (w null: none):
+// x·w is staged and each row's rsqrt(mean(x²) + eps) scales the dot products, so the normed rows
+// are never written. Needs rows a multiple of 256 wide (norm_stageable).
+struct StageNorm {
+  const float* w = nullptr;
+  float eps = 0.0f;
+};
+inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % 256 == 0 && x_stride % 8 == 0; }
 // Up to kMax matrices sharing one input, for one decode GEMV launch (block ranges set at launch).
 struct GemvSegments {
   static constexpr int kMax = 4;
@@ -26,15 +36,21 @@ struct GemvSegments {
   GemvOut out[kMax];
   int first_block[kMax + 1] = {};
   int n = 0;
-  void add(const DeviceMatrix& m, void* y, int64_t stride, int elem) {
+  void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
-    out[n] = {y, stride, elem};
+    out[n] = o;
     ++n;
   }
 };
 // outs[i] = x · ws[i]ᵀ: a layer's projections of one input, in as few launches as their formats allow.
 void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
                  int T, cudaStream_t s);
+// True when the staged decode GEMV takes all of ws for T rows (and, with `norm`, stages a norm).
+bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_stride, bool norm);
+// linear_many through the staged decode GEMV alone (gemv_stageable must hold), with
+// rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add.
+void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
+                        int x_elem, int T, StageNorm norm, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
@@ -49,9 +65,6 @@ void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t 
 void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
               int64_t out_stride, int out_elem, cudaStream_t s);
 void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
-// h += a, then out = rms_norm(h)·w, in one kernel (rows up to 8192 wide).
-void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, const float* w, int T, int n,
-                  float eps, void* out, int64_t out_stride, int out_elem, cudaStream_t s);
 // Per-head RMSNorm then NeoX RoPE on the first `rotary` dims of q [T, Hq·D] and k [T, Hkv·D] in
 // one launch; row t at position *pos0 + t.
 void qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16* k, int64_t k_stride, int Hkv,
@@ -148,15 +161,22 @@ void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* 
 // Router: fp32 logits [T, E] (scratch), softmax over E, top-k (renormalised if `renorm`) ->
 // ids/weights [T, k]; and sigmoid(x · shared_gate) -> sgate [T] when shared_gate is given.
 // done: [T] zero-initialised counters, left at zero (the router's last block per token runs its top-k).
+// With norm.w set the router sees rms_norm(x)·norm.w (moe_norm_stageable must hold).
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
-               cudaStream_t s);
+               StageNorm norm, cudaStream_t s);
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
-// gate+up and for down; out = Σ w·expert + sgate·shared.
+// gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
+// set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold).
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
-                int64_t x_stride, int x_elem, int T, int k, const int* ids, const float* weights, const float* sgate, float* act,
-                bf16* out, int64_t out_stride, cudaStream_t s);
+                int64_t x_stride, int x_elem, int T, int k, const int* ids, const float* weights, const float* sgate,
+                float* act, StageNorm norm, const GemvOut& out, cudaStream_t s);
+// True when router and experts stage their input (router staged with its shared gate, experts
+// staged), so that both can apply the block's norm themselves.
+bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
+                        const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
+                        const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T, int64_t x_stride);
 // Prefill path: builds per-expert row lists on the device (padded to kGemmTileM), returns nothing
 // to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,

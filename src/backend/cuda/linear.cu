@@ -17,10 +17,11 @@ constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 // chunks in flight: NR rows x (8 / NR) consecutive chunk steps. Several matrices sharing the
 // input (a layer's projections) run in one launch, each over its own range of blocks, which
 // stride over its rows. Launched with PDL: a block loads its first chunks before it waits for
-// the kernel that writes x, and asks L2 for its next rows at the start of each pass.
+// the kernel that writes x, and asks L2 for its next rows at the start of each pass. A staged
+// norm (the layer's input RMSNorm) and an added output (the residual update) cost no launch.
 template <WFormat F, int TMAX, int NR>
-__global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) gemv_staged_kernel(GemvSegments segs, const void* x,
-                                                                      int64_t x_stride, int x_elem, int T, int lpr) {
+__global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm)
+    gemv_staged_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, StageNorm norm) {
   constexpr int U = kGemvChunksInFlight / NR;
   pdl_launch_dependents();
   DeviceMatrix w;
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) gemv_staged
   pdl_wait();
   extern __shared__ float4 smem4[];
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
-                                     [&](int t) { return t * x_stride; });
+                                     [&](int t) { return t * x_stride; }, norm);
   bool loaded = true;
   for (int64_t first = first_row; first < w.rows; first += stride_rows) {
     if (threadIdx.x == 0) m.prefetch_rows(first + stride_rows, std::min<int64_t>(w.rows, first + stride_rows + block_rows));
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) gemv_staged
 #pragma unroll
       for (int t = 0; t < TMAX; ++t) {
         const float v = group_sum(acc[r][t], lpr);
-        if (t < T && sl == 0 && row < w.rows) store_act(out.y, out.elem, t * out.stride + row, v);
+        if (t < T && sl == 0 && row < w.rows) write_out(out, t * out.stride + row, v * st.row_scale(t));
       }
     }
   }
@@ -84,42 +85,44 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) gemv_staged
 
 template <WFormat F, int TMAX, int NR>
 void launch_gemv_staged(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, size_t smem, int lpr,
-                        cudaStream_t s) {
+                        StageNorm norm, cudaStream_t s) {
   allow_dynamic_smem<gemv_staged_kernel<F, TMAX, NR>>(kStagedGemvMaxSmem);
   const int block_rows = kGemvWarps * NR * (32 / lpr);
   segs.first_block[0] = 0;
   for (int i = 0; i < segs.n; ++i)
     segs.first_block[i + 1] = segs.first_block[i] + std::min(div_up(segs.w[i].rows, block_rows), sm_count() * kGemvBlocksPerSm);
   launch_pdl(gemv_staged_kernel<F, TMAX, NR>, segs.first_block[segs.n], 32 * kGemvWarps, smem, s, segs, x, x_stride,
-             x_elem, T, lpr);
+             x_elem, T, lpr, norm);
 }
 
 // Rows in flight per warp: as many as keep at least two blocks per multiprocessor busy.
 template <WFormat F, int TMAX>
 void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, size_t smem,
-                      cudaStream_t s) {
+                      StageNorm norm, cudaStream_t s) {
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), pass = 32 / lpr;
   int64_t rows = 0;
   for (int i = 0; i < segs.n; ++i) rows += segs.w[i].rows;
   auto enough = [&](int nr) { return div_up(rows, kGemvWarps * nr * pass) >= 2 * sm_count(); };
-  if (enough(4)) launch_gemv_staged<F, TMAX, 4>(segs, x, x_stride, x_elem, T, smem, lpr, s);
-  else if (enough(2)) launch_gemv_staged<F, TMAX, 2>(segs, x, x_stride, x_elem, T, smem, lpr, s);
-  else launch_gemv_staged<F, TMAX, 1>(segs, x, x_stride, x_elem, T, smem, lpr, s);
+  if (enough(4)) launch_gemv_staged<F, TMAX, 4>(segs, x, x_stride, x_elem, T, smem, lpr, norm, s);
+  else if (enough(2)) launch_gemv_staged<F, TMAX, 2>(segs, x, x_stride, x_elem, T, smem, lpr, norm, s);
+  else launch_gemv_staged<F, TMAX, 1>(segs, x, x_stride, x_elem, T, smem, lpr, norm, s);
 }
 
 template <WFormat F>
-void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, cudaStream_t s) {
+void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+                 cudaStream_t s) {
   const size_t smem = staged_bytes(F, segs.w[0].cols, T);
-  if (T == 1) gemv_staged_rows<F, 1>(segs, x, x_stride, x_elem, T, smem, s);
-  else if (T == 2) gemv_staged_rows<F, 2>(segs, x, x_stride, x_elem, T, smem, s);
-  else gemv_staged_rows<F, 4>(segs, x, x_stride, x_elem, T, smem, s);
+  if (T == 1) gemv_staged_rows<F, 1>(segs, x, x_stride, x_elem, T, smem, norm, s);
+  else if (T == 2) gemv_staged_rows<F, 2>(segs, x, x_stride, x_elem, T, smem, norm, s);
+  else gemv_staged_rows<F, 4>(segs, x, x_stride, x_elem, T, smem, norm, s);
 }
 
-void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, cudaStream_t s) {
+void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+                 cudaStream_t s) {
   switch (segs.w[0].format) {
-    case WFormat::Q4: return gemv_staged<WFormat::Q4>(segs, x, x_stride, x_elem, T, s);
-    case WFormat::Q8: return gemv_staged<WFormat::Q8>(segs, x, x_stride, x_elem, T, s);
-    case WFormat::BF16: return gemv_staged<WFormat::BF16>(segs, x, x_stride, x_elem, T, s);
+    case WFormat::Q4: return gemv_staged<WFormat::Q4>(segs, x, x_stride, x_elem, T, norm, s);
+    case WFormat::Q8: return gemv_staged<WFormat::Q8>(segs, x, x_stride, x_elem, T, norm, s);
+    case WFormat::BF16: return gemv_staged<WFormat::BF16>(segs, x, x_stride, x_elem, T, norm, s);
   }
 }
 
@@ -205,8 +208,8 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
   check_shapes(w, x_stride);
   if (gemv_staged_fits(w, T)) {
     GemvSegments segs;
-    segs.add(w, y, y_stride, y_elem);
-    gemv_staged(segs, x, x_stride, x_elem, T, s);
+    segs.add(w, {y, y_stride, y_elem});
+    gemv_staged(segs, x, x_stride, x_elem, T, {}, s);
     PETREL_LAUNCHED("gemv");
     return;
   }
@@ -223,26 +226,48 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
   PETREL_LAUNCHED("gemm");
 }
 
-void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
-                 int T, cudaStream_t s) {
-  // Runs of neighbouring matrices with one format share a launch; anything else goes alone.
+// Runs of neighbouring matrices of one format and width: one launch each.
+void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, StageNorm norm, cudaStream_t s) {
   for (int i = 0; i < n;) {
     GemvSegments segs;
-    if (gemv_staged_fits(*ws[i], T))
-      for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format &&
-                      ws[j]->cols == ws[i]->cols && gemv_staged_fits(*ws[j], T);
-           ++j)
-        segs.add(*ws[j], outs[j].y, outs[j].stride, outs[j].elem);
-    if (segs.n == 0) {
-      linear(*ws[i], x, x_stride, x_elem, T, outs[i].y, outs[i].stride, outs[i].elem, s);
-      ++i;
-      continue;
-    }
+    for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format && ws[j]->cols == ws[i]->cols;
+         ++j)
+      segs.add(*ws[j], outs[j]);
     check_shapes(*ws[i], x_stride);
-    gemv_staged(segs, x, x_stride, x_elem, T, s);
+    gemv_staged(segs, x, x_stride, x_elem, T, norm, s);
     PETREL_LAUNCHED("gemv (several matrices)");
     i += segs.n;
   }
+}
+
+void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, cudaStream_t s) {
+  // Runs of matrices the staged GEMV takes share launches; anything else goes alone.
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j < n && gemv_staged_fits(*ws[j], T)) ++j;
+    if (j > i) {
+      staged_runs(ws + i, outs + i, j - i, x, x_stride, x_elem, T, {}, s);
+      i = j;
+      continue;
+    }
+    linear(*ws[i], x, x_stride, x_elem, T, outs[i].y, outs[i].stride, outs[i].elem, s);
+    ++i;
+  }
+}
+
+bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_stride, bool norm) {
+  if (x_stride % 8 != 0 || (norm && !norm_stageable(ws[0]->cols, x_stride))) return false;
+  for (int i = 0; i < n; ++i)
+    if (!gemv_staged_fits(*ws[i], T) || ws[i]->cols != ws[0]->cols) return false;
+  return true;
+}
+
+void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
+                        int x_elem, int T, StageNorm norm, cudaStream_t s) {
+  check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
+  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s);
 }
 
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,

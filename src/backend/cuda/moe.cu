@@ -211,23 +211,29 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
 
 constexpr int kRouterChunksPerLane = 8;  // the staged router holds a whole row in registers
 
-// True when router rows fit the staged router: bf16 or 8-bit (4-bit would meet fp16 activations,
+// True when router rows fit the staged router: bf16 or 8-bit (4-bit would meet int8 activations,
 // and routing must see them unrounded), at most 8 chunks per lane.
 bool router_staged_fits(const DeviceMatrix& router) {
   return router.format != WFormat::Q4 && chunked_layout(router) &&
          router.cols / chunk_weights(router.format) <= 32 * kRouterChunksPerLane;
 }
 
+// The shared-expert gate row is staged with the router's rows when it has their format and width.
+bool gate_staged_with(const DeviceMatrix& router, const DeviceMatrix& shared_gate) {
+  return shared_gate.format == router.format && shared_gate.cols == router.cols && chunked_layout(shared_gate);
+}
+
 // grid (ceil((E+1)/8), T), PDL: the decode router. A warp per router row loads the whole row into
 // registers before waiting for x, then dots it with x staged in fp32. Row E is the shared-expert
 // gate: staged the same way when it has the router's format (gate_staged), else the plain warp
 // dot. The last block of a token (counted in done[t], left at zero) runs its softmax + top-k.
+// A staged norm (the post-attention RMSNorm) needs the gate staged.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix router, DeviceMatrix shared_gate,
                                                                     bool has_shared, bool gate_staged, const void* x,
                                                                     int64_t x_stride, int x_elem, int E, int k,
                                                                     bool renorm, float* logits, float* sgate, int* ids,
-                                                                    float* weights, int* done) {
+                                                                    float* weights, int* done, StageNorm norm) {
   extern __shared__ float4 smem4[];
   __shared__ float probs[kMaxExperts];
   pdl_launch_dependents();
@@ -242,13 +248,13 @@ __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix
   pdl_wait();
   const int64_t xo = t * x_stride;
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, router.cols, 1,
-                                     [&](int) { return xo; });
+                                     [&](int) { return xo; }, norm);
   if (staged_row) {
     float acc = 0.0f;
 #pragma unroll
     for (int i = 0; i < kRouterChunksPerLane; ++i)
       if (lane + 32 * i < m.chunks) acc += st.dot(ch[i], 0, lane + 32 * i);
-    acc = warp_sum(acc);
+    acc = warp_sum(acc) * st.row_scale(0);
     if (lane == 0 && e < E) logits[int64_t(t) * E + e] = acc;
     if (lane == 0 && gate_row) sgate[t] = sigmoidf_(acc);
   } else if (gate_row) {
@@ -300,14 +306,15 @@ constexpr int kDownChunksInFlight = 8;  // per lane in the staged down kernel (o
 // rows of gate and of up, kGateUpSteps chunk steps at once; a block issues its first loads before
 // staging its token's activation row (the shared expert's blocks even before waiting for the
 // router) and, once its loads are consumed, asks L2 for a slice of its expert's down projection
-// (the next kernel's weights).
+// (the next kernel's weights). A staged norm is the post-attention RMSNorm.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
                                                                      DeviceMatrix down, DeviceMatrix s_gate,
                                                                      DeviceMatrix s_up, DeviceMatrix s_down,
                                                                      bool has_shared, const void* x, int64_t x_stride,
                                                                      int x_elem, int T, int k, const int* ids,
-                                                                     float* act, int act_stride, int lpr) {
+                                                                     float* act, int act_stride, int lpr,
+                                                                     StageNorm norm) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
   const int slot = blockIdx.y;
@@ -341,7 +348,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
     load_step(sl);  // issued before the activations are staged
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, gate.cols, 1,
-                                     [&](int) { return token * x_stride; });
+                                     [&](int) { return token * x_stride; }, norm);
   float ga[kStagedRows] = {}, ua[kStagedRows] = {};
   for (int c0 = sl; c0 < gm.chunks; c0 += lpr * kGateUpSteps) {
     if (c0 != sl) load_step(c0);
@@ -362,7 +369,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
 #pragma unroll
   for (int r = 0; r < kStagedRows; ++r) {
     const int row = base + r * pass + sub;
-    const float gv = group_sum(ga[r], lpr), uv = group_sum(ua[r], lpr);
+    const float gv = group_sum(ga[r], lpr) * st.row_scale(0), uv = group_sum(ua[r], lpr) * st.row_scale(0);
     if (sl == 0 && row < rows) act[int64_t(slot) * act_stride + row] = siluf_(gv) * uv;
   }
 }
@@ -370,12 +377,12 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
 // chunk) pairs of one output row, kDownChunksInFlight pairs per lane at once; a block issues its
 // first loads (the router's choice read) before staging its token's k (+1 shared) activation rows.
+// Where out.add, the sum is the residual stream's update.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix down, DeviceMatrix s_down,
                                                                   bool has_shared, int T, int k, const int* ids,
                                                                   const float* weights, const float* sgate,
-                                                                  const float* act, int act_stride, bf16* out,
-                                                                  int64_t out_stride) {
+                                                                  const float* act, int act_stride, GemvOut out) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -415,7 +422,7 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
     load_round();
   }
   acc = warp_sum(acc);
-  if (lane == 0 && h < down.rows) out[t * out_stride + h] = __float2bfloat16(acc);
+  if (lane == 0 && h < down.rows) write_out(out, t * out.stride + h, acc);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked format.
@@ -434,19 +441,19 @@ template <WFormat F>
 void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
                        const void* x, int64_t x_stride, int x_elem, int T, int k, const int* ids,
-                       const float* weights, const float* sgate, float* act, int width, bf16* out,
-                       int64_t out_stride, cudaStream_t s) {
+                       const float* weights, const float* sgate, float* act, int width, StageNorm norm,
+                       const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
   const int gu_rows = kWarps * kStagedRows * (32 / lpr);
   launch_pdl(gate_up_staged_kernel<F>, dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1),
              s, gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr);
+             shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr, norm);
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
   launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
-             down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, out_stride);
+             down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out);
   PETREL_LAUNCHED("moe down");
 }
 
@@ -523,7 +530,7 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
-               cudaStream_t s) {
+               StageNorm norm, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
   const DeviceMatrix sg = shared_gate ? *shared_gate : DeviceMatrix{};
   // Below a few hundred tokens the per-row kernel is faster (the tiled one has only E/64 blocks per 64 tokens).
@@ -531,16 +538,18 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
   if (T < kRouteTiledMinTokens && router_staged_fits(router) && x_stride % 8 == 0) {
     const size_t smem = staged_bytes(router.format, router.cols, 1);
     const bool sh = shared_gate != nullptr;
-    const bool gate_staged = sh && sg.format == router.format && sg.cols == router.cols && chunked_layout(sg);
+    const bool gate_staged = sh && gate_staged_with(router, sg);
+    check(!norm.w || !sh || gate_staged, "CUDA MoE: a staged norm needs the shared gate staged with the router");
     if (router.format == WFormat::Q8)
       launch_pdl(router_staged_kernel<WFormat::Q8>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
-                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm);
     else
       launch_pdl(router_staged_kernel<WFormat::BF16>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
-                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm);
     PETREL_LAUNCHED("moe router + top-k");
     return;
   }
+  check(!norm.w, "CUDA MoE: a staged norm needs the staged router");
   if (T < kRouteTiledMinTokens || router.cols % kRouteK != 0 || x_stride % 8 != 0) {
     router_logits_kernel<<<dim3(div_up(E + 1, kWarps), T), 32 * kWarps, 0, s>>>(
         router, sg, shared_gate != nullptr, x, x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done);
@@ -556,32 +565,40 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
 
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                 const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
-                int k,
-                const int* ids, const float* weights, const float* sgate, float* act, bf16* out, int64_t out_stride,
-                cudaStream_t s) {
+                int k, const int* ids, const float* weights, const float* sgate, float* act, StageNorm norm,
+                const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
     if (gate.format == WFormat::Q4)
       moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, out, out_stride, s);
+                                     sgate, act, width, norm, out, s);
     else if (gate.format == WFormat::Q8)
       moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, out, out_stride, s);
+                                     sgate, act, width, norm, out, s);
     else
       moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                       sgate, act, width, out, out_stride, s);
+                                       sgate, act, width, norm, out, s);
     return;
   }
-
+  check(!norm.w && !out.add && out.elem == 2, "CUDA MoE: a staged norm or added output needs the staged experts");
   const int slots = T * k + (shared ? T : 0);
   gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
       gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
       ids, act, width);
   PETREL_LAUNCHED("moe gate_up");
-  down_kernel<<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps, 0, s>>>(
-      down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, out_stride);
+  down_kernel<<<dim3(div_up(down.rows, kWarps), T), 32 * kWarps, 0, s>>>(down, shared ? *s_down : DeviceMatrix{},
+                                                                          shared, T, k, ids, weights, sgate, act, width,
+                                                                          static_cast<bf16*>(out.y), out.stride);
   PETREL_LAUNCHED("moe down");
+}
+
+bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
+                        const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
+                        const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T, int64_t x_stride) {
+  return T < kRouteTiledMinTokens && T <= kGemvMaxTokens && norm_stageable(router.cols, x_stride) &&
+         router_staged_fits(router) && (!shared_gate || gate_staged_with(router, *shared_gate)) &&
+         moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
 }
 
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,

@@ -54,33 +54,6 @@ __global__ void add_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a,
   }
 }
 
-constexpr int kAddNormPerThread = 8;  // row elements each thread keeps in registers
-
-// One block per row: h += a, then out = h · rsqrt(mean(h²) + eps) · w with h held in registers.
-__global__ void add_rms_norm_kernel(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride,
-                                    const float* w, int n, float eps, void* out, int64_t out_stride, int out_elem) {
-  pdl_enter();
-  const int64_t hb = blockIdx.x * h_stride, ab = blockIdx.x * a_stride, ob = blockIdx.x * out_stride;
-  float v[kAddNormPerThread], wv[kAddNormPerThread];
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kAddNormPerThread; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i < n) {
-      v[k] = load_act(h, h_elem, hb + i) + __bfloat162float(a[ab + i]);
-      wv[k] = w[i];  // loaded with the row, not after the reduction: one memory round trip less
-      store_act(h, h_elem, hb + i, v[k]);
-      ss += v[k] * v[k];
-    }
-  }
-  const float inv = rsqrtf(block_sum(ss) / float(n) + eps);
-#pragma unroll
-  for (int k = 0; k < kAddNormPerThread; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i < n) store_act(out, out_elem, ob + i, v[k] * inv * wv[k]);
-  }
-}
-
 // The heads one qk_norm_rope launch normalises and rotates: q's, then (k.heads > 0) k's.
 struct NormRopeHeads {
   bf16* x;
@@ -165,17 +138,6 @@ void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a
                  cudaStream_t s) {
   launch_pdl(add_kernel, T, 256, 0, s, h, h_stride, h_elem, a, a_stride, n);
   PETREL_LAUNCHED("add");
-}
-
-void add_rms_norm(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, const float* w, int T, int n,
-                  float eps, void* out, int64_t out_stride, int out_elem, cudaStream_t s) {
-  const int threads = std::max(32, div_up(div_up(n, kAddNormPerThread), 32) * 32);
-  if (threads > 1024) {
-    add_inplace(h, h_stride, h_elem, a, a_stride, T, n, s);
-    return rms_norm(h, h_stride, h_elem, w, T, n, eps, out, out_stride, out_elem, s);
-  }
-  launch_pdl(add_rms_norm_kernel, T, threads, 0, s, h, h_stride, h_elem, a, a_stride, w, n, eps, out, out_stride, out_elem);
-  PETREL_LAUNCHED("add_rms_norm");
 }
 
 
