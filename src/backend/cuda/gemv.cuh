@@ -1,6 +1,6 @@
 // Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
-// block stages its activation rows in shared memory (fp32, or two int8 levels with a scale per
-// chunk for 4-bit weights), padded so that lanes reading neighbouring chunks hit distinct banks, together
+// block stages its activation rows in shared memory (fp32 for bf16 weights, two int8 levels with
+// a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring chunks hit distinct banks, together
 // with each chunk's Σx; weights then stream from HBM in 16-byte chunks (32 4-bit, 16 8-bit or 8
 // bf16 weights), several rows in flight per lane.
 #pragma once
@@ -12,11 +12,14 @@ namespace petrel::cuda {
 __host__ __device__ constexpr int chunk_weights(WFormat f) {
   return f == WFormat::Q4 ? 32 : f == WFormat::Q8 ? 16 : 8;
 }
-// Floats of shared memory between consecutive chunks' staged activations. bf16 and 8-bit
-// weights meet fp32 activations (plus 4 floats of padding); 4-bit weights meet two int8 levels
-// (16 floats' worth, plus 4). The padding keeps the 16-byte reads of 8 neighbouring lanes on
-// distinct banks.
-__host__ __device__ constexpr int chunk_pitch(WFormat f) { return f == WFormat::Q4 ? 20 : chunk_weights(f) + 4; }
+// Floats of shared memory between consecutive chunks' staged activations: bf16 weights meet fp32
+// activations, 4- and 8-bit weights two int8 levels (a byte per weight each); plus 4 floats of
+// padding, which keeps the 16-byte reads of 8 neighbouring lanes on distinct banks.
+__host__ __device__ constexpr int chunk_pitch(WFormat f) {
+  return f == WFormat::BF16 ? chunk_weights(f) + 4 : chunk_weights(f) / 2 + 4;
+}
+// Floats from a chunk's first int8 level to its second.
+__host__ __device__ constexpr int level_offset(WFormat f) { return chunk_weights(f) / 4; }
 
 // True when a row splits into whole chunks and a quantisation group into a power of two of them.
 inline bool chunked_layout(const DeviceMatrix& m) {
@@ -114,40 +117,42 @@ __device__ __forceinline__ int dot_q4_int8x2(const uint4& raw, const float* xs) 
   return 127 * acc_hi + acc_lo;
 }
 
-// Σ w·x over one chunk of bf16 or 8-bit weights; xs points at the chunk's fp32 activations.
-template <WFormat F>
-__device__ __forceinline__ float dot_chunk_f32(const Chunk& ch, const float* xs, float xsum) {
+// Σ q·(127·x1 + x2) over 16 8-bit codes (unsigned) and their activations' two int8 levels, in
+// natural order. Exact: |Σ| < 2^27.
+__device__ __forceinline__ int dot_q8_int8x2(const uint4& raw, const float* xs) {
+  const uint4* x16 = reinterpret_cast<const uint4*>(xs);
+  const uint4 a = x16[0], b = x16[1];
+  const uint32_t hi[4] = {a.x, a.y, a.z, a.w}, lo[4] = {b.x, b.y, b.z, b.w};
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  int acc_hi = 0, acc_lo = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // unsigned codes times signed activations
+    asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(acc_hi) : "r"(words[i]), "r"(hi[i]));
+    asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(acc_lo) : "r"(words[i]), "r"(lo[i]));
+  }
+  return 127 * acc_hi + acc_lo;
+}
+
+// Σ w·x over one chunk of 8 bf16 weights; xs points at the chunk's fp32 activations.
+__device__ __forceinline__ float dot_bf16(const Chunk& ch, const float* xs) {
   const uint32_t words[4] = {ch.raw.x, ch.raw.y, ch.raw.z, ch.raw.w};
   const float4* x4 = reinterpret_cast<const float4*>(xs);
   float a0 = 0.0f, a1 = 0.0f;  // two chains hide the FMA latency
-  if constexpr (F == WFormat::BF16) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float4 x = x4[i];
-      const float2 w0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i]));
-      const float2 w1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i + 1]));
-      a0 = fmaf(w0.x, x.x, a0);
-      a1 = fmaf(w0.y, x.y, a1);
-      a0 = fmaf(w1.x, x.z, a0);
-      a1 = fmaf(w1.y, x.w, a1);
-    }
-    return a0 + a1;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 x = x4[i];
-      const uint32_t w = words[i];
-      a0 = fmaf(small_uint_to_float(w & 255u), x.x, a0);
-      a1 = fmaf(small_uint_to_float((w >> 8) & 255u), x.y, a1);
-      a0 = fmaf(small_uint_to_float((w >> 16) & 255u), x.z, a0);
-      a1 = fmaf(small_uint_to_float(w >> 24), x.w, a1);
-    }
-    return ch.scale * (a0 + a1) + ch.bias * xsum;
+  for (int i = 0; i < 2; ++i) {
+    const float4 x = x4[i];
+    const float2 w0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i]));
+    const float2 w1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i + 1]));
+    a0 = fmaf(w0.x, x.x, a0);
+    a1 = fmaf(w0.y, x.y, a1);
+    a0 = fmaf(w1.x, x.z, a0);
+    a1 = fmaf(w1.y, x.w, a1);
   }
+  return a0 + a1;
 }
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
-// the fp32 values) and, for 4-bit, the scale of its int8 activations' second level. Under a
+// the fp32 values) and, for 4- and 8-bit weights, the scale of its int8 activations' second level. Under a
 // staged norm, rows hold x·w and row_ss each row's Σx².
 template <WFormat F>
 struct Staged {
@@ -164,12 +169,13 @@ struct Staged {
   }
   // Σ w·x of chunk c of activation row `row` with the weights in ch.
   __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const {
-    if constexpr (F == WFormat::Q4) {
+    if constexpr (F == WFormat::BF16) {
+      return dot_bf16(ch, chunk(row, c));
+    } else {
       // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127)·Σ q·(127·x1 + x2) + b·Σx
       const int i = row * chunks + c;
-      return ch.scale * unscale[i] * float(dot_q4_int8x2(ch.raw, chunk(row, c))) + ch.bias * sums[i];
-    } else {
-      return dot_chunk_f32<F>(ch, chunk(row, c), sums[row * chunks + c]);
+      const int q = F == WFormat::Q4 ? dot_q4_int8x2(ch.raw, chunk(row, c)) : dot_q8_int8x2(ch.raw, chunk(row, c));
+      return ch.scale * unscale[i] * float(q) + ch.bias * sums[i];
     }
   }
 };
@@ -177,10 +183,10 @@ struct Staged {
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
 // Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
 // index in x (a multiple of 8). A chunk's activations are split 8 per thread; its threads
-// (adjacent lanes) combine Σx and, for 4-bit weights, max |x|, which sets the chunk's int8 scale
-// d = max|x|/127: x1 = round(x/d), then the remainder's x2 = round(127·(x - d·x1)/d) (about 14
-// bits in all, above fp16's 11). A thread's 8 values of each level are stored even ones first
-// (the order dot_q4_int8x2 reads).
+// (adjacent lanes) combine Σx and, for 4- and 8-bit weights, max |x|, which sets the chunk's int8
+// scale d = max|x|/127: x1 = round(x/d), then the remainder's x2 = round(127·(x - d·x1)/d) (about
+// 14 bits in all, above fp16's 11). For 4-bit weights a thread's 8 values of each level are
+// stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of 256: a warp's lanes share a row) x·w is staged and each warp
 // adds its Σx² to the row's.
 template <WFormat F, typename RowSrc>
@@ -229,19 +235,20 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
     }
     if (!active) continue;
     float* dst = xs + int64_t(p) * pitch;
-    if constexpr (F == WFormat::Q4) {
+    if constexpr (F != WFormat::BF16) {
       const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-      uint32_t hi[2] = {}, lo[2] = {};  // [0]: even values, [1]: odd ones
+      uint32_t hi[2] = {}, lo[2] = {};  // the two words of each level
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float t = v[j] * inv;  // in units of d
         const float x1 = rintf(t);
         const int x2 = __float2int_rn((t - x1) * 127.0f);
-        hi[j % 2] |= (uint32_t(int(x1)) & 255u) << (8 * (j / 2));
-        lo[j % 2] |= (uint32_t(x2) & 255u) << (8 * (j / 2));
+        const int word = F == WFormat::Q4 ? j % 2 : j / 4, shift = F == WFormat::Q4 ? 8 * (j / 2) : 8 * (j % 4);
+        hi[word] |= (uint32_t(int(x1)) & 255u) << shift;
+        lo[word] |= (uint32_t(x2) & 255u) << shift;
       }
       reinterpret_cast<uint2*>(dst)[part] = make_uint2(hi[0], hi[1]);
-      reinterpret_cast<uint2*>(dst + 8)[part] = make_uint2(lo[0], lo[1]);
+      reinterpret_cast<uint2*>(dst + level_offset(F))[part] = make_uint2(lo[0], lo[1]);
       if (part == 0) unscale[p] = mx / (127.0f * 127.0f);
     } else {
       reinterpret_cast<float4*>(dst + 8 * part)[0] = make_float4(v[0], v[1], v[2], v[3]);

@@ -211,8 +211,8 @@ __global__ void router_logits_kernel(DeviceMatrix router, DeviceMatrix shared_ga
 
 constexpr int kRouterChunksPerLane = 8;  // the staged router holds a whole row in registers
 
-// True when router rows fit the staged router: bf16 or 8-bit (4-bit would meet int8 activations,
-// and routing must see them unrounded), at most 8 chunks per lane.
+// True when router rows fit the staged router: bf16 or 8-bit (the formats routers are stored in;
+// 8-bit rows meet two int8 levels of activations, ~14 bits, bf16 rows fp32), at most 8 chunks per lane.
 bool router_staged_fits(const DeviceMatrix& router) {
   return router.format != WFormat::Q4 && chunked_layout(router) &&
          router.cols / chunk_weights(router.format) <= 32 * kRouterChunksPerLane;
