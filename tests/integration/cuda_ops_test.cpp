@@ -690,7 +690,8 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   std::printf("note: real-shape model cosine min %.6f, median %.6f, %d of %zu positions below 0.999\n", cosines[0],
               cosines[cosines.size() / 2], below, cosines.size());
   // Bounds from four GPU runs with fresh inputs: 6-14 of 103 positions below 0.999, medians
-  // 0.99979-0.99985, minima 0.974-0.993.
+  // 0.99979-0.99985, minima 0.974-0.993 (fp16 activations in the 4-bit GEMVs); with two int8
+  // levels, four runs: 10-18 below, medians 0.99980-0.99984, minima 0.981-0.996.
   EXPECT_GE(cosines[cosines.size() / 2], 0.9995);
   EXPECT_LE(below, int(cosines.size()) / 4);
   EXPECT_GE(cosines[0], 0.95);

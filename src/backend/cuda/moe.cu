@@ -119,15 +119,12 @@ __device__ void topk_probs_regs(const float* p, int E, int k, bool renorm, int* 
         best = v[i];
         best_i = i;
       }
-    int best_e = lane + 32 * best_i;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    // The warp's largest probability, then the lowest expert holding it: one reduction each.
+    // Probabilities (>= 0) order as their bits; the negative markers map below them all.
+    const unsigned key = best >= 0.0f ? __float_as_uint(best) + 1u : 0u;
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int best_e = int(__reduce_min_sync(0xffffffffu, key == top ? unsigned(lane + 32 * best_i) : 0xffffffffu));
+    best = top > 0u ? __uint_as_float(top - 1u) : -2.0f;
 #pragma unroll
     for (int i = 0; i < PER; ++i)
       if (best_e == lane + 32 * i) v[i] = -2.0f;  // picked: excluded from later rounds
