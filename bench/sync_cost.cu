@@ -111,33 +111,31 @@ int main() {
     CHECK(cudaLaunchKernelEx(&cfg, step_kernel, static_cast<const float*>(i % 2 ? b : a), i % 2 ? a : b));
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<float> kernel_us, barrier_us;
-  for (int r = 0; r < kRepeats + 1; ++r) {  // the first run warms up
-    CHECK(cudaMemsetAsync(a, 0, blocks * sizeof(float), s));
-    CHECK(cudaEventRecord(t0, s));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(t1, s));
-    CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    if (r) kernel_us.push_back(1000.0f * ms / kSteps);
-  }
+  // Median time a step of `run` takes (it starts from zeros in a), over kRepeats runs after a warm-up.
+  auto per_step_us = [&](auto run) {
+    std::vector<float> us;
+    for (int r = 0; r < kRepeats + 1; ++r) {
+      CHECK(cudaMemsetAsync(a, 0, blocks * sizeof(float), s));
+      CHECK(cudaEventRecord(t0, s));
+      run();
+      CHECK(cudaEventRecord(t1, s));
+      CHECK(cudaEventSynchronize(t1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      if (r) us.push_back(1000.0f * ms / kSteps);
+    }
+    return median(us);
+  };
+  const float kernel_us = per_step_us([&] { CHECK(cudaGraphLaunch(exec, s)); });
   expect_all_steps(a, blocks, "kernel chain");
-  for (int r = 0; r < kRepeats + 1; ++r) {
+  const float barrier_us = per_step_us([&] {
     CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), s));
-    CHECK(cudaMemsetAsync(a, 0, blocks * sizeof(float), s));
-    CHECK(cudaEventRecord(t0, s));
     barrier_kernel<<<blocks, kThreads, 0, s>>>(a, b, count, kSteps);
     CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(t1, s));
-    CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    if (r) barrier_us.push_back(1000.0f * ms / kSteps);
-  }
+  });
   expect_all_steps(a, blocks, "grid barrier");
   std::printf("%d blocks of %d threads, %d steps, median of %d runs:\n", blocks, kThreads, kSteps, kRepeats);
-  std::printf("  kernel boundary (PDL, in a graph): %.2f us a step\n", median(kernel_us));
-  std::printf("  grid barrier (one kernel):         %.2f us a step\n", median(barrier_us));
+  std::printf("  kernel boundary (PDL, in a graph): %.2f us a step\n", kernel_us);
+  std::printf("  grid barrier (one kernel):         %.2f us a step\n", barrier_us);
   return 0;
 }
