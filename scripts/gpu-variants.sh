@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
 # On the GPU machine: decode speed of several code variants in one call, so that one device
-# session can compare many. Each argument is a patch (`git diff` output, e.g. an untracked
-# variants/*.diff) applied to the tree in turn; the tree as it is runs first as "base". Each
-# variant is built incrementally in build-gpu (only the files it touches recompile) and timed with
-# `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`; the patch is
-# reverted before the next. Ends with a table: tok/s at each context and the kernels' shares.
-# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] PATCH...
+# session can compare many. Each argument is a variant folder (variants/NAME/, ignored by git:
+# device tool carry [".deps", "variants"]) holding whole files at their paths in the tree
+# (variants/NAME/src/backend/cuda/linear.cu); they
+# replace the tree's files in turn (no git or patch needed there), and the tree as it is runs first
+# as "base". Each variant is built incrementally in build-gpu (only the files it changes recompile)
+# and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
+# the tree's files are put back before the next. Ends with a table: tok/s at each context and the
+# kernels' shares of the step.
+# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] VARIANT_DIR...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 weights=int4
 bench_args="--decode-context 0,4096"
-patches=()
+variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --weights) weights="$2"; shift ;;
     --bench-args) bench_args="$2"; shift ;;
-    *) patches+=("$1") ;;
+    *) variants+=("${1%/}") ;;
   esac
   shift
 done
 logs="${OUT:-build-gpu}"
 mkdir -p "$logs"
-for p in "${patches[@]}"; do
-  git apply --check "$p" || { echo "patch $p does not apply to this tree" >&2; exit 2; }
+backup="$(mktemp -d)"  # the tree's own copies of the files a variant replaces
+for v in "${variants[@]}"; do
+  [ -d "$v" ] || { echo "variant $v is not a folder" >&2; exit 2; }
+  (cd "$v" && find . -type f) | while read -r f; do
+    [ -f "$f" ] || { echo "variant $v replaces $f, which the tree does not have" >&2; exit 2; }
+  done || exit 2
 done
 
 # Builds and times the current tree as variant $1 (JSON into $logs/variant-$1.json).
@@ -39,11 +46,14 @@ run_variant() {
 
 names=(base)
 run_variant base
-for p in "${patches[@]}"; do
-  name="$(basename "$p" .diff)"
+for v in "${variants[@]}"; do
+  name="$(basename "$v")"
   names+=("$name")
-  git apply "$p" && run_variant "$name"
-  git apply -R "$p" || { echo "could not revert $p" >&2; exit 1; }
+  files=$(cd "$v" && find . -type f)
+  rm -rf "$backup" && mkdir -p "$backup"
+  for f in $files; do mkdir -p "$backup/$(dirname "$f")" && cp -p "$f" "$backup/$f" && cp "$v/$f" "$f"; done
+  run_variant "$name"
+  for f in $files; do cp "$backup/$f" "$f"; done  # a fresh time stamp: ninja rebuilds what it built from the variant
 done
 scripts/gpu-build.sh "$logs" > /dev/null  # leave build-gpu matching the tree
 
