@@ -1,8 +1,8 @@
 // Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
 // block stages its activation rows in shared memory (fp32 for bf16 weights, two int8 levels with
-// a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring chunks hit distinct banks, together
-// with each chunk's Σx; weights then stream from HBM in 16-byte chunks (32 4-bit, 16 8-bit or 8
-// bf16 weights), several rows in flight per lane.
+// a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring chunks hit
+// distinct banks, together with each chunk's Σx; weights then stream from HBM in 16-byte chunks
+// (32 4-bit, 16 8-bit or 8 bf16 weights), several rows in flight per lane.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 
@@ -31,7 +31,7 @@ inline bool chunked_layout(const DeviceMatrix& m) {
 }
 
 // Shared memory for `rows` staged activation rows of a `cols`-wide matrix of format f: the
-// chunks, each chunk's Σx and (4-bit) scale, and each row's Σx² (for a staged norm).
+// chunks, each chunk's Σx and int8 scale, and each row's Σx² (for a staged norm).
 inline size_t staged_bytes(WFormat f, int cols, int rows) {
   const int chunks = cols / chunk_weights(f);
   return (size_t(rows) * chunks * (chunk_pitch(f) + 2) + rows) * sizeof(float);
@@ -152,13 +152,13 @@ __device__ __forceinline__ float dot_bf16(const Chunk& ch, const float* xs) {
 }
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
-// the fp32 values) and, for 4- and 8-bit weights, the scale of its int8 activations' second level. Under a
-// staged norm, rows hold x·w and row_ss each row's Σx².
+// the fp32 values) and, for 4- and 8-bit weights, the scale d/127 of its second int8 level. Under
+// a staged norm, rows hold x·w and row_ss each row's Σx².
 template <WFormat F>
 struct Staged {
   const float* xs;
   const float* sums;
-  const float* unscale;
+  const float* level_scale;
   const float* row_ss;  // null: no norm
   int chunks;
   float inv_cols, eps;
@@ -175,7 +175,7 @@ struct Staged {
       // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127)·Σ q·(127·x1 + x2) + b·Σx
       const int i = row * chunks + c;
       const int q = F == WFormat::Q4 ? dot_q4_int8x2(ch.raw, chunk(row, c)) : dot_q8_int8x2(ch.raw, chunk(row, c));
-      return ch.scale * unscale[i] * float(q) + ch.bias * sums[i];
+      return ch.scale * level_scale[i] * float(q) + ch.bias * sums[i];
     }
   }
 };
@@ -196,8 +196,8 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
   float* sums = xs + int64_t(n) * pitch;
-  float* unscale = sums + n;
-  float* row_ss = unscale + n;
+  float* level_scale = sums + n;
+  float* row_ss = level_scale + n;
   if (norm.w) {
     for (int r = threadIdx.x; r < rows; r += blockDim.x) row_ss[r] = 0.0f;
     __syncthreads();
@@ -249,7 +249,7 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
       }
       reinterpret_cast<uint2*>(dst)[part] = make_uint2(hi[0], hi[1]);
       reinterpret_cast<uint2*>(dst + level_offset(F))[part] = make_uint2(lo[0], lo[1]);
-      if (part == 0) unscale[p] = mx / (127.0f * 127.0f);
+      if (part == 0) level_scale[p] = mx / (127.0f * 127.0f);
     } else {
       reinterpret_cast<float4*>(dst + 8 * part)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(dst + 8 * part)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -257,7 +257,7 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
     if (part == 0) sums[p] = sum;
   }
   __syncthreads();
-  return Staged<F>{xs, sums, unscale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
+  return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add).

@@ -221,10 +221,10 @@ bool gate_staged_with(const DeviceMatrix& router, const DeviceMatrix& shared_gat
 }
 
 // grid (ceil((E+1)/8), T), PDL: the decode router. A warp per router row loads the whole row into
-// registers before waiting for x, then dots it with x staged in fp32. Row E is the shared-expert
-// gate: staged the same way when it has the router's format (gate_staged), else the plain warp
-// dot. The last block of a token (counted in done[t], left at zero) runs its softmax + top-k.
-// A staged norm (the post-attention RMSNorm) needs the gate staged.
+// registers before waiting for x, then dots it with x staged (fp32, or two int8 levels for 8-bit
+// rows). Row E is the shared-expert gate: staged the same way when it has the router's format
+// (gate_staged), else the plain warp dot. The last block of a token (counted in done[t], left at
+// zero) runs its softmax + top-k. A staged norm (the post-attention RMSNorm) needs the gate staged.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix router, DeviceMatrix shared_gate,
                                                                     bool has_shared, bool gate_staged, const void* x,
@@ -593,7 +593,7 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
                         const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                         const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T, int64_t x_stride) {
-  return T < kRouteTiledMinTokens && T <= kGemvMaxTokens && norm_stageable(router.cols, x_stride) &&
+  return T <= kGemvMaxTokens && norm_stageable(router.cols, x_stride) &&
          router_staged_fits(router) && (!shared_gate || gate_staged_with(router, *shared_gate)) &&
          moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
 }
