@@ -96,14 +96,21 @@ __device__ __forceinline__ ChunkMatrix<F> chunk_matrix(const DeviceMatrix& m) {
   return with_data(v, m);
 }
 
+// One chunk's staged activations in registers: two int8 levels (4 words each for 4-bit weights,
+// x[0..1] the first level, x[2..3] the second; 2 words each for 8-bit: x[0], x[1]) or 8 fp32
+// values (bf16 weights); with the chunk's Σx and second-level scale d/127² (4- and 8-bit).
+template <WFormat F>
+struct ChunkX {
+  uint4 x[F == WFormat::Q4 ? 4 : 2];
+  float sum, level_scale;
+};
+
 // Σ q·(127·x1 + x2) over 32 4-bit codes q and their activations' two int8 levels (x ≈ d·(x1 +
 // x2/127)), on the integer dot-product units: the word's low nibbles (even weights) meet each
 // level's first activation word, the high ones its second. Exact: |Σ| < 2^23.
-__device__ __forceinline__ int dot_q4_int8x2(const uint4& raw, const float* xs) {
-  const uint4* x16 = reinterpret_cast<const uint4*>(xs);
-  const uint4 a = x16[0], b = x16[1], c = x16[2], d = x16[3];
-  const uint32_t hi[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  const uint32_t lo[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+__device__ __forceinline__ int dot_q4_int8x2(const uint4& raw, const uint4 (&x)[4]) {
+  const uint32_t hi[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const uint32_t lo[8] = {x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
   int acc_hi = 0, acc_lo = 0;
 #pragma unroll
@@ -119,10 +126,8 @@ __device__ __forceinline__ int dot_q4_int8x2(const uint4& raw, const float* xs) 
 
 // Σ q·(127·x1 + x2) over 16 8-bit codes (unsigned) and their activations' two int8 levels, in
 // natural order. Exact: |Σ| < 2^27.
-__device__ __forceinline__ int dot_q8_int8x2(const uint4& raw, const float* xs) {
-  const uint4* x16 = reinterpret_cast<const uint4*>(xs);
-  const uint4 a = x16[0], b = x16[1];
-  const uint32_t hi[4] = {a.x, a.y, a.z, a.w}, lo[4] = {b.x, b.y, b.z, b.w};
+__device__ __forceinline__ int dot_q8_int8x2(const uint4& raw, const uint4 (&x)[2]) {
+  const uint32_t hi[4] = {x[0].x, x[0].y, x[0].z, x[0].w}, lo[4] = {x[1].x, x[1].y, x[1].z, x[1].w};
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
   int acc_hi = 0, acc_lo = 0;
 #pragma unroll
@@ -133,22 +138,36 @@ __device__ __forceinline__ int dot_q8_int8x2(const uint4& raw, const float* xs) 
   return 127 * acc_hi + acc_lo;
 }
 
-// Σ w·x over one chunk of 8 bf16 weights; xs points at the chunk's fp32 activations.
-__device__ __forceinline__ float dot_bf16(const Chunk& ch, const float* xs) {
+// Σ w·x over one chunk of 8 bf16 weights and their 8 fp32 activations (x[0..1] as float4 bits).
+__device__ __forceinline__ float dot_bf16(const Chunk& ch, const uint4 (&x)[2]) {
   const uint32_t words[4] = {ch.raw.x, ch.raw.y, ch.raw.z, ch.raw.w};
-  const float4* x4 = reinterpret_cast<const float4*>(xs);
   float a0 = 0.0f, a1 = 0.0f;  // two chains hide the FMA latency
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float4 x = x4[i];
+    const float4 x4 = make_float4(__uint_as_float(x[i].x), __uint_as_float(x[i].y), __uint_as_float(x[i].z),
+                                  __uint_as_float(x[i].w));
     const float2 w0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i]));
     const float2 w1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[2 * i + 1]));
-    a0 = fmaf(w0.x, x.x, a0);
-    a1 = fmaf(w0.y, x.y, a1);
-    a0 = fmaf(w1.x, x.z, a0);
-    a1 = fmaf(w1.y, x.w, a1);
+    a0 = fmaf(w0.x, x4.x, a0);
+    a1 = fmaf(w0.y, x4.y, a1);
+    a0 = fmaf(w1.x, x4.z, a0);
+    a1 = fmaf(w1.y, x4.w, a1);
   }
   return a0 + a1;
+}
+
+// Σ w·x of one chunk of weights with its staged activations.
+template <WFormat F>
+__device__ __forceinline__ float dot_x(const Chunk& ch, const ChunkX<F>& cx) {
+  if constexpr (F == WFormat::BF16) {
+    return dot_bf16(ch, cx.x);
+  } else {
+    // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127²)·Σ q·(127·x1 + x2) + b·Σx
+    int q;
+    if constexpr (F == WFormat::Q4) q = dot_q4_int8x2(ch.raw, cx.x);
+    else q = dot_q8_int8x2(ch.raw, cx.x);
+    return ch.scale * cx.level_scale * float(q) + ch.bias * cx.sum;
+  }
 }
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
@@ -167,17 +186,28 @@ struct Staged {
   __device__ const float* chunk(int row, int c) const {
     return xs + (int64_t(row) * chunks + c) * chunk_pitch(F);
   }
-  // Σ w·x of chunk c of activation row `row` with the weights in ch.
-  __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const {
-    if constexpr (F == WFormat::BF16) {
-      return dot_bf16(ch, chunk(row, c));
+  // Chunk c of activation row `row`, loaded to registers.
+  __device__ __forceinline__ ChunkX<F> load_x(int row, int c) const {
+    ChunkX<F> cx;
+    const uint4* p = reinterpret_cast<const uint4*>(chunk(row, c));
+    if constexpr (F == WFormat::Q4) {
+      cx.x[0] = p[0];
+      cx.x[1] = p[1];
+      cx.x[2] = p[2];
+      cx.x[3] = p[3];
     } else {
-      // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127)·Σ q·(127·x1 + x2) + b·Σx
-      const int i = row * chunks + c;
-      const int q = F == WFormat::Q4 ? dot_q4_int8x2(ch.raw, chunk(row, c)) : dot_q8_int8x2(ch.raw, chunk(row, c));
-      return ch.scale * level_scale[i] * float(q) + ch.bias * sums[i];
+      cx.x[0] = p[0];
+      cx.x[1] = p[1];
     }
+    if constexpr (F != WFormat::BF16) {
+      const int i = row * chunks + c;
+      cx.sum = sums[i];
+      cx.level_scale = level_scale[i];
+    }
+    return cx;
   }
+  // Σ w·x of chunk c of activation row `row` with the weights in ch.
+  __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const { return dot_x<F>(ch, load_x(row, c)); }
 };
 
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's

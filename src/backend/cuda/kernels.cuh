@@ -35,6 +35,7 @@ struct GemvSegments {
   DeviceMatrix w[kMax];
   GemvOut out[kMax];
   int first_block[kMax + 1] = {};
+  int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;

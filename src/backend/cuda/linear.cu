@@ -3,6 +3,9 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
+
+#include <numeric>
 
 namespace petrel::cuda {
 namespace {
@@ -108,10 +111,245 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
   else launch_gemv_staged<F, TMAX, 1>(segs, x, x_stride, x_elem, T, smem, lpr, norm, s);
 }
 
+// The decode GEMV with its weights copied into shared memory. A block owns one contiguous range
+// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles with
+// cp.async, the first tiles before it waits for the kernel that writes x: a kernel's weights are
+// in flight while its predecessor still runs. One block of 512 threads per multiprocessor, using
+// under half its shared memory and registers, leaves room for the next kernel's block to do the
+// same. Tiles whose rows are dotted free their slot for the range's next tile.
+constexpr int kAsyncWarps = 16;
+constexpr int kAsyncStages = 4;
+constexpr size_t kAsyncRingBytes = 192 * 1024;
+
+// A tile's rows in shared memory: weights (rows x chunks), then scales and biases (rows x groups).
+template <WFormat F>
+struct AsyncTile {
+  const uint4* w;
+  const bf16* scales;
+  const bf16* biases;
+  __device__ Chunk load(const ChunkMatrix<F>& m, int row, int c) const {
+    Chunk ch;
+    ch.raw = w[row * m.chunks + c];
+    if constexpr (F != WFormat::BF16) {
+      const int gi = row * m.groups + (c >> m.group_shift);
+      ch.scale = __bfloat162float(scales[gi]);
+      ch.bias = __bfloat162float(biases[gi]);
+    }
+    return ch;
+  }
+};
+
+// Bytes of one row's tile data: its chunks and, for 4- and 8-bit weights, its scales and biases.
+template <WFormat F>
+__host__ __device__ int async_row_bytes(int chunks, int groups) {
+  return chunks * 16 + (F == WFormat::BF16 ? 0 : 4 * groups);
+}
+
+// Whole block: copies `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
+__device__ __forceinline__ void copy_async(char* dst, const void* src, int bytes) {
+  const char* s = static_cast<const char*>(src);
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x) cp_async16_part(smem_addr(dst + i), s + i, min(16, bytes - i));
+}
+
+// Rows [0, rows) of tile a dotted with one activation row whose chunks lane + 32j (j < CPL) this
+// lane holds in registers: a warp per row, two rows at a time.
+template <WFormat F, int CPL>
+__device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
+                             float scale, const GemvOut& out, int first) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group_step = F == WFormat::BF16 ? 0 : 32 >> m.group_shift;  // groups between chunks 32 apart
+  auto row_dot = [&](int row) {
+    const uint4* w = a.w + row * m.chunks + lane;
+    float acc = 0.0f;
+    if constexpr (F == WFormat::BF16) {
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) acc += dot_x<F>(Chunk{w[32 * j], 0.0f, 0.0f}, xr[j]);
+    } else {
+      const int g = row * m.groups + (lane >> m.group_shift);
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        acc += dot_x<F>(Chunk{w[32 * j], __bfloat162float(a.scales[g + j * group_step]),
+                              __bfloat162float(a.biases[g + j * group_step])},
+                        xr[j]);
+    }
+    return acc;
+  };
+  for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
+    const int row2 = row + kAsyncWarps;
+    const float v = warp_sum(row_dot(row)), v2 = row2 < rows ? warp_sum(row_dot(row2)) : 0.0f;
+    if (lane == 0) write_out(out, first + row, v * scale);
+    if (lane == 0 && row2 < rows) write_out(out, first + row2, v2 * scale);
+  }
+}
+
+// Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row.
+template <WFormat F, int TMAX>
+__device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st, int T,
+                                 int lpr, const GemvOut& out, int first) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
+  for (int base = warp * pass; base < rows; base += kAsyncWarps * pass) {  // uniform per warp: shuffles are safe
+    const int row = base + sub;
+    float acc[TMAX] = {};
+    if (row < rows)
+      for (int c = sl; c < m.chunks; c += lpr) {
+        const Chunk ch = a.load(m, row, c);
+#pragma unroll
+        for (int t = 0; t < TMAX; ++t)
+          if (t < T) acc[t] += st.dot(ch, t, c);
+      }
+#pragma unroll
+    for (int t = 0; t < TMAX; ++t) {
+      const float v = group_sum(acc[t], lpr);
+      if (t < T && sl == 0 && row < rows) write_out(out, t * out.stride + first + row, v * st.row_scale(t));
+    }
+  }
+}
+
+// CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
+// decode step); CPL = 0: up to TMAX rows read from shared memory.
+template <WFormat F, int TMAX, int CPL>
+__global__ void __launch_bounds__(32 * kAsyncWarps, 1)
+    gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
+                      StageNorm norm) {
+  pdl_launch_dependents();
+  DeviceMatrix w;
+  GemvOut out;
+  int block = 0, per = 0;
+#pragma unroll
+  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
+    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
+      w = segs.w[i];
+      out = segs.out[i];
+      block = blockIdx.x - segs.first_block[i];
+      per = segs.rows_per_block[i];
+    }
+  const ChunkMatrix<F> m = chunk_matrix<F>(w);
+  const int r0 = block * per, r1 = min(w.rows, r0 + per), tiles = div_up(r1 - r0, tile_rows);
+  const int slot_bytes = tile_rows * async_row_bytes<F>(m.chunks, m.groups);
+  extern __shared__ float4 smem4[];
+  char* ring = reinterpret_cast<char*>(smem4);
+  auto slot = [&](int tile) {
+    char* p = ring + (tile % kAsyncStages) * slot_bytes;
+    AsyncTile<F> a;
+    a.w = reinterpret_cast<const uint4*>(p);
+    a.scales = reinterpret_cast<const bf16*>(p + tile_rows * m.chunks * 16);
+    a.biases = a.scales + tile_rows * m.groups;
+    return a;
+  };
+  // One copy group per tile, empty past the range's end, so that the wait count stays fixed.
+  auto issue = [&](int tile) {
+    if (tile < tiles) {
+      const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
+      const AsyncTile<F> a = slot(tile);
+      copy_async((char*)a.w, m.w + int64_t(first) * m.chunks, rows * m.chunks * 16);
+      if constexpr (F != WFormat::BF16) {
+        copy_async((char*)a.scales, m.scales + int64_t(first) * m.groups, rows * m.groups * 2);
+        copy_async((char*)a.biases, m.biases + int64_t(first) * m.groups, rows * m.groups * 2);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
+  pdl_wait();
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(ring + kAsyncStages * slot_bytes), x, x_elem, w.cols, T,
+                                     [&](int t) { return t * x_stride; }, norm);
+  ChunkX<F> xr[CPL > 0 ? CPL : 1];
+  if constexpr (CPL > 0) {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) xr[j] = st.load_x(0, threadIdx.x % 32 + 32 * j);
+  }
+  const float scale = st.row_scale(0);
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<kAsyncStages - 1>();
+    __syncthreads();  // every thread's copies of this tile have landed
+    const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
+    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, out, first);
+    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, out, first);
+    __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
+    issue(tile + kAsyncStages);
+  }
+}
+
+// Rows a tile holds (a multiple of `align`), 0 where not even `align` rows fit a ring slot.
+template <WFormat F>
+int async_tile_rows(const DeviceMatrix& w, int align) {
+  const int chunks = w.cols / chunk_weights(F), groups = F == WFormat::BF16 ? 0 : w.cols / w.group;
+  const int rows = int(kAsyncRingBytes / kAsyncStages) / async_row_bytes<F>(chunks, groups);
+  return rows - rows % align;
+}
+
+// Rows whose scales start 16 bytes apart: a block's range and a tile begin at a multiple of it.
+inline int async_row_align(const DeviceMatrix& w) {
+  if (w.format == WFormat::BF16) return 1;
+  const int groups = w.cols / w.group;
+  return 8 / std::gcd(groups, 8);
+}
+
+template <WFormat F>
+bool gemv_async_fits(const GemvSegments& segs, int T) {
+  for (int i = 0; i < segs.n; ++i) {
+    const DeviceMatrix& w = segs.w[i];
+    if (reinterpret_cast<uintptr_t>(w.w) % 16 || reinterpret_cast<uintptr_t>(w.scales) % 16 ||
+        reinterpret_cast<uintptr_t>(w.biases) % 16)
+      return false;
+  }
+  return async_tile_rows<F>(segs.w[0], async_row_align(segs.w[0])) > 0 &&
+         staged_bytes(F, segs.w[0].cols, T) <= 16 * 1024;
+}
+
+template <WFormat F, int TMAX, int CPL>
+void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+                       cudaStream_t s) {
+  const int align = async_row_align(segs.w[0]), tile_rows = async_tile_rows<F>(segs.w[0], align);
+  const DeviceMatrix& w0 = segs.w[0];
+  const int row_bytes = async_row_bytes<F>(w0.cols / chunk_weights(F), F == WFormat::BF16 ? 0 : w0.cols / w0.group);
+  const size_t smem = size_t(kAsyncStages) * tile_rows * row_bytes + staged_bytes(F, w0.cols, T);
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
+  int64_t total = 0;
+  for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
+  segs.first_block[0] = 0;
+  const int spare = std::max(0, sm_count() - segs.n);
+  for (int i = 0; i < segs.n; ++i) {  // blocks in proportion to rows, one per multiprocessor in all
+    const int rows = segs.w[i].rows;
+    const int want = 1 + int(spare * rows / total);
+    const int per = div_up(div_up(rows, want), align) * align;
+    segs.rows_per_block[i] = per;
+    segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
+  }
+  const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
+  launch_pdl(gemv_async_kernel<F, TMAX, CPL>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x, x_stride,
+             x_elem, T, lpr, tile_rows, norm);
+}
+
+// Chunks per lane where one activation row of `chunks` chunks is held in registers (at most 72
+// registers of them), else 0.
+inline int async_chunks_per_lane(WFormat f, int chunks, int T) {
+  if (T != 1 || chunks % 32) return 0;
+  const int cpl = chunks / 32, max_cpl = f == WFormat::Q4 ? 4 : 8;
+  return cpl <= max_cpl && (cpl == 1 || cpl == 2 || cpl == 4 || cpl == 8) ? cpl : 0;
+}
+
+template <WFormat F>
+void gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+                cudaStream_t s) {
+  switch (async_chunks_per_lane(F, segs.w[0].cols / chunk_weights(F), T)) {
+    case 1: return launch_gemv_async<F, 1, 1>(segs, x, x_stride, x_elem, T, norm, s);
+    case 2: return launch_gemv_async<F, 1, 2>(segs, x, x_stride, x_elem, T, norm, s);
+    case 4: return launch_gemv_async<F, 1, 4>(segs, x, x_stride, x_elem, T, norm, s);
+    case 8:
+      if constexpr (F != WFormat::Q4) return launch_gemv_async<F, 1, 8>(segs, x, x_stride, x_elem, T, norm, s);
+  }
+  if (T == 1) launch_gemv_async<F, 1, 0>(segs, x, x_stride, x_elem, T, norm, s);
+  else if (T == 2) launch_gemv_async<F, 2, 0>(segs, x, x_stride, x_elem, T, norm, s);
+  else launch_gemv_async<F, 4, 0>(segs, x, x_stride, x_elem, T, norm, s);
+}
+
 template <WFormat F>
 void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                  cudaStream_t s) {
   const size_t smem = staged_bytes(F, segs.w[0].cols, T);
+  if (gemv_async_fits<F>(segs, T)) return gemv_async<F>(segs, x, x_stride, x_elem, T, norm, s);
   if (T == 1) gemv_staged_rows<F, 1>(segs, x, x_stride, x_elem, T, smem, norm, s);
   else if (T == 2) gemv_staged_rows<F, 2>(segs, x, x_stride, x_elem, T, smem, norm, s);
   else gemv_staged_rows<F, 4>(segs, x, x_stride, x_elem, T, smem, norm, s);
