@@ -89,10 +89,12 @@ struct RealShapeModel : RandomWeights {
     w.embed = dense("embed", c.vocab, H);
     w.lm_head = affine("lm_head", c.vocab, H);
     w.final_norm = vec(H, 0.8f, 1.2f);
-    w.layers.resize(2);
-    for (int i = 0; i < 2; ++i) {
+    // Layer 2 sits outside the two-layer forward pass, for op tests alone: an MoE block all in
+    // 4-bit with an 8-bit router and shared gate, as --weights int4 and MLX 4-bit checkpoints store it.
+    w.layers.resize(3);
+    for (int i = 0; i < 3; ++i) {
       LayerWeights& L = w.layers[i];
-      L.kind = c.layer_kinds[i];
+      L.kind = c.layer_kinds[std::min(i, 1)];
       L.input_norm = vec(H, 0.8f, 1.2f);
       L.post_norm = vec(H, 0.8f, 1.2f);
       L.ffn.moe = true;
@@ -106,7 +108,8 @@ struct RealShapeModel : RandomWeights {
         L.ffn.experts.push_back({make("gate", 512, H), make("up", 512, H), make("down", H, 512)});
       }
       L.ffn.has_shared = true;
-      L.ffn.shared = {dense("sgate", 512, H), dense("sup", 512, H), dense("sdown", H, 512)};
+      L.ffn.shared = i == 2 ? MlpWeights{affine("sgate", 512, H), affine("sup", 512, H), affine("sdown", H, 512)}
+                            : MlpWeights{dense("sgate", 512, H), dense("sup", 512, H), dense("sdown", H, 512)};
       // Layer 1's shared-expert gate 8-bit, as --weights int4 stores it: a one-row 8-bit GEMM.
       L.ffn.shared_gate = i == 0 ? dense("shared_expert_gate", 1, H) : affine("shared_expert_gate", 1, H, 8);
     }
@@ -638,10 +641,12 @@ TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
 }
 
 // T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped
-// GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts,
-// layer 1 4-bit ones.
+// GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts
+// (the staged kernels, gate+up from registers), layer 1 4-bit ones beside a bf16 shared expert
+// (the general kernels), layer 2 4-bit ones throughout (the staged kernels, at T = 1 gate+up
+// from shared memory).
 INSTANTIATE_TEST_SUITE_P(Paths, CudaMoe,
-                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 3, 70, 400)));
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(1, 3, 70, 400)));
 
 TEST(CudaOps, DenseMlpMatchesCpu) {
   REQUIRE_GPU();

@@ -5,6 +5,7 @@
 // (32 4-bit, 16 8-bit or 8 bf16 weights), several rows in flight per lane.
 #pragma once
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 
@@ -307,6 +308,93 @@ inline int lanes_per_row(int chunks) {
   int l = 1;
   while (l < 32 && l * 2 <= chunks) l *= 2;
   return l;
+}
+
+// ---- Weights copied into shared memory by cp.async (decode GEMV, experts' gate+up) ----
+
+// Rows of a matrix in shared memory: weights (rows x chunks), then scales and biases (rows x groups).
+template <WFormat F>
+struct AsyncTile {
+  const uint4* w;
+  const bf16* scales;
+  const bf16* biases;
+  // The tile of up to `rows` rows of m's shape starting at p.
+  __device__ static AsyncTile at(const char* p, int rows, const ChunkMatrix<F>& m) {
+    AsyncTile a;
+    a.w = reinterpret_cast<const uint4*>(p);
+    a.scales = reinterpret_cast<const bf16*>(p + rows * m.chunks * 16);
+    a.biases = a.scales + rows * m.groups;
+    return a;
+  }
+  __device__ Chunk load(const ChunkMatrix<F>& m, int row, int c) const {
+    Chunk ch;
+    ch.raw = w[row * m.chunks + c];
+    if constexpr (F != WFormat::BF16) {
+      const int gi = row * m.groups + (c >> m.group_shift);
+      ch.scale = __bfloat162float(scales[gi]);
+      ch.bias = __bfloat162float(biases[gi]);
+    }
+    return ch;
+  }
+};
+
+// Bytes of one row's tile data: its chunks and, for 4- and 8-bit weights, its scales and biases.
+template <WFormat F>
+__host__ __device__ inline int async_row_bytes(int chunks, int groups) {
+  return chunks * 16 + (F == WFormat::BF16 ? 0 : 4 * groups);
+}
+
+// Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
+__device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes) {
+  const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x) cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
+}
+
+// Whole block: starts copying rows [first, first + rows) of m into tile a. The scales' start must
+// be 16-byte aligned: first·groups a multiple of 8.
+template <WFormat F>
+__device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows) {
+  copy_async(a.w, m.w + first * m.chunks, rows * m.chunks * 16);
+  if constexpr (F != WFormat::BF16) {
+    copy_async(a.scales, m.scales + first * m.groups, rows * m.groups * 2);
+    copy_async(a.biases, m.biases + first * m.groups, rows * m.groups * 2);
+  }
+}
+
+// Chunks per lane where one activation row of `chunks` chunks is held in registers (chunks lane +
+// 32j, at most 72 registers of them), else 0.
+inline int lane_x_chunks(WFormat f, int chunks) {
+  if (chunks % 32) return 0;
+  const int cpl = chunks / 32, max_cpl = f == WFormat::Q4 ? 4 : 8;
+  return cpl <= max_cpl && (cpl == 1 || cpl == 2 || cpl == 4 || cpl == 8) ? cpl : 0;
+}
+
+// This lane's chunks (lane + 32j) of staged activation row 0, into registers.
+template <WFormat F, int CPL>
+__device__ __forceinline__ void load_lane_x(const Staged<F>& st, ChunkX<F> (&xr)[CPL]) {
+#pragma unroll
+  for (int j = 0; j < CPL; ++j) xr[j] = st.load_x(0, threadIdx.x % 32 + 32 * j);
+}
+
+// This lane's part of row `row` of tile a dotted with the activations in xr (a warp_sum away
+// from the whole dot product).
+template <WFormat F, int CPL>
+__device__ __forceinline__ float row_dot_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int row,
+                                            const ChunkX<F> (&xr)[CPL]) {
+  const int lane = threadIdx.x % 32;
+  const uint4* w = a.w + row * m.chunks + lane;
+  float acc = 0.0f;
+  if constexpr (F == WFormat::BF16) {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) acc += dot_x<F>(Chunk{w[32 * j], 0.0f, 0.0f}, xr[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const int g = row * m.groups + ((lane + 32 * j) >> m.group_shift);
+      acc += dot_x<F>(Chunk{w[32 * j], __bfloat162float(a.scales[g]), __bfloat162float(a.biases[g])}, xr[j]);
+    }
+  }
+  return acc;
 }
 
 // Multiprocessors of the current device (cached).

@@ -3,8 +3,6 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma.cuh"
-
 #include <numeric>
 
 namespace petrel::cuda {
@@ -114,69 +112,23 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // The decode GEMV with its weights copied into shared memory. A block owns one contiguous range
 // of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles with
 // cp.async, the first tiles before it waits for the kernel that writes x: a kernel's weights are
-// in flight while its predecessor still runs. One block of 512 threads per multiprocessor, using
-// under half its shared memory and registers, leaves room for the next kernel's block to do the
-// same. Tiles whose rows are dotted free their slot for the range's next tile.
+// in flight while its predecessor still runs. One block of 512 threads per multiprocessor with a
+// 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
+// room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
+// for the range's next tile.
 constexpr int kAsyncWarps = 16;
 constexpr int kAsyncStages = 4;
 constexpr size_t kAsyncRingBytes = 192 * 1024;
 
-// A tile's rows in shared memory: weights (rows x chunks), then scales and biases (rows x groups).
-template <WFormat F>
-struct AsyncTile {
-  const uint4* w;
-  const bf16* scales;
-  const bf16* biases;
-  __device__ Chunk load(const ChunkMatrix<F>& m, int row, int c) const {
-    Chunk ch;
-    ch.raw = w[row * m.chunks + c];
-    if constexpr (F != WFormat::BF16) {
-      const int gi = row * m.groups + (c >> m.group_shift);
-      ch.scale = __bfloat162float(scales[gi]);
-      ch.bias = __bfloat162float(biases[gi]);
-    }
-    return ch;
-  }
-};
-
-// Bytes of one row's tile data: its chunks and, for 4- and 8-bit weights, its scales and biases.
-template <WFormat F>
-__host__ __device__ int async_row_bytes(int chunks, int groups) {
-  return chunks * 16 + (F == WFormat::BF16 ? 0 : 4 * groups);
-}
-
-// Whole block: copies `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
-__device__ __forceinline__ void copy_async(char* dst, const void* src, int bytes) {
-  const char* s = static_cast<const char*>(src);
-  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x) cp_async16_part(smem_addr(dst + i), s + i, min(16, bytes - i));
-}
-
-// Rows [0, rows) of tile a dotted with one activation row whose chunks lane + 32j (j < CPL) this
-// lane holds in registers: a warp per row, two rows at a time.
+// Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
+// `scale`): a warp per row, two rows at a time.
 template <WFormat F, int CPL>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
                              float scale, const GemvOut& out, int first) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group_step = F == WFormat::BF16 ? 0 : 32 >> m.group_shift;  // groups between chunks 32 apart
-  auto row_dot = [&](int row) {
-    const uint4* w = a.w + row * m.chunks + lane;
-    float acc = 0.0f;
-    if constexpr (F == WFormat::BF16) {
-#pragma unroll
-      for (int j = 0; j < CPL; ++j) acc += dot_x<F>(Chunk{w[32 * j], 0.0f, 0.0f}, xr[j]);
-    } else {
-      const int g = row * m.groups + (lane >> m.group_shift);
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        acc += dot_x<F>(Chunk{w[32 * j], __bfloat162float(a.scales[g + j * group_step]),
-                              __bfloat162float(a.biases[g + j * group_step])},
-                        xr[j]);
-    }
-    return acc;
-  };
   for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
     const int row2 = row + kAsyncWarps;
-    const float v = warp_sum(row_dot(row)), v2 = row2 < rows ? warp_sum(row_dot(row2)) : 0.0f;
+    const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
     if (lane == 0) write_out(out, first + row, v * scale);
     if (lane == 0 && row2 < rows) write_out(out, first + row2, v2 * scale);
   }
@@ -228,24 +180,12 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const int slot_bytes = tile_rows * async_row_bytes<F>(m.chunks, m.groups);
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
-  auto slot = [&](int tile) {
-    char* p = ring + (tile % kAsyncStages) * slot_bytes;
-    AsyncTile<F> a;
-    a.w = reinterpret_cast<const uint4*>(p);
-    a.scales = reinterpret_cast<const bf16*>(p + tile_rows * m.chunks * 16);
-    a.biases = a.scales + tile_rows * m.groups;
-    return a;
-  };
+  auto slot = [&](int tile) { return AsyncTile<F>::at(ring + (tile % kAsyncStages) * slot_bytes, tile_rows, m); };
   // One copy group per tile, empty past the range's end, so that the wait count stays fixed.
   auto issue = [&](int tile) {
     if (tile < tiles) {
       const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-      const AsyncTile<F> a = slot(tile);
-      copy_async((char*)a.w, m.w + int64_t(first) * m.chunks, rows * m.chunks * 16);
-      if constexpr (F != WFormat::BF16) {
-        copy_async((char*)a.scales, m.scales + int64_t(first) * m.groups, rows * m.groups * 2);
-        copy_async((char*)a.biases, m.biases + int64_t(first) * m.groups, rows * m.groups * 2);
-      }
+      copy_rows_async(slot(tile), m, first, rows);
     }
     cp_async_commit();
   };
@@ -255,10 +195,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(ring + kAsyncStages * slot_bytes), x, x_elem, w.cols, T,
                                      [&](int t) { return t * x_stride; }, norm);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
-  if constexpr (CPL > 0) {
-#pragma unroll
-    for (int j = 0; j < CPL; ++j) xr[j] = st.load_x(0, threadIdx.x % 32 + 32 * j);
-  }
+  if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<kAsyncStages - 1>();
@@ -322,18 +259,10 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
              x_elem, T, lpr, tile_rows, norm);
 }
 
-// Chunks per lane where one activation row of `chunks` chunks is held in registers (at most 72
-// registers of them), else 0.
-inline int async_chunks_per_lane(WFormat f, int chunks, int T) {
-  if (T != 1 || chunks % 32) return 0;
-  const int cpl = chunks / 32, max_cpl = f == WFormat::Q4 ? 4 : 8;
-  return cpl <= max_cpl && (cpl == 1 || cpl == 2 || cpl == 4 || cpl == 8) ? cpl : 0;
-}
-
 template <WFormat F>
 void gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                 cudaStream_t s) {
-  switch (async_chunks_per_lane(F, segs.w[0].cols / chunk_weights(F), T)) {
+  switch (T == 1 ? lane_x_chunks(F, segs.w[0].cols / chunk_weights(F)) : 0) {
     case 1: return launch_gemv_async<F, 1, 1>(segs, x, x_stride, x_elem, T, norm, s);
     case 2: return launch_gemv_async<F, 1, 2>(segs, x, x_stride, x_elem, T, norm, s);
     case 4: return launch_gemv_async<F, 1, 4>(segs, x, x_stride, x_elem, T, norm, s);

@@ -4,6 +4,9 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
+#include <algorithm>
+#include <numeric>
+
 namespace petrel::cuda {
 namespace {
 
@@ -371,6 +374,95 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   }
 }
 
+constexpr int kGateUpAsyncWarps = 16;
+constexpr size_t kGateUpAsyncMaxSmem = 200 * 1024;
+
+// grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
+// memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
+// at once with cp.async (the shared expert's before waiting for the router, a routed expert's
+// as soon as its id is read), stages its token's activations while they land and keeps its
+// lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
+// in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
+template <WFormat F, int CPL>
+__global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
+    gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix down, DeviceMatrix s_gate, DeviceMatrix s_up,
+                         DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, const int* ids,
+                         float* act, int act_stride, int per, StageNorm norm) {
+  extern __shared__ float4 smem4[];
+  pdl_launch_dependents();
+  const int slot = blockIdx.y;
+  const bool routed = slot < k;
+  if (!routed && !has_shared) return;
+  ChunkMatrix<F> gm = chunk_matrix<F>(routed ? gate : s_gate), um = chunk_matrix<F>(routed ? up : s_up);
+  const int rows = routed ? gate.rows : s_gate.rows, r0 = blockIdx.x * per, n = min(per, rows - r0);
+  if (n <= 0) return;
+  const int tile_bytes = per * async_row_bytes<F>(gm.chunks, gm.groups);
+  char* smem = reinterpret_cast<char*>(smem4);
+  const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
+  auto issue = [&]() {
+    copy_rows_async(gt, gm, r0, n);
+    copy_rows_async(ut, um, r0, n);
+    cp_async_commit();
+  };
+  if (!routed) issue();  // the shared expert's weights: in flight before waiting
+  pdl_wait();
+  const int expert = routed ? ids[slot] : -1;
+  if (routed) {
+    gm = with_data(gm, gate.entry(expert));
+    um = with_data(um, up.entry(expert));
+    issue();
+  }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1,
+                                     [](int) { return int64_t(0); }, norm);
+  ChunkX<F> xr[CPL];
+  load_lane_x(st, xr);
+  const float scale = st.row_scale(0);
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's copies have landed
+  if (threadIdx.x == 0) {
+    const DeviceMatrix d = routed ? down.entry(expert) : s_down;
+    const int share = div_up(d.rows, gridDim.x);
+    chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * share, min(d.rows, int(blockIdx.x + 1) * share));
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int row = warp; row < n; row += kGateUpAsyncWarps) {
+    const float g = warp_sum(row_dot_x1(gt, gm, row, xr)), u = warp_sum(row_dot_x1(ut, um, row, xr));
+    if (lane == 0) act[int64_t(slot) * act_stride + r0 + row] = siluf_(g * scale) * (u * scale);
+  }
+}
+
+// Rows per gate_up_async_kernel block for `slots` slots of `rows` rows (one wave of blocks, one
+// per multiprocessor), or 0 where the async form does not take this shape.
+int gate_up_async_rows(const DeviceMatrix& gate, int slots) {
+  const int cw = chunk_weights(gate.format), chunks = gate.cols / cw;
+  if (lane_x_chunks(gate.format, chunks) == 0) return 0;
+  const int groups = gate.format == WFormat::BF16 ? 0 : gate.cols / gate.group;
+  const int align = gate.format == WFormat::BF16 ? 1 : 8 / std::gcd(groups, 8);  // 16-byte aligned scales
+  const int blocks = std::max(1, sm_count() / slots);
+  const int per = div_up(div_up(gate.rows, blocks), align) * align;
+  const int row_bytes = gate.format == WFormat::Q4   ? async_row_bytes<WFormat::Q4>(chunks, groups)
+                        : gate.format == WFormat::Q8 ? async_row_bytes<WFormat::Q8>(chunks, groups)
+                                                     : async_row_bytes<WFormat::BF16>(chunks, groups);
+  const size_t smem = 2 * size_t(per) * row_bytes + staged_bytes(gate.format, gate.cols, 1);
+  return smem <= kGateUpAsyncMaxSmem ? per : 0;
+}
+
+template <WFormat F, int CPL>
+void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                          const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
+                          const void* x, int x_elem, int k, const int* ids, float* act, int width, int per,
+                          StageNorm norm, cudaStream_t s) {
+  const bool shared = s_gate != nullptr;
+  const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
+  const int groups = F == WFormat::BF16 ? 0 : gate.cols / gate.group;
+  const size_t smem = 2 * size_t(per) * async_row_bytes<F>(gate.cols / chunk_weights(F), groups) +
+                      staged_bytes(F, gate.cols, 1);
+  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(smem);
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, per), slots), 32 * kGateUpAsyncWarps, smem, s, gate, up,
+             down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared ? *s_down : DeviceMatrix{},
+             shared, x, x_elem, k, ids, act, width, per, norm);
+}
+
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
 // chunk) pairs of one output row, kDownChunksInFlight pairs per lane at once; a block issues its
 // first loads (the router's choice read) before staging its token's k (+1 shared) activation rows.
@@ -422,6 +514,94 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
   if (lane == 0 && h < down.rows) write_out(out, t * out.stride + h, acc);
 }
 
+// grid (H / per), PDL, one token: down_staged_kernel with the weights copied into shared memory.
+// A block owns `per` output rows of all n = k (+1) matrices the token meets: it copies the shared
+// expert's rows before waiting, a routed expert's as soon as the router's choice is read, stages
+// the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
+// registers, PPL pairs per lane; then a warp per output row.
+template <WFormat F, int PPL>
+__global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
+    down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
+                      const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
+                      int per) {
+  extern __shared__ float4 smem4[];
+  __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
+  pdl_launch_dependents();
+  const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
+  const ChunkMatrix<F> dm = chunk_matrix<F>(down);
+  const int tile_bytes = per * async_row_bytes<F>(dm.chunks, dm.groups);
+  char* smem = reinterpret_cast<char*>(smem4);
+  auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
+  if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
+  pdl_wait();
+  for (int j = 0; j < k; ++j) copy_rows_async(tile(j), with_data(dm, down.entry(ids[j])), r0, rows);
+  cp_async_commit();
+  if (int(threadIdx.x) < n) mix[threadIdx.x] = int(threadIdx.x) < k ? weights[threadIdx.x] : sgate[0];
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int scales_at = per * dm.chunks * 16, biases_from_scales = per * dm.groups * 2;
+  ChunkX<F> xr[PPL];
+  float mr[PPL];
+  int w_at[PPL], s_at[PPL];  // byte offsets of the pair's chunk and scale in row 0 of its tile
+#pragma unroll
+  for (int i = 0; i < PPL; ++i) {  // pair p = lane + 32i is (row j = p / chunks, chunk c = p % chunks)
+    const int p = lane + 32 * i, j = p / dm.chunks, c = p % dm.chunks;
+    mr[i] = 0.0f;
+    w_at[i] = j * tile_bytes + c * 16;
+    s_at[i] = j * tile_bytes + scales_at + (c >> dm.group_shift) * 2;
+    if (j < n) {
+      xr[i] = st.load_x(j, c);
+      mr[i] = mix[j];
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's copies have landed
+  for (int row = warp; row < rows; row += kGateUpAsyncWarps) {
+    const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PPL; ++i) {
+      if (lane + 32 * i >= n * dm.chunks) continue;
+      Chunk ch;
+      ch.raw = *reinterpret_cast<const uint4*>(smem + w_at[i] + row_w);
+      if constexpr (F != WFormat::BF16) {
+        const char* sp = smem + s_at[i] + row_s;
+        ch.scale = __bfloat162float(*reinterpret_cast<const bf16*>(sp));
+        ch.bias = __bfloat162float(*reinterpret_cast<const bf16*>(sp + biases_from_scales));
+      }
+      acc += mr[i] * dot_x<F>(ch, xr[i]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) write_out(out, r0 + row, acc);
+  }
+}
+
+// Output rows per down_async_kernel block (one wave of blocks, one per multiprocessor) and its
+// pairs per lane, or {0, 0} where the async form does not take this shape.
+std::pair<int, int> down_async_shape(const DeviceMatrix& down, int n) {
+  const int chunks = down.cols / chunk_weights(down.format), pairs = div_up(n * chunks, 32);
+  const int ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
+  const int groups = down.format == WFormat::BF16 ? 0 : down.cols / down.group;
+  const int align = down.format == WFormat::BF16 ? 1 : 8 / std::gcd(groups, 8);  // 16-byte aligned scales
+  const int per = div_up(div_up(down.rows, sm_count()), align) * align;
+  const int row_bytes = chunks * 16 + (down.format == WFormat::BF16 ? 0 : 4 * groups);
+  const size_t smem = size_t(n) * per * row_bytes + staged_bytes(down.format, down.cols, n);
+  if (ppl == 0 || smem > kGateUpAsyncMaxSmem) return {0, 0};
+  return {per, ppl};
+}
+
+template <WFormat F, int PPL>
+void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids, const float* weights,
+                       const float* sgate, const float* act, int width, const GemvOut& out, int per, cudaStream_t s) {
+  const int n = k + (s_down ? 1 : 0), chunks = down.cols / chunk_weights(F);
+  const int groups = F == WFormat::BF16 ? 0 : down.cols / down.group;
+  const size_t smem = size_t(n) * per * async_row_bytes<F>(chunks, groups) + staged_bytes(F, down.cols, n);
+  allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, per), 32 * kGateUpAsyncWarps, smem, s, down,
+             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, per);
+}
+
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked format.
 bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k) {
@@ -442,15 +622,31 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                        const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
-  const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
-  const int gu_rows = kWarps * kStagedRows * (32 / lpr);
-  launch_pdl(gate_up_staged_kernel<F>, dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1),
-             s, gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr, norm);
+  const int per = T == 1 ? gate_up_async_rows(gate, slots) : 0;
+  if (per > 0) {
+    switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
+      case 1: launch_gate_up_async<F, 1>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
+      case 2: launch_gate_up_async<F, 2>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
+      case 4: launch_gate_up_async<F, 4>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
+      default:
+        if constexpr (F != WFormat::Q4)
+          launch_gate_up_async<F, 8>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s);
+    }
+  } else {
+    const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
+    const int gu_rows = kWarps * kStagedRows * (32 / lpr);
+    launch_pdl(gate_up_staged_kernel<F>, dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1),
+               s, gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
+               shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr, norm);
+  }
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
-             down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out);
+  const auto [down_per, ppl] = T == 1 ? down_async_shape(down, n) : std::pair<int, int>{0, 0};
+  if (ppl == 3) launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_per, s);
+  else if (ppl == 5) launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_per, s);
+  else
+    launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
+               down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out);
   PETREL_LAUNCHED("moe down");
 }
 
