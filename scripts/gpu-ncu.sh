@@ -20,14 +20,14 @@ by = collections.OrderedDict()
 for r in rows:
     by.setdefault(r["ID"], {"name": r["Kernel Name"]})[r["Metric Name"]] = r["Metric Value"]
 best, best_t = 0, -1.0
-print(f"{'id':>4} {'kernel':40s} {'us':>8} {'dram%':>6} {'issue%':>6} {'inst':>10} grid x block")
+print(f"{'id':>4} {'kernel':40s} {'us':>8} {'dram%':>6} {'issue%':>6} {'inst':>10} grid x block", file=sys.stderr)
 for i, (k, m) in enumerate(by.items()):
     t = float(m["gpu__time_duration.sum"].replace(",", "")) / 1000.0
     if t > best_t: best, best_t = i, t
     print(f"{i:4d} {m['name'][:40]:40s} {t:8.1f} {m['dram__throughput.avg.pct_of_peak_sustained_elapsed']:>6} "
           f"{m['smsp__issue_active.avg.pct_of_peak_sustained_active']:>6} {m['smsp__inst_executed.sum']:>10} "
           f"{m['launch__grid_size']} x {m['launch__block_size']}", file=sys.stderr)
-print(best)
+print(best)  # the one line on stdout: the longest launch
 PY
 )
 for skip in "$longest" "$focus"; do

@@ -341,8 +341,10 @@ TEST(CudaOps, LinearManyMatchesCpu) {
   }
 }
 
-// T=1..3 take the staged GEMV kernel, 5 the general one, 37 and up the tensor-core GEMM: 64-row
-// tiles, or 128-row ones where those alone fill the GPU (qkv from T=300, the 4-bit LM head at 600);
+// T=1..3 take the decode GEMV (weights copied into shared memory; T=1 with its activations in
+// registers: bf16 qkv 8 chunks a lane, 4-bit o 4, the LM head 2, the 8-bit gate 4), 5 the general
+// one, 37 and up the tensor-core GEMM: 64-row tiles, or 128-row ones where those alone fill the
+// GPU (qkv from T=300, the 4-bit LM head at 600);
 // 129, 300 and 600 end inside a tile.
 INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 129, 130, 300, 600));
 
@@ -696,7 +698,8 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
               cosines[cosines.size() / 2], below, cosines.size());
   // Bounds from four GPU runs with fresh inputs: 6-14 of 103 positions below 0.999, medians
   // 0.99979-0.99985, minima 0.974-0.993 (fp16 activations in the 4-bit GEMVs); with two int8
-  // levels, four runs: 10-18 below, medians 0.99980-0.99984, minima 0.981-0.996.
+  // levels, four runs: 10-18 below, medians 0.99980-0.99984, minima 0.981-0.996; with weights
+  // through shared memory, two runs: 4 and 15 below, medians 0.99981-0.99985.
   EXPECT_GE(cosines[cosines.size() / 2], 0.9995);
   EXPECT_LE(below, int(cosines.size()) / 4);
   EXPECT_GE(cosines[0], 0.95);

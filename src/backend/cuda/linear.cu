@@ -223,12 +223,14 @@ inline int async_row_align(const DeviceMatrix& w) {
   return 8 / std::gcd(groups, 8);
 }
 
+// The async GEMV takes segments whose rows share one layout (tiles are sized for the first) and
+// whose data starts 16-byte aligned, with up to 16 KB of staged activations.
 template <WFormat F>
 bool gemv_async_fits(const GemvSegments& segs, int T) {
   for (int i = 0; i < segs.n; ++i) {
     const DeviceMatrix& w = segs.w[i];
     if (reinterpret_cast<uintptr_t>(w.w) % 16 || reinterpret_cast<uintptr_t>(w.scales) % 16 ||
-        reinterpret_cast<uintptr_t>(w.biases) % 16)
+        reinterpret_cast<uintptr_t>(w.biases) % 16 || (F != WFormat::BF16 && w.group != segs.w[0].group))
       return false;
   }
   return async_tile_rows<F>(segs.w[0], async_row_align(segs.w[0])) > 0 &&

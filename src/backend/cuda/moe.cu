@@ -374,8 +374,11 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   }
 }
 
-constexpr int kGateUpAsyncWarps = 16;
-constexpr size_t kGateUpAsyncMaxSmem = 200 * 1024;
+// The one-token expert kernels with weights in shared memory: a block of 512 threads per
+// multiprocessor, all of its rows in flight at once (bf16 experts' rows do not fit: they keep the
+// register-streaming kernels, and a ring of tiles measured slower than those).
+constexpr int kExpertAsyncWarps = 16;
+constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 
 // grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
 // memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
@@ -384,7 +387,7 @@ constexpr size_t kGateUpAsyncMaxSmem = 200 * 1024;
 // lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
 // in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
 template <WFormat F, int CPL>
-__global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix down, DeviceMatrix s_gate, DeviceMatrix s_up,
                          DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, const int* ids,
                          float* act, int act_stride, int per, StageNorm norm) {
@@ -425,7 +428,7 @@ __global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
     chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * share, min(d.rows, int(blockIdx.x + 1) * share));
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = warp; row < n; row += kGateUpAsyncWarps) {
+  for (int row = warp; row < n; row += kExpertAsyncWarps) {
     const float g = warp_sum(row_dot_x1(gt, gm, row, xr)), u = warp_sum(row_dot_x1(ut, um, row, xr));
     if (lane == 0) act[int64_t(slot) * act_stride + r0 + row] = siluf_(g * scale) * (u * scale);
   }
@@ -444,7 +447,7 @@ int gate_up_async_rows(const DeviceMatrix& gate, int slots) {
                         : gate.format == WFormat::Q8 ? async_row_bytes<WFormat::Q8>(chunks, groups)
                                                      : async_row_bytes<WFormat::BF16>(chunks, groups);
   const size_t smem = 2 * size_t(per) * row_bytes + staged_bytes(gate.format, gate.cols, 1);
-  return smem <= kGateUpAsyncMaxSmem ? per : 0;
+  return smem <= kExpertAsyncMaxSmem ? per : 0;
 }
 
 template <WFormat F, int CPL>
@@ -458,7 +461,7 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
   const size_t smem = 2 * size_t(per) * async_row_bytes<F>(gate.cols / chunk_weights(F), groups) +
                       staged_bytes(F, gate.cols, 1);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(smem);
-  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, per), slots), 32 * kGateUpAsyncWarps, smem, s, gate, up,
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, per), slots), 32 * kExpertAsyncWarps, smem, s, gate, up,
              down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared ? *s_down : DeviceMatrix{},
              shared, x, x_elem, k, ids, act, width, per, norm);
 }
@@ -520,7 +523,7 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
 template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
                       int per) {
@@ -557,7 +560,7 @@ __global__ void __launch_bounds__(32 * kGateUpAsyncWarps, 1)
   }
   cp_async_wait<0>();
   __syncthreads();  // every thread's copies have landed
-  for (int row = warp; row < rows; row += kGateUpAsyncWarps) {
+  for (int row = warp; row < rows; row += kExpertAsyncWarps) {
     const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
     float acc = 0.0f;
 #pragma unroll
@@ -587,7 +590,7 @@ std::pair<int, int> down_async_shape(const DeviceMatrix& down, int n) {
   const int per = div_up(div_up(down.rows, sm_count()), align) * align;
   const int row_bytes = chunks * 16 + (down.format == WFormat::BF16 ? 0 : 4 * groups);
   const size_t smem = size_t(n) * per * row_bytes + staged_bytes(down.format, down.cols, n);
-  if (ppl == 0 || smem > kGateUpAsyncMaxSmem) return {0, 0};
+  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {0, 0};
   return {per, ppl};
 }
 
@@ -598,16 +601,17 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
   const int groups = F == WFormat::BF16 ? 0 : down.cols / down.group;
   const size_t smem = size_t(n) * per * async_row_bytes<F>(chunks, groups) + staged_bytes(F, down.cols, n);
   allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, per), 32 * kGateUpAsyncWarps, smem, s, down,
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, per), 32 * kExpertAsyncWarps, smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, per);
 }
 
-// The staged kernels need every expert matrix (and the shared expert's) in one chunked format.
+// The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
 bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k) {
   const DeviceMatrix* all[] = {&gate, &up, &down, s_gate, s_up, s_down};
-  for (const DeviceMatrix* m : all)
-    if (m && (m->format != gate.format || !chunked_layout(*m))) return false;
+  for (const DeviceMatrix* m : all)  // one format and, quantised, one group size: rows of one layout
+    if (m && (m->format != gate.format || !chunked_layout(*m) || (m->format != WFormat::BF16 && m->group != gate.group)))
+      return false;
   if (s_down && (s_down->cols != down.cols || s_gate->cols != gate.cols)) return false;
   if (std::max(gate.rows, s_gate ? s_gate->rows : 0) % 8) return false;  // staged act rows start 16-byte aligned
   return k + 1 <= 33 && staged_bytes(gate.format, down.cols, k + 1) <= 48 * 1024 &&
