@@ -347,7 +347,8 @@ __host__ __device__ inline int async_row_bytes(int chunks, int groups) {
 // Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
 __device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes) {
   const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
-  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x) cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x)
+    cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
 }
 
 // Whole block: starts copying rows [first, first + rows) of m into tile a. The scales' start must

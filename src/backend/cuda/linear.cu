@@ -14,6 +14,26 @@ constexpr int kGemvBlocksPerSm = 3;     // registers allow 3 blocks per multipro
 constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
+// The matrix of a multi-matrix GEMV launch that this block works on, and the block's place in it.
+struct BlockSegment {
+  DeviceMatrix w;
+  GemvOut out;
+  int block = 0, blocks = 0, rows_per_block = 0;
+};
+__device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) {
+  BlockSegment b;
+#pragma unroll
+  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
+    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
+      b.w = segs.w[i];
+      b.out = segs.out[i];
+      b.block = blockIdx.x - segs.first_block[i];
+      b.blocks = segs.first_block[i + 1] - segs.first_block[i];
+      b.rows_per_block = segs.rows_per_block[i];
+    }
+  return b;
+}
+
 // The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 8
 // chunks in flight: NR rows x (8 / NR) consecutive chunk steps. Several matrices sharing the
 // input (a layer's projections) run in one launch, each over its own range of blocks, which
@@ -25,17 +45,10 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm)
     gemv_staged_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, StageNorm norm) {
   constexpr int U = kGemvChunksInFlight / NR;
   pdl_launch_dependents();
-  DeviceMatrix w;
-  GemvOut out;
-  int block = 0, blocks = 0;
-#pragma unroll
-  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
-    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
-      w = segs.w[i];
-      out = segs.out[i];
-      block = blockIdx.x - segs.first_block[i];
-      blocks = segs.first_block[i + 1] - segs.first_block[i];
-    }
+  const BlockSegment seg = block_segment(segs);
+  const DeviceMatrix& w = seg.w;
+  const GemvOut& out = seg.out;
+  const int block = seg.block, blocks = seg.blocks;
   const ChunkMatrix<F> m = chunk_matrix<F>(w);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
@@ -164,19 +177,10 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       StageNorm norm) {
   pdl_launch_dependents();
-  DeviceMatrix w;
-  GemvOut out;
-  int block = 0, per = 0;
-#pragma unroll
-  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
-    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
-      w = segs.w[i];
-      out = segs.out[i];
-      block = blockIdx.x - segs.first_block[i];
-      per = segs.rows_per_block[i];
-    }
-  const ChunkMatrix<F> m = chunk_matrix<F>(w);
-  const int r0 = block * per, r1 = min(w.rows, r0 + per), tiles = div_up(r1 - r0, tile_rows);
+  const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
+  const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
+  const int r0 = seg.block * seg.rows_per_block, r1 = min(seg.w.rows, r0 + seg.rows_per_block);
+  const int tiles = div_up(r1 - r0, tile_rows);
   const int slot_bytes = tile_rows * async_row_bytes<F>(m.chunks, m.groups);
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
@@ -192,8 +196,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
   pdl_wait();
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(ring + kAsyncStages * slot_bytes), x, x_elem, w.cols, T,
-                                     [&](int t) { return t * x_stride; }, norm);
+  float* staged = reinterpret_cast<float*>(ring + kAsyncStages * slot_bytes);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, [&](int t) { return t * x_stride; }, norm);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
@@ -201,8 +205,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, out, first);
-    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, out, first);
+    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first);
+    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 namespace petrel::cuda {
 namespace {
@@ -610,7 +611,8 @@ bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const Dev
                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k) {
   const DeviceMatrix* all[] = {&gate, &up, &down, s_gate, s_up, s_down};
   for (const DeviceMatrix* m : all)  // one format and, quantised, one group size: rows of one layout
-    if (m && (m->format != gate.format || !chunked_layout(*m) || (m->format != WFormat::BF16 && m->group != gate.group)))
+    if (m && (m->format != gate.format || !chunked_layout(*m) ||
+              (m->format != WFormat::BF16 && m->group != gate.group)))
       return false;
   if (s_down && (s_down->cols != down.cols || s_gate->cols != gate.cols)) return false;
   if (std::max(gate.rows, s_gate ? s_gate->rows : 0) % 8) return false;  // staged act rows start 16-byte aligned
@@ -628,13 +630,16 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int slots = T * k + (shared ? T : 0);
   const int per = T == 1 ? gate_up_async_rows(gate, slots) : 0;
   if (per > 0) {
+    auto launch = [&](auto cpl) {
+      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width,
+                                                    per, norm, s);
+    };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
-      case 1: launch_gate_up_async<F, 1>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
-      case 2: launch_gate_up_async<F, 2>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
-      case 4: launch_gate_up_async<F, 4>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s); break;
+      case 1: launch(std::integral_constant<int, 1>{}); break;
+      case 2: launch(std::integral_constant<int, 2>{}); break;
+      case 4: launch(std::integral_constant<int, 4>{}); break;
       default:
-        if constexpr (F != WFormat::Q4)
-          launch_gate_up_async<F, 8>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width, per, norm, s);
+        if constexpr (F != WFormat::Q4) launch(std::integral_constant<int, 8>{});
     }
   } else {
     const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
