@@ -7,6 +7,8 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 
+#include <numeric>
+
 namespace petrel::cuda {
 
 // Weights in one 16-byte chunk of a row.
@@ -338,10 +340,16 @@ struct AsyncTile {
   }
 };
 
-// Bytes of one row's tile data: its chunks and, for 4- and 8-bit weights, its scales and biases.
-template <WFormat F>
-__host__ __device__ inline int async_row_bytes(int chunks, int groups) {
-  return chunks * 16 + (F == WFormat::BF16 ? 0 : 4 * groups);
+// Bytes of one row's tile data: its chunks and its scales and biases (groups 0 for bf16, as in
+// ChunkMatrix).
+__host__ __device__ inline int async_row_bytes(int chunks, int groups) { return chunks * 16 + 4 * groups; }
+inline int async_row_bytes(const DeviceMatrix& m) {
+  return async_row_bytes(m.cols / chunk_weights(m.format), m.format == WFormat::BF16 ? 0 : m.cols / m.group);
+}
+
+// Rows whose scales start 16 bytes apart: tiles begin at a multiple of it (copy_rows_async).
+inline int async_row_align(const DeviceMatrix& m) {
+  return m.format == WFormat::BF16 ? 1 : 8 / std::gcd(m.cols / m.group, 8);
 }
 
 // Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).

@@ -3,7 +3,6 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
-#include <numeric>
 
 namespace petrel::cuda {
 namespace {
@@ -34,10 +33,11 @@ __device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) 
   return b;
 }
 
-// The decode GEMV: activations staged once per block, `lpr` lanes per row; each lane keeps 8
-// chunks in flight: NR rows x (8 / NR) consecutive chunk steps. Several matrices sharing the
-// input (a layer's projections) run in one launch, each over its own range of blocks, which
-// stride over its rows. Launched with PDL: a block loads its first chunks before it waits for
+// The register-streaming decode GEMV, for rows that gemv_async_kernel's tiles do not take (bf16
+// rows wider than ~6K, segments of mixed group sizes): activations staged once per block, `lpr`
+// lanes per row; each lane keeps 8 chunks in flight: NR rows x (8 / NR) consecutive chunk steps.
+// Several matrices sharing the input (a layer's projections) run in one launch, each over its own
+// range of blocks, which stride over its rows. Launched with PDL: a block loads its first chunks before it waits for
 // the kernel that writes x, and asks L2 for its next rows at the start of each pass. A staged
 // norm (the layer's input RMSNorm) and an added output (the residual update) cost no launch.
 template <WFormat F, int TMAX, int NR>
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
   const int r0 = seg.block * seg.rows_per_block, r1 = min(seg.w.rows, r0 + seg.rows_per_block);
   const int tiles = div_up(r1 - r0, tile_rows);
-  const int slot_bytes = tile_rows * async_row_bytes<F>(m.chunks, m.groups);
+  const int slot_bytes = tile_rows * async_row_bytes(m.chunks, m.groups);
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
   auto slot = [&](int tile) { return AsyncTile<F>::at(ring + (tile % kAsyncStages) * slot_bytes, tile_rows, m); };
@@ -212,19 +212,10 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   }
 }
 
-// Rows a tile holds (a multiple of `align`), 0 where not even `align` rows fit a ring slot.
-template <WFormat F>
-int async_tile_rows(const DeviceMatrix& w, int align) {
-  const int chunks = w.cols / chunk_weights(F), groups = F == WFormat::BF16 ? 0 : w.cols / w.group;
-  const int rows = int(kAsyncRingBytes / kAsyncStages) / async_row_bytes<F>(chunks, groups);
+// Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
+inline int async_tile_rows(const DeviceMatrix& w) {
+  const int align = async_row_align(w), rows = int(kAsyncRingBytes / kAsyncStages) / async_row_bytes(w);
   return rows - rows % align;
-}
-
-// Rows whose scales start 16 bytes apart: a block's range and a tile begin at a multiple of it.
-inline int async_row_align(const DeviceMatrix& w) {
-  if (w.format == WFormat::BF16) return 1;
-  const int groups = w.cols / w.group;
-  return 8 / std::gcd(groups, 8);
 }
 
 // The async GEMV takes segments whose rows share one layout (tiles are sized for the first) and
@@ -237,17 +228,16 @@ bool gemv_async_fits(const GemvSegments& segs, int T) {
         reinterpret_cast<uintptr_t>(w.biases) % 16 || (F != WFormat::BF16 && w.group != segs.w[0].group))
       return false;
   }
-  return async_tile_rows<F>(segs.w[0], async_row_align(segs.w[0])) > 0 &&
+  return async_tile_rows(segs.w[0]) > 0 &&
          staged_bytes(F, segs.w[0].cols, T) <= 16 * 1024;
 }
 
 template <WFormat F, int TMAX, int CPL>
 void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                        cudaStream_t s) {
-  const int align = async_row_align(segs.w[0]), tile_rows = async_tile_rows<F>(segs.w[0], align);
   const DeviceMatrix& w0 = segs.w[0];
-  const int row_bytes = async_row_bytes<F>(w0.cols / chunk_weights(F), F == WFormat::BF16 ? 0 : w0.cols / w0.group);
-  const size_t smem = size_t(kAsyncStages) * tile_rows * row_bytes + staged_bytes(F, w0.cols, T);
+  const int align = async_row_align(w0), tile_rows = async_tile_rows(w0);
+  const size_t smem = size_t(kAsyncStages) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
   allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
   int64_t total = 0;
   for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;

@@ -5,7 +5,6 @@
 #include "backend/cuda/kernels.cuh"
 
 #include <algorithm>
-#include <numeric>
 #include <type_traits>
 
 namespace petrel::cuda {
@@ -400,7 +399,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   ChunkMatrix<F> gm = chunk_matrix<F>(routed ? gate : s_gate), um = chunk_matrix<F>(routed ? up : s_up);
   const int rows = routed ? gate.rows : s_gate.rows, r0 = blockIdx.x * per, n = min(per, rows - r0);
   if (n <= 0) return;
-  const int tile_bytes = per * async_row_bytes<F>(gm.chunks, gm.groups);
+  const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
   auto issue = [&]() {
@@ -435,36 +434,32 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
 }
 
-// Rows per gate_up_async_kernel block for `slots` slots of `rows` rows (one wave of blocks, one
-// per multiprocessor), or 0 where the async form does not take this shape.
-int gate_up_async_rows(const DeviceMatrix& gate, int slots) {
-  const int cw = chunk_weights(gate.format), chunks = gate.cols / cw;
-  if (lane_x_chunks(gate.format, chunks) == 0) return 0;
-  const int groups = gate.format == WFormat::BF16 ? 0 : gate.cols / gate.group;
-  const int align = gate.format == WFormat::BF16 ? 1 : 8 / std::gcd(groups, 8);  // 16-byte aligned scales
-  const int blocks = std::max(1, sm_count() / slots);
+// How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
+// multiprocessor; 0 where the async form does not take this shape) in `smem` bytes.
+struct GateUpSplit {
+  int per = 0;
+  size_t smem = 0;
+};
+GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
+  if (lane_x_chunks(gate.format, gate.cols / chunk_weights(gate.format)) == 0) return {};
+  const int align = async_row_align(gate), blocks = std::max(1, sm_count() / slots);
   const int per = div_up(div_up(gate.rows, blocks), align) * align;
-  const int row_bytes = gate.format == WFormat::Q4   ? async_row_bytes<WFormat::Q4>(chunks, groups)
-                        : gate.format == WFormat::Q8 ? async_row_bytes<WFormat::Q8>(chunks, groups)
-                                                     : async_row_bytes<WFormat::BF16>(chunks, groups);
-  const size_t smem = 2 * size_t(per) * row_bytes + staged_bytes(gate.format, gate.cols, 1);
-  return smem <= kExpertAsyncMaxSmem ? per : 0;
+  const size_t smem = 2 * size_t(per) * async_row_bytes(gate) + staged_bytes(gate.format, gate.cols, 1);
+  if (smem > kExpertAsyncMaxSmem) return {};
+  return {per, smem};
 }
 
 template <WFormat F, int CPL>
 void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                           const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
-                          const void* x, int x_elem, int k, const int* ids, float* act, int width, int per,
+                          const void* x, int x_elem, int k, const int* ids, float* act, int width, GateUpSplit split,
                           StageNorm norm, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
-  const int groups = F == WFormat::BF16 ? 0 : gate.cols / gate.group;
-  const size_t smem = 2 * size_t(per) * async_row_bytes<F>(gate.cols / chunk_weights(F), groups) +
-                      staged_bytes(F, gate.cols, 1);
-  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(smem);
-  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, per), slots), 32 * kExpertAsyncWarps, smem, s, gate, up,
-             down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared ? *s_down : DeviceMatrix{},
-             shared, x, x_elem, k, ids, act, width, per, norm);
+  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
+             gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
+             shared ? *s_down : DeviceMatrix{}, shared, x, x_elem, k, ids, act, width, split.per, norm);
 }
 
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
@@ -533,7 +528,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   pdl_launch_dependents();
   const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
   const ChunkMatrix<F> dm = chunk_matrix<F>(down);
-  const int tile_bytes = per * async_row_bytes<F>(dm.chunks, dm.groups);
+  const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
@@ -581,29 +576,30 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
 }
 
-// Output rows per down_async_kernel block (one wave of blocks, one per multiprocessor) and its
-// pairs per lane, or {0, 0} where the async form does not take this shape.
-std::pair<int, int> down_async_shape(const DeviceMatrix& down, int n) {
-  const int chunks = down.cols / chunk_weights(down.format), pairs = div_up(n * chunks, 32);
+// How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
+// multiprocessor; 0 where the async form does not take this shape) in `smem` bytes, with `ppl`
+// (row, chunk) pairs a lane.
+struct DownSplit {
+  int per = 0, ppl = 0;
+  size_t smem = 0;
+};
+DownSplit down_async_split(const DeviceMatrix& down, int n) {
+  const int pairs = div_up(n * (down.cols / chunk_weights(down.format)), 32);
   const int ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
-  const int groups = down.format == WFormat::BF16 ? 0 : down.cols / down.group;
-  const int align = down.format == WFormat::BF16 ? 1 : 8 / std::gcd(groups, 8);  // 16-byte aligned scales
+  const int align = async_row_align(down);
   const int per = div_up(div_up(down.rows, sm_count()), align) * align;
-  const int row_bytes = chunks * 16 + (down.format == WFormat::BF16 ? 0 : 4 * groups);
-  const size_t smem = size_t(n) * per * row_bytes + staged_bytes(down.format, down.cols, n);
-  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {0, 0};
-  return {per, ppl};
+  const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
+  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
+  return {per, ppl, smem};
 }
 
 template <WFormat F, int PPL>
-void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids, const float* weights,
-                       const float* sgate, const float* act, int width, const GemvOut& out, int per, cudaStream_t s) {
-  const int n = k + (s_down ? 1 : 0), chunks = down.cols / chunk_weights(F);
-  const int groups = F == WFormat::BF16 ? 0 : down.cols / down.group;
-  const size_t smem = size_t(n) * per * async_row_bytes<F>(chunks, groups) + staged_bytes(F, down.cols, n);
-  allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, per), 32 * kExpertAsyncWarps, smem, s, down,
-             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, per);
+void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
+                       const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
+                       DownSplit split, cudaStream_t s) {
+  allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
+             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -628,11 +624,11 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                        const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
-  const int per = T == 1 ? gate_up_async_rows(gate, slots) : 0;
-  if (per > 0) {
+  const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
+  if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width,
-                                                    per, norm, s);
+                                                    split, norm, s);
     };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
       case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -650,9 +646,11 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   }
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  const auto [down_per, ppl] = T == 1 ? down_async_shape(down, n) : std::pair<int, int>{0, 0};
-  if (ppl == 3) launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_per, s);
-  else if (ppl == 5) launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_per, s);
+  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
+  if (down_split.ppl == 3)
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, s);
+  else if (down_split.ppl == 5)
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, s);
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out);
