@@ -518,20 +518,30 @@ class CudaBackend final : public Backend {
             &weights_->matrix(w.shared_gate)};
   }
 
-  // Router softmax + top-k of rows x (normed by `norm` where set) -> moe_ids_, moe_w_, moe_sgate_.
+  // True where the experts of `rows` rows pick their own top-k from the router's logits.
+  bool experts_pick(const FfnWeights& w, int rows) const {
+    const cuda::ExpertStacks& E = weights_->experts(w);
+    const Shared sh = shared_of(w);
+    return cuda::moe_experts_pick(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, c_.top_k, rows);
+  }
+
+  // Router softmax + top-k of rows x (normed by `norm` where set) -> moe_ids_, moe_w_, moe_sgate_
+  // (the top-k left to the experts where they pick it).
   void moe_route(const Tensor& x, const FfnWeights& w, cuda::StageNorm norm) {
     const ModelConfig& c = c_;
     cuda::moe_route(weights_->matrix(w.router), shared_of(w).gate_row, x.data, x.stride, x.elem_size, int(x.rows),
                     c.n_experts, c.top_k, c.norm_topk_prob, moe_logits_, moe_ids_, moe_w_, moe_sgate_, moe_route_done_,
-                    norm, stream_);
+                    norm, experts_pick(w, int(x.rows)), stream_);
   }
 
   // The routed experts of a few rows (after moe_route) into out.
   void moe_experts_decode(const Tensor& x, const FfnWeights& w, cuda::StageNorm norm, const cuda::GemvOut& out) {
     const cuda::ExpertStacks& E = weights_->experts(w);
     const Shared sh = shared_of(w);
+    cuda::TopK pick;
+    if (experts_pick(w, int(x.rows))) pick = {moe_logits_, c_.n_experts, c_.norm_topk_prob};
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
-                     c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, out, stream_);
+                     c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, pick, out, stream_);
   }
 
   void stage_ids(const int32_t* ids, int n) {

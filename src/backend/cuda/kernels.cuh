@@ -163,16 +163,28 @@ void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* 
 // ids/weights [T, k]; and sigmoid(x · shared_gate) -> sgate [T] when shared_gate is given.
 // done: [T] zero-initialised counters, left at zero (the router's last block per token runs its top-k).
 // With norm.w set the router sees rms_norm(x)·norm.w (moe_norm_stageable must hold).
+// With logits_only the staged router (one token) leaves the top-k to the experts (moe_experts_pick).
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
-               StageNorm norm, cudaStream_t s);
+               StageNorm norm, bool logits_only, cudaStream_t s);
+// The router's logits for experts that pick their top-k themselves (logits null: ids are given).
+struct TopK {
+  const float* logits = nullptr;
+  int E = 0;
+  bool renorm = false;
+};
+// True where one token's experts take the shared-memory gate+up kernel, whose blocks can run the
+// softmax + top-k themselves (sparing the router its last-block round trip).
+bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T);
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
-// set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold).
+// set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold). With pick.logits set
+// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights.
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
-                int64_t x_stride, int x_elem, int T, int k, const int* ids, const float* weights, const float* sgate,
-                float* act, StageNorm norm, const GemvOut& out, cudaStream_t s);
+                int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
+                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);
 // True when router and experts stage their input (router staged with its shared gate, experts
 // staged), so that both can apply the block's norm themselves.
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,

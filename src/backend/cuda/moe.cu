@@ -233,7 +233,8 @@ __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix
                                                                     bool has_shared, bool gate_staged, const void* x,
                                                                     int64_t x_stride, int x_elem, int E, int k,
                                                                     bool renorm, float* logits, float* sgate, int* ids,
-                                                                    float* weights, int* done, StageNorm norm) {
+                                                                    float* weights, int* done, StageNorm norm,
+                                                                    bool logits_only) {
   extern __shared__ float4 smem4[];
   __shared__ float probs[kMaxExperts];
   pdl_launch_dependents();
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(32 * kWarps) router_staged_kernel(DeviceMatrix
     const float v = dot_row(shared_gate, 0, x, x_elem, xo, lane);
     if (lane == 0) sgate[t] = sigmoidf_(v);
   }
-  if (last_block_of_token(done + t))
+  if (!logits_only && last_block_of_token(done + t))
     topk_last_block(logits + int64_t(t) * E, probs, E, k, renorm, ids + t * k, weights + t * k);
 }
 
@@ -389,9 +390,12 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix down, DeviceMatrix s_gate, DeviceMatrix s_up,
-                         DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, const int* ids,
-                         float* act, int act_stride, int per, StageNorm norm) {
+                         DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, int* ids,
+                         float* weights, float* act, int act_stride, int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
+  __shared__ float probs[kMaxExperts];
+  __shared__ int picked[32];
+  __shared__ float picked_w[32];
   pdl_launch_dependents();
   const int slot = blockIdx.y;
   const bool routed = slot < k;
@@ -409,7 +413,18 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  const int expert = routed ? ids[slot] : -1;
+  int expert = -1;
+  if (routed && pick.logits) {  // each routed block picks the top-k itself; block (0, 0) publishes it
+    topk_last_block(pick.logits, probs, pick.E, k, pick.renorm, picked, picked_w);
+    __syncthreads();
+    expert = picked[slot];
+    if (blockIdx.x == 0 && slot == 0 && int(threadIdx.x) < k) {
+      ids[threadIdx.x] = picked[threadIdx.x];
+      weights[threadIdx.x] = picked_w[threadIdx.x];
+    }
+  } else if (routed) {
+    expert = ids[slot];
+  }
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -452,14 +467,14 @@ GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
 template <WFormat F, int CPL>
 void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                           const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
-                          const void* x, int x_elem, int k, const int* ids, float* act, int width, GateUpSplit split,
-                          StageNorm norm, cudaStream_t s) {
+                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int width,
+                          GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
   launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
              gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared ? *s_down : DeviceMatrix{}, shared, x, x_elem, k, ids, act, width, split.per, norm);
+             shared ? *s_down : DeviceMatrix{}, shared, x, x_elem, k, ids, weights, act, width, split.per, norm, pick);
 }
 
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
@@ -619,16 +634,17 @@ bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const Dev
 template <WFormat F>
 void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
-                       const void* x, int64_t x_stride, int x_elem, int T, int k, const int* ids,
-                       const float* weights, const float* sgate, float* act, int width, StageNorm norm,
-                       const GemvOut& out, cudaStream_t s) {
+                       const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
+                       const float* sgate, float* act, int width, StageNorm norm, TopK pick, const GemvOut& out,
+                       cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
+  check(!pick.logits || split.per > 0, "CUDA MoE: only the one-token shared-memory gate+up picks the top-k");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
-      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, act, width,
-                                                    split, norm, s);
+      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
+                                                    act, width, split, norm, pick, s);
     };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
       case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -730,7 +746,7 @@ __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_
 
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
-               StageNorm norm, cudaStream_t s) {
+               StageNorm norm, bool logits_only, cudaStream_t s) {
   check(E <= kMaxExperts && k <= 32, "CUDA MoE: at most 1024 experts and top-32 are supported");
   const DeviceMatrix sg = shared_gate ? *shared_gate : DeviceMatrix{};
   // Below a few hundred tokens the per-row kernel is faster (the tiled one has only E/64 blocks per 64 tokens).
@@ -742,10 +758,10 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
     check(!norm.w || !sh || gate_staged, "CUDA MoE: a staged norm needs the shared gate staged with the router");
     if (router.format == WFormat::Q8)
       launch_pdl(router_staged_kernel<WFormat::Q8>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
-                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm);
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm, logits_only);
     else
       launch_pdl(router_staged_kernel<WFormat::BF16>, grid, 32 * kWarps, smem, s, router, sg, sh, gate_staged, x,
-                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm);
+                 x_stride, x_elem, E, k, renorm, logits, sgate, ids, weights, done, norm, logits_only);
     PETREL_LAUNCHED("moe router + top-k");
     return;
   }
@@ -763,25 +779,32 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
   PETREL_LAUNCHED("moe top-k");
 }
 
+bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T) {
+  return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k) &&
+         gate_up_async_split(gate, k + (s_gate ? 1 : 0)).per > 0;
+}
+
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                 const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
-                int k, const int* ids, const float* weights, const float* sgate, float* act, StageNorm norm,
+                int k, int* ids, float* weights, const float* sgate, float* act, StageNorm norm, TopK pick,
                 const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
     if (gate.format == WFormat::Q4)
       moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, out, s);
+                                     sgate, act, width, norm, pick, out, s);
     else if (gate.format == WFormat::Q8)
       moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, out, s);
+                                     sgate, act, width, norm, pick, out, s);
     else
       moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                       sgate, act, width, norm, out, s);
+                                       sgate, act, width, norm, pick, out, s);
     return;
   }
-  check(!norm.w && !out.add && out.elem == 2, "CUDA MoE: a staged norm or added output needs the staged experts");
+  check(!norm.w && !out.add && out.elem == 2 && !pick.logits,
+        "CUDA MoE: a staged norm, an added output or picking the top-k needs the staged experts");
   const int slots = T * k + (shared ? T : 0);
   gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
       gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k,
