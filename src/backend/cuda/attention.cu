@@ -7,7 +7,7 @@ namespace petrel::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges (two per lane)
+constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges
 
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
@@ -97,54 +97,46 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
   for (int i = 0; i < PER; ++i) rec[2 + lane + 32 * i] = out[i];
 }
 
-// grid (T, Hq), one warp: merges the splits, normalises, applies the sigmoid output gate.
+constexpr int kCombineGroup = 16;  // key ranges whose records one combine thread loads at once
+
+// grid (T, Hq), a thread per head dimension: merges the splits, normalises, applies the sigmoid
+// output gate. Latency decides its time: a thread issues the loads of kCombineGroup records' (m,
+// l, its element) together, one round trip per group (one in all for up to 16 splits).
 template <int PER>
 __global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const bf16* gate,
                                          int64_t gate_stride, bf16* out, int64_t out_stride) {
   pdl_enter();
   constexpr int D = PER * 32;
-  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
-  // Each lane reads the (m, l) of splits lane and lane + 32, so the records' loads overlap.
-  __shared__ float weight[kMaxSplits];
-  float m[2], M = -INFINITY;
+  const int64_t col = int64_t(h) * D + i;
+  const float g = gate ? sigmoidf_(__bfloat162float(gate[t * gate_stride + col])) : 1.0f;
+  float M = -INFINITY, L = 0.0f, acc = 0.0f;  // running max, weight sum and element over the groups so far
+  for (int s0 = 0; s0 < splits; s0 += kCombineGroup) {
+    float m[kCombineGroup], l[kCombineGroup], a[kCombineGroup];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int s = lane + 32 * r;
-    m[r] = s < splits ? base[s * (D + 2)] : -INFINITY;
-    M = fmaxf(M, m[r]);
-  }
-  M = warp_max(M);
-  float l = 0.0f;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int s = lane + 32 * r;
-    const float c = m[r] == -INFINITY ? 0.0f : __expf(m[r] - M);  // empty key ranges weigh nothing
-    if (s < splits) {
-      weight[s] = c;
-      l += base[s * (D + 2) + 1] * c;
+    for (int u = 0; u < kCombineGroup; ++u) {
+      const float* rec = base + (s0 + u) * (D + 2);
+      const bool in = s0 + u < splits;
+      m[u] = in ? rec[0] : -INFINITY;
+      l[u] = in ? rec[1] : 0.0f;
+      a[u] = in ? rec[2 + i] : 0.0f;
     }
-  }
-  const float L = warp_sum(l);
-  __syncwarp();
-  float acc[PER];
+    float M_new = M;
 #pragma unroll
-  for (int i = 0; i < PER; ++i) acc[i] = 0.0f;
-#pragma unroll 4
-  for (int s = 0; s < splits; ++s) {
-    const float* rec = base + s * (D + 2) + 2;
-    const float c = weight[s];
+    for (int u = 0; u < kCombineGroup; ++u) M_new = fmaxf(M_new, m[u]);
+    const float carry = M == -INFINITY ? 0.0f : __expf(M - M_new);
+    L *= carry;
+    acc *= carry;
 #pragma unroll
-    for (int i = 0; i < PER; ++i) acc[i] += rec[lane + 32 * i] * c;
+    for (int u = 0; u < kCombineGroup; ++u) {
+      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);  // empty key ranges weigh nothing
+      L += l[u] * c;
+      acc += a[u] * c;
+    }
+    M = M_new;
   }
-  const float inv = 1.0f / L;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int64_t col = int64_t(h) * D + lane + 32 * i;
-    float o = acc[i] * inv;
-    if (gate) o *= sigmoidf_(__bfloat162float(gate[t * gate_stride + col]));
-    out[t * out_stride + col] = __float2bfloat16(o);
-  }
+  out[t * out_stride + col] = __float2bfloat16(acc / L * g);
 }
 
 template <int PER>
@@ -153,7 +145,7 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
             int64_t out_stride, cudaStream_t s) {
   launch_pdl(attention_partial_kernel<PER>, dim3(T, Hq, splits), 32 * kWarps, 0, s, q, q_stride, kc, vc, Hq, Hkv, pos0, rows, partial);
   PETREL_LAUNCHED("attention_partial");
-  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32, 0, s, partial, Hq, splits, gate, gate_stride, out, out_stride);
+  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32 * PER, 0, s, partial, Hq, splits, gate, gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_combine");
 }
 
