@@ -442,11 +442,13 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
 }
 
 constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, rows interleaved
-constexpr int kDecodeMaxTaps = 4;  // conv kernel sizes the decode kernel takes (taps and history in registers; the models use 4)
+constexpr int kDecodeMaxTaps = 4;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
 
 // Threads of the decode kernel: kDecodeParts per value column and one per conv channel the block
 // reads (2·dk + dv), whichever is more, in whole warps.
-int decode_threads(const DeltaNetShape& d) { return div_up(std::max(d.dv * kDecodeParts, 2 * d.dk + d.dv), 32) * 32; }
+int decode_threads(const DeltaNetShape& d) {
+  return div_up(std::max(d.dv * kDecodeParts, 2 * d.dk + d.dv), 32) * 32;
+}
 
 // The whole decode step of one DeltaNet layer for one value head (kDecodeParts adjacent threads per
 // value column, each holding every kDecodeParts-th row of the fp32 state column in registers):
@@ -488,7 +490,8 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
   a += row * rows.a_stride;
   z += row * rows.z_stride;
   out += row * rows.out_stride;
-  if (!rows.states) prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
+  // The state is read only after the wait; before it, L2 is asked for it (a hint, safe to issue early).
+  if (tid == 0 && !rows.states) prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
   pdl_wait();
   if (rows.states) {
     conv_state = rows.conv_states[row];
