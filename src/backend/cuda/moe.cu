@@ -387,6 +387,9 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // as soon as its id is read), stages its token's activations while they land and keeps its
 // lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
 // in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
+// With pick.logits (the router wrote logits only) a routed block first runs the softmax + top-k
+// itself, a step sooner than the router's last block could hand it over through memory; block
+// (0, 0) writes the ids and weights for the down kernel.
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix down, DeviceMatrix s_gate, DeviceMatrix s_up,
