@@ -497,10 +497,13 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
     conv_state = rows.conv_states[row];
     state = rows.states[row];
   }
-  float* S = state + int64_t(j) * DK * d.dv;
+  // This thread's first state element; its rows are kDecodeParts·dv floats apart (32-bit offsets),
+  // read and written once a step through L2 (global space: the pointer may come from a table).
+  float* S = state + int64_t(j) * DK * d.dv + part * d.dv + e;
+  const int row_step = kDecodeParts * d.dv;
   float col[kRows], h[kDecodeMaxTaps - 1];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) col[r] = active ? S[int64_t(part + kDecodeParts * r) * d.dv + e] : 0.0f;
+  for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * row_step) : 0.0f;
 #pragma unroll
   for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
@@ -562,7 +565,7 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
   o *= inv_q;
   if (active) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) S[int64_t(part + kDecodeParts * r) * d.dv + e] = col[r];
+    for (int r = 0; r < kRows; ++r) __stcg(S + r * row_step, col[r]);
   }
   const float o2 = warp_sum(active && part == 0 ? o * o : 0.0f);
   if (lane == 0) o_sq[warp] = o2;
