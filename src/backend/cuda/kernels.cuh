@@ -173,7 +173,7 @@ struct TopK {
   int E = 0;
   bool renorm = false;
 };
-// True where one token's experts take the shared-memory gate+up kernel, whose blocks can run the
+// True where one token's experts take the staged gate+up kernels, whose blocks then run the
 // softmax + top-k themselves (sparing the router its last-block round trip).
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T);

@@ -164,6 +164,22 @@ __device__ void topk_last_block(const float* logits, float* p, int E, int k, boo
   if (threadIdx.x < 32) topk_probs(p, E, k, renorm, ids, weights, threadIdx.x);
 }
 
+// Whole block, in a routed expert block that picks the top-k itself (pick.logits set, one token):
+// the softmax + top-k of the router's logits; block (0, 0) writes the ids and weights the down
+// kernel reads. Returns the expert of `slot`.
+__device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* weights) {
+  __shared__ float probs[kMaxExperts];
+  __shared__ int picked[32];
+  __shared__ float picked_w[32];
+  topk_last_block(pick.logits, probs, pick.E, k, pick.renorm, picked, picked_w);
+  __syncthreads();
+  if (blockIdx.x == 0 && slot == 0 && int(threadIdx.x) < k) {
+    ids[threadIdx.x] = picked[threadIdx.x];
+    weights[threadIdx.x] = picked_w[threadIdx.x];
+  }
+  return picked[slot];
+}
+
 // Whole block, once its logits are written: true in the last of the token's blocks to finish
 // (counted in *done, which that block resets to zero).
 __device__ bool last_block_of_token(int* done) {
@@ -307,15 +323,16 @@ constexpr int kDownChunksInFlight = 8;  // per lane in the staged down kernel (o
 // rows of gate and of up, kGateUpSteps chunk steps at once; a block issues its first loads before
 // staging its token's activation row (the shared expert's blocks even before waiting for the
 // router) and, once its loads are consumed, asks L2 for a slice of its expert's down projection
-// (the next kernel's weights). A staged norm is the post-attention RMSNorm.
+// (the next kernel's weights). A staged norm is the post-attention RMSNorm. With pick.logits a
+// routed block first picks the top-k itself (pick_expert), as gate_up_async_kernel does.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
                                                                      DeviceMatrix down, DeviceMatrix s_gate,
                                                                      DeviceMatrix s_up, DeviceMatrix s_down,
                                                                      bool has_shared, const void* x, int64_t x_stride,
-                                                                     int x_elem, int T, int k, const int* ids,
-                                                                     float* act, int act_stride, int lpr,
-                                                                     StageNorm norm) {
+                                                                     int x_elem, int T, int k, int* ids,
+                                                                     float* weights, float* act, int act_stride,
+                                                                     int lpr, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
   const int slot = blockIdx.y;
@@ -342,7 +359,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   if (!routed) load_step(sl);  // the shared expert's weights: loaded before waiting
   pdl_wait();
   const int token = routed ? slot / k : slot - T * k;
-  const int expert = routed ? ids[slot] : -1;
+  const int expert = !routed ? -1 : pick.logits ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -396,9 +413,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
                          DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, int* ids,
                          float* weights, float* act, int act_stride, int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
-  __shared__ float probs[kMaxExperts];
-  __shared__ int picked[32];
-  __shared__ float picked_w[32];
   pdl_launch_dependents();
   const int slot = blockIdx.y;
   const bool routed = slot < k;
@@ -416,18 +430,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  int expert = -1;
-  if (routed && pick.logits) {  // each routed block picks the top-k itself; block (0, 0) publishes it
-    topk_last_block(pick.logits, probs, pick.E, k, pick.renorm, picked, picked_w);
-    __syncthreads();
-    expert = picked[slot];
-    if (blockIdx.x == 0 && slot == 0 && int(threadIdx.x) < k) {
-      ids[threadIdx.x] = picked[threadIdx.x];
-      weights[threadIdx.x] = picked_w[threadIdx.x];
-    }
-  } else if (routed) {
-    expert = ids[slot];
-  }
+  const int expert = !routed ? -1 : pick.logits ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -643,7 +646,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
-  check(!pick.logits || split.per > 0, "CUDA MoE: only the one-token shared-memory gate+up picks the top-k");
+  check(!pick.logits || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
@@ -661,7 +664,8 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
     const int gu_rows = kWarps * kStagedRows * (32 / lpr);
     launch_pdl(gate_up_staged_kernel<F>, dim3(div_up(width, gu_rows), slots), 32 * kWarps, staged_bytes(F, gate.cols, 1),
                s, gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-               shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, act, width, lpr, norm);
+               shared ? *s_down : DeviceMatrix{}, shared, x, x_stride, x_elem, T, k, ids, weights, act, width, lpr, norm,
+               pick);
   }
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
@@ -784,8 +788,7 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
 
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T) {
-  return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k) &&
-         gate_up_async_split(gate, k + (s_gate ? 1 : 0)).per > 0;
+  return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
 }
 
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
