@@ -179,7 +179,8 @@ void Model::deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, 
   Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
-  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4);
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,
+                                /*for_deltanet=*/true);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
   backend_.linear_add(o, G.out, h, scratch);

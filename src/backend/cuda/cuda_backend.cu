@@ -289,9 +289,7 @@ class CudaBackend final : public Backend {
       PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(n_tokens_),
                                   cudaMemcpyHostToDevice, stream_));
     }
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    PETREL_CUDA(cudaStreamIsCapturing(stream_, &capture));
-    if (capture == cudaStreamCaptureStatusNone) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
+    if (!capturing()) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
@@ -317,13 +315,16 @@ class CudaBackend final : public Backend {
 
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
-                            const Tensor* outs, int n) override {
+                            const Tensor* outs, int n, bool for_deltanet) override {
     const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
+    // One token's DeltaNet step (a block per value head) starts beside its input projections and
+    // loads its states while they run.
+    const int leave = h.rows == 1 && for_deltanet ? c_.lin_v_heads : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
-                             stream_);
+                             stream_, leave);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
@@ -388,7 +389,7 @@ class CudaBackend final : public Backend {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, stream_))
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_))
         return;
     }
     {
@@ -542,6 +543,13 @@ class CudaBackend final : public Backend {
     if (experts_pick(w, int(x.rows))) pick = {moe_logits_, c_.n_experts, c_.norm_topk_prob};
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
                      c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, pick, out, stream_);
+  }
+
+  // True while run_decode_step records a step into a graph.
+  bool capturing() const {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PETREL_CUDA(cudaStreamIsCapturing(stream_, &capture));
+    return capture != cudaStreamCaptureStatusNone;
   }
 
   void stage_ids(const int32_t* ids, int n) {

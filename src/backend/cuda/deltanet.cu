@@ -490,22 +490,34 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
   a += row * rows.a_stride;
   z += row * rows.z_stride;
   out += row * rows.out_stride;
-  // The state is read only after the wait; before it, L2 is asked for it (a hint, safe to issue early).
-  if (tid == 0 && !rows.states) prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
-  pdl_wait();
-  if (rows.states) {
-    conv_state = rows.conv_states[row];
-    state = rows.states[row];
-  }
   // This thread's first state element; its rows are kDecodeParts·dv floats apart (32-bit offsets),
   // read and written once a step through L2 (global space: the pointer may come from a table).
-  float* S = state + int64_t(j) * DK * d.dv + part * d.dv + e;
   const int row_step = kDecodeParts * d.dv;
+  float* S = nullptr;
   float col[kRows], h[kDecodeMaxTaps - 1];
+  auto load_states = [&] {
+    S = state + int64_t(j) * DK * d.dv + part * d.dv + e;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * row_step) : 0.0f;
+    for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * row_step) : 0.0f;
 #pragma unroll
-  for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
+    for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
+  };
+  // Settled states load before the wait, while the input projections still run; otherwise L2 is
+  // asked for them (a hint, safe to issue early). One load site (a loop kept rolled) keeps the
+  // kernel within its registers.
+  if (tid == 0 && !rows.states && !rows.states_settled)
+    prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
+#pragma unroll 1
+  for (int after_wait = 0; after_wait < 2; ++after_wait) {
+    if (after_wait) {
+      pdl_wait();
+      if (rows.states) {
+        conv_state = rows.conv_states[row];
+        state = rows.states[row];
+      }
+    }
+    if (bool(after_wait) != rows.states_settled) load_states();
+  }
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
   const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
 
@@ -674,9 +686,10 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
-  return decode_step(d, DeltaNetRows{}, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers,
-                     s);
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s) {
+  DeltaNetRows one;
+  one.states_settled = states_settled;
+  return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s);
 }
 
 bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,

@@ -37,6 +37,7 @@ struct GemvSegments {
   int first_block[kMax + 1] = {};
   int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
+  int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -49,9 +50,11 @@ void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
 // True when the staged decode GEMV takes all of ws for T rows (and, with `norm`, stages a norm).
 bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_stride, bool norm);
 // linear_many through the staged decode GEMV alone (gemv_stageable must hold), with
-// rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add.
+// rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add. The
+// last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
+// (PDL) and can fetch what no earlier kernel writes while it runs.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s);
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
@@ -136,10 +139,12 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 // A whole DeltaNet decode step (one token: conv, norms and gates, delta rule, gated RMSNorm) in
 // one launch, a block per value head; false (nothing done) for shapes it does not cover.
 // readers: [rows · Hk] zero-initialised counters, left at zero (the blocks of a key head count
-// their reads of its q/k conv state so the last can shift it).
+// their reads of its q/k conv state so the last can shift it). states_settled: no kernel that may
+// still run writes the states (true inside a recorded decode step: a layer's step runs once in it
+// and a graph launch starts after all earlier work), so they load before the PDL wait.
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s);
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
 // and writes out at r times their row strides, and continues the states conv_states[r] ([K-1, C])
 // and states[r] ([Hv, dk, dv]). The default is one sequence whose states are passed directly.
@@ -148,6 +153,7 @@ struct DeltaNetRows {
   int64_t x_stride = 0, b_stride = 0, a_stride = 0, z_stride = 0, out_stride = 0;
   float* const* conv_states = nullptr;
   float* const* states = nullptr;
+  bool states_settled = false;  // see deltanet_decode (one sequence only)
 };
 // deltanet_decode for the B rows of a batched step in one launch; false (nothing done) for the
 // shapes deltanet_decode does not cover.

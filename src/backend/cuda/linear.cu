@@ -242,7 +242,7 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
   int64_t total = 0;
   for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
   segs.first_block[0] = 0;
-  const int spare = std::max(0, sm_count() - segs.n);
+  const int spare = std::max(0, sm_count() - segs.leave - segs.n);
   for (int i = 0; i < segs.n; ++i) {  // blocks in proportion to rows, one per multiprocessor in all
     const int rows = segs.w[i].rows;
     const int want = 1 + int(spare * rows / total);
@@ -391,12 +391,13 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
 
 // Runs of neighbouring matrices of one format and width: one launch each.
 void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
-                 int T, StageNorm norm, cudaStream_t s) {
+                 int T, StageNorm norm, cudaStream_t s, int leave = 0) {
   for (int i = 0; i < n;) {
     GemvSegments segs;
     for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format && ws[j]->cols == ws[i]->cols;
          ++j)
       segs.add(*ws[j], outs[j]);
+    if (i + segs.n == n) segs.leave = leave;
     check_shapes(*ws[i], x_stride);
     gemv_staged(segs, x, x_stride, x_elem, T, norm, s);
     PETREL_LAUNCHED("gemv (several matrices)");
@@ -428,9 +429,9 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 }
 
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s) {
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
-  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s);
+  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
 }
 
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,
