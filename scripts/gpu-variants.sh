@@ -9,6 +9,7 @@
 # the tree's files are put back before the next. Ends with a table: tok/s at each context and the
 # kernels' shares of the step.
 # Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] VARIANT_DIR...
+# scripts/make-variant.sh NAME REV writes such a folder from a git revision or branch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 weights=int4
