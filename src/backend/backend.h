@@ -121,7 +121,7 @@ class Backend {
   // where the backend does not fold the norm into the projections. for_deltanet: they feed a
   // DeltaNet step, which a backend may start beside them.
   virtual void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x,
-                                    const Matrix* const* ws, const Tensor* outs, int n, bool for_deltanet = false) {
+                                    const Matrix* const* ws, const Tensor* outs, int n, bool /*for_deltanet*/ = false) {
     rms_norm(h, w, eps, x);
     linear_many(x, ws, outs, n);
   }
