@@ -25,14 +25,14 @@ mkdir -p "$logs"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 scripts/gpu-build.sh "$logs" || exit 1
 
-./build-gpu/tests/petrel_tests --gtest_filter="$tests" --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
+timeout 420 ./build-gpu/tests/petrel_tests --gtest_filter="$tests" --gtest_brief=1 > "$logs/gpu-tests.log" 2>&1
 tests_rc=$?
 grep -E "FAILED|Failure|note:|Expected|Which is|actual|PASSED|SKIPPED" "$logs/gpu-tests.log" | head -60
 
 bench_rc=0
 if [ $skip_bench -eq 0 ]; then
   for w in $weights; do
-    ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args --json > "$logs/bench-$w.json" 2> "$logs/bench-$w.err" || bench_rc=1
+    timeout 240 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args --json > "$logs/bench-$w.json" 2> "$logs/bench-$w.err" || bench_rc=1
   done
 fi
 

@@ -40,7 +40,8 @@ run_variant() {
     echo "$name: build failed"; grep -E "error" "$logs/build.log" | head -10
     return 1
   fi
-  ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights "$weights" --prefill 512 --breakdown \
+  # A variant that hangs (a copy barrier never completing) costs 3 minutes, not the device call.
+  timeout 180 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights "$weights" --prefill 512 --breakdown \
     $bench_args --json > "$logs/variant-$name.json" 2> "$logs/variant-$name.err" \
     || { echo "$name: bench failed"; tail -3 "$logs/variant-$name.err"; return 1; }
 }
