@@ -8,17 +8,21 @@
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
 # the tree's files are put back before the next. Ends with a table: tok/s at each context and the
 # kernels' shares of the step.
-# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] VARIANT_DIR...
+# With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
+# how many passed: an unmeasured variant is checked and timed in one call.
+# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] [--tests FILTER] VARIANT_DIR...
 # scripts/make-variant.sh NAME REV writes such a folder from a git revision or branch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 weights=int4
 bench_args="--decode-context 0,4096"
+tests=""
 variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --weights) weights="$2"; shift ;;
     --bench-args) bench_args="$2"; shift ;;
+    --tests) tests="$2"; shift ;;
     *) variants+=("${1%/}") ;;
   esac
   shift
@@ -44,6 +48,9 @@ run_variant() {
   timeout 180 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights "$weights" --prefill 512 --breakdown \
     $bench_args --json > "$logs/variant-$name.json" 2> "$logs/variant-$name.err" \
     || { echo "$name: bench failed"; tail -3 "$logs/variant-$name.err"; return 1; }
+  [ -z "$tests" ] && return 0
+  timeout 300 ./build-gpu/tests/petrel_tests --gtest_filter="$tests" --gtest_brief=1 > "$logs/variant-$name.tests" 2>&1
+  grep -E "^\[  FAILED  \] .*\(" "$logs/variant-$name.tests" | head -5
 }
 
 names=(base)
@@ -62,7 +69,7 @@ scripts/gpu-build.sh "$logs" > /dev/null  # leave build-gpu matching the tree
 echo
 echo "== Petrel variants ($weights, median of 5) =="
 python3 - "$logs" "${names[@]}" <<'PY'
-import json, os, sys
+import json, os, re, sys
 logs, names = sys.argv[1], sys.argv[2:]
 for name in names:
     path = os.path.join(logs, f"variant-{name}.json")
@@ -71,6 +78,12 @@ for name in names:
         continue
     d = json.load(open(path))
     row = " | ".join(f"tg@{q['context']} {q['tok_per_s']:.1f} [{q['min']:.1f}-{q['max']:.1f}]" for q in d["decode"])
+    tests = os.path.join(logs, f"variant-{name}.tests")
+    if os.path.exists(tests):
+        text = open(tests).read()
+        passed = re.search(r"\[  PASSED  \] (\d+)", text)
+        failed = len(re.findall(r"^\[  FAILED  \] .*\(", text, re.M))
+        row += f" | tests {passed.group(1) if passed else 0} passed, {failed} failed"
     print(f"{name:28s} {row}")
     g = d["breakdown"].get("graph")
     if g:
