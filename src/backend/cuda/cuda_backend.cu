@@ -322,7 +322,7 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
-    const int leave = h.rows == 1 && for_deltanet ? c_.lin_v_heads : 0;
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }

@@ -594,8 +594,8 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  launch_pdl(deltanet_decode_kernel<DK>, dim3(d.Hv, rows.B), threads, 0, s, d, rows, x, conv_w, conv_state, b, a, A_log,
-             dt_bias, state, norm_w, z, eps, out, readers);
+  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
+             conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
@@ -683,6 +683,8 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
     default: return launch_chunk_state<128>(d, T, q, k, scratch, state, out, s);
   }
 }
+
+int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
