@@ -195,6 +195,16 @@ __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
 #endif
 }
 
+// Whole block: asks L1 for `rows` rows of `bytes` bytes each, `stride` bytes apart (a request per
+// 128-byte line, nothing waits for it), so that loads issued after another round trip find them
+// there rather than making a round trip of their own.
+__device__ __forceinline__ void prefetch_l1_rows(const void* p, int rows, int64_t stride, int bytes) {
+  const char* c = static_cast<const char*>(p);
+  const int lines = (bytes + 127) / 128;
+  for (int i = threadIdx.x; i < rows * lines; i += blockDim.x)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(c + (i / lines) * stride + (i % lines) * 128));
+}
+
 // True on Hopper and later, where kernels may overlap through PDL (cached for the current device).
 inline bool pdl_supported() {
   static const bool yes = [] {
