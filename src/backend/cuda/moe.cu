@@ -554,16 +554,18 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
-  // One round trip for what gate+up wrote: lane j holds expert j's id and weight (lane k the
-  // shared gate), and the activation rows head for L1 while the copies are issued.
+  // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
+  // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
+  // while the copies are issued.
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int id = lane < k ? ids[lane] : 0;
-  const float w_lane = lane < k ? weights[lane] : lane < n ? sgate[0] : 0.0f;
+  const int t = threadIdx.x;
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   for (int j = 0; j < k; ++j)
     copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
-  if (int(threadIdx.x) < n) mix[threadIdx.x] = threadIdx.x < 32 ? w_lane : sgate[0];
+  if (t < n) mix[t] = mix_t;
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
   const int scales_at = per * dm.chunks * 16, biases_from_scales = per * dm.groups * 2;
