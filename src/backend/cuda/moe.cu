@@ -164,16 +164,113 @@ __device__ void topk_last_block(const float* logits, float* p, int E, int k, boo
   if (threadIdx.x < 32) topk_probs(p, E, k, renorm, ids, weights, threadIdx.x);
 }
 
+constexpr int kTopkSegments = 4;  // segments of 32 logits a warp holds in topk_block
+static_assert(kTopkSegments * 32 * kWarps >= kMaxExperts, "topk_block: a block of kWarps warps holds every logit");
+
+// Floats mapped to unsigned keys of the same order (0 stays below every float's key).
+__device__ __forceinline__ unsigned ordered_key(float f) {
+  const unsigned b = __float_as_uint(f);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+__device__ __forceinline__ float key_float(unsigned u) {
+  return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
+}
+
+// Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
+// shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
+// the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
+// the maxima of its segments of 32 logits (one reduction each); when there are at least k
+// segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
+// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others.
+__device__ void topk_block(const float* logits, int E, int k, bool renorm, int* ids, float* weights) {
+  __shared__ unsigned seg_max[kMaxExperts / 32];
+  __shared__ float warp_exp[32];
+  __shared__ int2 cand[kMaxExperts];  // (logit bits, expert) of the logits ranked
+  __shared__ int count;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, segs = div_up(E, 32);
+  if (threadIdx.x == 0) count = 0;
+  float v[kTopkSegments];
+  unsigned key[kTopkSegments];
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {  // one L2 round trip for all of them
+    const int e = 32 * (warp + m * warps) + lane;
+    v[m] = e < E ? __ldcg(logits + e) : -INFINITY;
+    key[m] = e < E ? ordered_key(v[m]) : 0u;
+  }
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {
+    const unsigned mx = __reduce_max_sync(0xffffffffu, key[m]);
+    if (lane == 0 && warp + m * warps < segs) seg_max[warp + m * warps] = mx;
+  }
+  __syncthreads();
+  unsigned bound = 0xffffffffu, top = 0u;
+  for (int i = 0; i < segs; ++i) {
+    bound = min(bound, seg_max[i]);
+    top = max(top, seg_max[i]);
+  }
+  if (segs < k) bound = 0u;  // too few segments for the bound: rank them all
+  const float vmax = key_float(top);
+  const unsigned below = (1u << lane) - 1u;
+  float sum = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {
+    const int e = 32 * (warp + m * warps) + lane;
+    if (weights && e < E) sum += expf(v[m] - vmax);
+    const bool ranked = e < E && key[m] >= bound;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ranked);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (ranked) cand[base + __popc(ballot & below)] = make_int2(__float_as_int(v[m]), e);
+  }
+  if (weights) {
+    sum = warp_sum(sum);
+    if (lane == 0) warp_exp[warp] = sum;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int n = count;
+  float total = 0.0f, picked_p = 0.0f;
+  if (weights)
+    for (int w = 0; w < warps; ++w) total += warp_exp[w];
+  for (int c = lane; c < n; c += 32) {
+    const int2 me = cand[c];
+    const float mv = __int_as_float(me.x);
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      const int2 o = cand[j];
+      const float ov = __int_as_float(o.x);
+      rank += ov > mv || (ov == mv && o.y < me.y);
+    }
+    if (rank < k) {
+      ids[rank] = me.y;
+      if (weights) {
+        picked_p = expf(mv - vmax) / total;
+        weights[rank] = picked_p;
+      }
+    }
+  }
+  if (weights && renorm) {  // a lane holds at most one pick when n <= 32; else sum them in rank order
+    __syncwarp();
+    float kept = 0.0f;
+    if (n <= 32) kept = warp_sum(picked_p);
+    else
+      for (int r = 0; r < k; ++r) kept += weights[r];
+    __syncwarp();
+    if (lane < k) weights[lane] /= kept;
+  }
+}
+
 // Whole block, in a routed expert block that picks the top-k itself (pick.logits set, one token):
-// the softmax + top-k of the router's logits; block (0, 0) writes the ids and weights the down
-// kernel reads. Returns the expert of `slot`.
+// the top-k of the router's logits; block (0, 0) also takes their softmax weights and writes ids
+// and weights for the down kernel. Returns the expert of `slot`.
 __device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* weights) {
-  __shared__ float probs[kMaxExperts];
   __shared__ int picked[32];
   __shared__ float picked_w[32];
-  topk_last_block(pick.logits, probs, pick.E, k, pick.renorm, picked, picked_w);
+  const bool writer = blockIdx.x == 0 && slot == 0;
+  topk_block(pick.logits, pick.E, k, pick.renorm, picked, writer ? picked_w : nullptr);
   __syncthreads();
-  if (blockIdx.x == 0 && slot == 0 && int(threadIdx.x) < k) {
+  if (writer && int(threadIdx.x) < k) {
     ids[threadIdx.x] = picked[threadIdx.x];
     weights[threadIdx.x] = picked_w[threadIdx.x];
   }
