@@ -167,9 +167,9 @@ __device__ void topk_last_block(const float* logits, float* p, int E, int k, boo
 constexpr int kTopkSegments = 4;  // segments of 32 logits a warp holds in topk_block
 static_assert(kTopkSegments * 32 * kWarps >= kMaxExperts, "topk_block: a block of kWarps warps holds every logit");
 
-// Floats mapped to unsigned keys of the same order (0 stays below every float's key).
+// Floats mapped to unsigned keys of the same order, -0 as +0 (0 stays below every float's key).
 __device__ __forceinline__ unsigned ordered_key(float f) {
-  const unsigned b = __float_as_uint(f);
+  const unsigned b = __float_as_uint(f == 0.0f ? 0.0f : f);
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 __device__ __forceinline__ float key_float(unsigned u) {
