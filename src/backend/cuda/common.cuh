@@ -137,6 +137,12 @@ __device__ __forceinline__ float dot32_q4(const uint32_t words[4], float scale, 
   return scale * qx + bias * sx;
 }
 
+// Floats as unsigned numbers of the same order, -0 as +0 (they compare equal); never 0 for a float.
+__device__ __forceinline__ unsigned ordered_bits(float f) {
+  const unsigned b = __float_as_uint(f == 0.0f ? 0.0f : f);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -167,11 +167,7 @@ __device__ void topk_last_block(const float* logits, float* p, int E, int k, boo
 constexpr int kTopkSegments = 4;  // segments of 32 logits a warp holds in topk_block
 static_assert(kTopkSegments * 32 * kWarps >= kMaxExperts, "topk_block: a block of kWarps warps holds every logit");
 
-// Floats mapped to unsigned keys of the same order, -0 as +0 (0 stays below every float's key).
-__device__ __forceinline__ unsigned ordered_key(float f) {
-  const unsigned b = __float_as_uint(f == 0.0f ? 0.0f : f);
-  return b & 0x80000000u ? ~b : b | 0x80000000u;
-}
+// The float whose ordered_bits are u.
 __device__ __forceinline__ float key_float(unsigned u) {
   return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
 }
@@ -195,7 +191,7 @@ __device__ void topk_block(const float* logits, int E, int k, bool renorm, int* 
   for (int m = 0; m < kTopkSegments; ++m) {  // one L2 round trip for all of them
     const int e = 32 * (warp + m * warps) + lane;
     v[m] = e < E ? __ldcg(logits + e) : -INFINITY;
-    key[m] = e < E ? ordered_key(v[m]) : 0u;
+    key[m] = e < E ? ordered_bits(v[m]) : 0u;  // 0: below every logit
   }
 #pragma unroll
   for (int m = 0; m < kTopkSegments; ++m) {
@@ -230,7 +226,7 @@ __device__ void topk_block(const float* logits, int E, int k, bool renorm, int* 
   __syncthreads();
   if (warp != 0) return;
   const int n = count;
-  float total = 0.0f, picked_p = 0.0f;
+  float total = 0.0f;
   if (weights)
     for (int w = 0; w < warps; ++w) total += warp_exp[w];
   for (int c = lane; c < n; c += 32) {
@@ -244,18 +240,13 @@ __device__ void topk_block(const float* logits, int E, int k, bool renorm, int* 
     }
     if (rank < k) {
       ids[rank] = me.y;
-      if (weights) {
-        picked_p = expf(mv - vmax) / total;
-        weights[rank] = picked_p;
-      }
+      if (weights) weights[rank] = expf(mv - vmax) / total;
     }
   }
-  if (weights && renorm) {  // a lane holds at most one pick when n <= 32; else sum them in rank order
+  if (weights && renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
     __syncwarp();
     float kept = 0.0f;
-    if (n <= 32) kept = warp_sum(picked_p);
-    else
-      for (int r = 0; r < k; ++r) kept += weights[r];
+    for (int r = 0; r < k; ++r) kept += weights[r];
     __syncwarp();
     if (lane < k) weights[lane] /= kept;
   }

@@ -91,10 +91,7 @@ __global__ void relative_logits_kernel(const float* adjusted, const int* top, in
 // number, unique per token; 0 for tokens that are not candidates (z = -inf or NaN).
 __device__ __forceinline__ unsigned long long sort_key(float z, int i) {
   if (!(z > -INFINITY)) return 0;
-  if (z == 0.0f) z = 0.0f;  // -0 and +0 compare equal on the CPU
-  unsigned int b = __float_as_uint(z);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // order-preserving float -> unsigned
-  return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(i));
+  return (static_cast<unsigned long long>(ordered_bits(z)) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(i));
 }
 
 // Token weights for top-p in 2^-40 fixed point: integer sums are exact in any order, so the cut is
