@@ -370,6 +370,62 @@ __device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, 
   }
 }
 
+// ---- Hopper bulk copies (TMA): a thread moves whole contiguous ranges with single instructions;
+// an mbarrier counts the issuing threads' arrivals and the bytes landed. Device code for sm_90 and
+// later only (callers keep cp.async below that). ----
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// After mbar_init, before any other thread or the copy engine uses the barrier (then a block barrier).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// One arrival, and `bytes` more to land before the barrier's phase completes.
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Waits for the barrier's phase of parity `parity` to complete.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16; both ends 16-byte aligned) global -> shared, counted on bar.
+__device__ __forceinline__ void bulk_copy(const void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
+// One thread: rows [first, first + rows) of m into tile a by bulk copies counted on bar, as one
+// arrival. A scale run that does not end on 16 bytes (a matrix's last rows) has its last values
+// copied by plain loads, visible after the block's next barrier.
+template <WFormat F>
+__device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows, uint64_t* bar) {
+  const uint32_t w_bytes = uint32_t(rows) * m.chunks * 16;
+  uint32_t s_bytes = 0, s_all = 0;
+  if constexpr (F != WFormat::BF16) {
+    s_all = uint32_t(rows) * m.groups * 2;
+    s_bytes = s_all & ~15u;
+  }
+  mbar_arrive_expect(bar, w_bytes + 2 * s_bytes);
+  bulk_copy(a.w, m.w + first * m.chunks, w_bytes, bar);
+  if constexpr (F != WFormat::BF16) {
+    const int64_t s0 = first * m.groups;
+    if (s_bytes > 0) {
+      bulk_copy(a.scales, m.scales + s0, s_bytes, bar);
+      bulk_copy(a.biases, m.biases + s0, s_bytes, bar);
+    }
+    for (uint32_t i = s_bytes / 2; i < s_all / 2; ++i) {
+      const_cast<bf16*>(a.scales)[i] = m.scales[s0 + i];
+      const_cast<bf16*>(a.biases)[i] = m.biases[s0 + i];
+    }
+  }
+}
+
 // Chunks per lane where one activation row of `chunks` chunks is held in registers (chunks lane +
 // 32j, at most 72 registers of them), else 0.
 inline int lane_x_chunks(WFormat f, int chunks) {

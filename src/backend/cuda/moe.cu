@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 
 // grid (H / per), PDL, one token: down_staged_kernel with the weights copied into shared memory.
 // A block owns `per` output rows of all n = k (+1) matrices the token meets: it copies the shared
-// expert's rows before waiting, a routed expert's as soon as the router's choice is read, stages
+// expert's rows before waiting, a routed expert's as soon as the router's choice is read (on
+// Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte cp.async), stages
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
 template <WFormat F, int PPL>
@@ -640,19 +641,34 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = threadIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Bulk copies: the rows of matrix j come from thread j (the experts' rows are in L2, asked for
+  // by gate+up), each one arrival on `landed`; the shared expert's from thread 0 before waiting.
+  __shared__ uint64_t landed;
+  if (t == 0) {
+    mbar_init(&landed, n);
+    mbar_init_fence();
+    if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
+  }
+  __syncthreads();
+  pdl_wait();
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+#else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
   // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
   // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
   // while the copies are issued.
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int id = lane < k ? ids[lane] : 0;
-  const int t = threadIdx.x;
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   for (int j = 0; j < k; ++j)
     copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
+#endif
   if (t < n) mix[t] = mix_t;
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
@@ -671,8 +687,12 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
       mr[i] = mix[j];
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mbar_wait(&landed, 0);
+#else
   cp_async_wait<0>();
-  __syncthreads();  // every thread's copies have landed
+#endif
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
   for (int row = warp; row < rows; row += kExpertAsyncWarps) {
     const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
     float acc = 0.0f;
