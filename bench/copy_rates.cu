@@ -1,0 +1,203 @@
+// How fast one block per multiprocessor can fill its shared memory from DRAM, by each copy
+// mechanism the decode kernels could use: the figure behind "how long until a kernel's weights
+// have landed" (docs/performance.md, session 11).
+//
+// Every launch has one block of 512 threads on each multiprocessor copy `bytes` (its own range,
+// fresh from DRAM: launches rotate over a 3 GB buffer, far past the 50 MB L2) into shared memory,
+// and records %globaltimer at its start, when one warp's load of an 8 KB L2-resident vector
+// (the activations a GEMV stages after its weight copies are issued) came back, and when every
+// byte has landed. Mechanisms:
+//  - cp.async: 16-byte cp.async.cg by all 512 threads (Petrel's GEMV ring today);
+//  - bulk xN: cp.async.bulk (TMA) pieces of `piece` bytes issued by N threads, one mbarrier;
+//  - ld/st: 16-byte ld.global by all threads (8 in flight each), stored to shared memory.
+// Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
+// scripts/gpu-build.sh: ./build-gpu/bench/copy_rates (Hopper or later: bulk copies).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(call)                                                                   \
+  do {                                                                                \
+    const cudaError_t e = (call);                                                     \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+enum Method { kCpAsync, kBulk, kLoadStore };
+constexpr int kThreads = 512, kLaunches = 30, kXBytes = 8192;
+constexpr size_t kSourceBytes = size_t(3) << 30, kMaxBlockBytes = 192 * 1024;
+
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Issues this thread's part of the block's copy of [src, src + bytes) into smem.
+template <Method M>
+__device__ void issue(char* smem, const char* src, int bytes, int piece, int issuers, uint64_t* bar) {
+  const int t = threadIdx.x;
+  if constexpr (M == kCpAsync) {
+    for (int i = t * 16; i < bytes; i += kThreads * 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_addr(smem + i)), "l"(src + i) : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  } else if constexpr (M == kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (t >= issuers) return;
+    uint32_t mine = 0;
+    for (int i = t * piece; i < bytes; i += issuers * piece) mine += min(piece, bytes - i);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(mine) : "memory");
+    for (int i = t * piece; i < bytes; i += issuers * piece)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       shared_addr(smem + i)),
+                   "l"(src + i), "r"(min(piece, bytes - i)), "r"(shared_addr(bar))
+                   : "memory");
+#endif
+  }
+}
+
+// Waits until every byte of the block's copy has landed (ld/st: does the whole copy).
+template <Method M>
+__device__ void land(char* smem, const char* src, int bytes, uint64_t* bar) {
+  if constexpr (M == kCpAsync) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  } else if constexpr (M == kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        " @!done bra WAIT_%=;\n}" ::"r"(shared_addr(bar))
+        : "memory");
+#endif
+  } else {
+    constexpr int kInFlight = 8;
+    for (int base = threadIdx.x * 16; base < bytes; base += kThreads * 16 * kInFlight) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * kThreads * 16;
+        if (i < bytes) v[u] = __ldcs(reinterpret_cast<const uint4*>(src + i));
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * kThreads * 16;
+        if (i < bytes) *reinterpret_cast<uint4*>(smem + i) = v[u];
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// stamps[3b..3b+2]: block b's start, its x load back, all landed (ns).
+template <Method M>
+__global__ void __launch_bounds__(kThreads, 1)
+    fill_kernel(const char* src, int bytes, int piece, int issuers, const uint4* x, uint64_t* stamps, uint32_t* sink) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ uint64_t bar;
+  const uint64_t t0 = now_ns();
+  if (M == kBulk && threadIdx.x == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(&bar)), "r"(issuers) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+  }
+  if (M == kBulk) __syncthreads();
+  const char* mine = src + size_t(blockIdx.x) * bytes;
+  issue<M>(smem, mine, bytes, piece, issuers, &bar);
+  // Warp 1 loads the activations, as a GEMV stages x after issuing its weight copies.
+  uint32_t xs = 0;
+  uint64_t tx = 0;
+  if (threadIdx.x / 32 == 1) {
+    for (int i = threadIdx.x % 32; i < kXBytes / 16; i += 32) xs ^= __ldcg(x + i).x;
+    xs = __reduce_xor_sync(0xffffffffu, xs);
+    tx = now_ns();
+  }
+  land<M>(smem, mine, bytes, &bar);
+  const uint64_t t1 = now_ns();
+  if (threadIdx.x == 32) {
+    stamps[3 * blockIdx.x] = t0;
+    stamps[3 * blockIdx.x + 1] = tx;
+    stamps[3 * blockIdx.x + 2] = t1;
+    sink[blockIdx.x] = xs ^ reinterpret_cast<const uint32_t*>(smem)[blockIdx.x % (bytes / 4)];
+  }
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Result {
+  float span_us, block_us, x_us;
+};
+
+template <Method M>
+Result measure(const char* src, int blocks, int bytes, int piece, int issuers, const uint4* x, uint64_t* stamps,
+               uint32_t* sink) {
+  CHECK(cudaFuncSetAttribute(fill_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxBlockBytes)));
+  const size_t grid_bytes = size_t(blocks) * bytes, regions = kSourceBytes / grid_bytes;
+  std::vector<float> span, block, xlat;
+  std::vector<uint64_t> host(3 * blocks);
+  for (int l = 0; l < kLaunches + 1; ++l) {
+    const char* from = src + (l % regions) * grid_bytes;  // a range no launch of the last ~100 read
+    fill_kernel<M><<<blocks, kThreads, kMaxBlockBytes>>>(from, bytes, piece, issuers, x, stamps, sink);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(host.data(), stamps, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    if (l == 0) continue;  // warm-up
+    uint64_t first = ~0ull, last = 0;
+    std::vector<float> per, xs;
+    for (int b = 0; b < blocks; ++b) {
+      first = std::min(first, host[3 * b]);
+      last = std::max(last, host[3 * b + 2]);
+      per.push_back(1e-3f * float(host[3 * b + 2] - host[3 * b]));
+      xs.push_back(1e-3f * float(host[3 * b + 1] - host[3 * b]));
+    }
+    span.push_back(1e-3f * float(last - first));
+    block.push_back(median(per));
+    xlat.push_back(median(xs));
+  }
+  return {median(span), median(block), median(xlat)};
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  char* src = nullptr;
+  uint4* x = nullptr;
+  uint64_t* stamps = nullptr;
+  uint32_t* sink = nullptr;
+  CHECK(cudaMalloc(&src, kSourceBytes));
+  CHECK(cudaMemset(src, 1, kSourceBytes));
+  CHECK(cudaMalloc(&x, kXBytes));
+  CHECK(cudaMemset(x, 2, kXBytes));
+  CHECK(cudaMalloc(&stamps, 3 * sizeof(uint64_t) * sms));
+  CHECK(cudaMalloc(&sink, sizeof(uint32_t) * sms));
+  std::printf("%d blocks (one a multiprocessor) x 512 threads, each copying its own DRAM range into shared memory;\n"
+              "median of %d launches. span: first start to last landed; block: a block's start to landed;\n"
+              "x: one warp's 8 KB L2 load issued after the copies, start to back.\n\n",
+              sms, kLaunches);
+  std::printf("%-22s %8s %9s %9s %9s %9s\n", "mechanism", "KB/block", "span us", "TB/s", "block us", "x us");
+  for (int kb : {48, 96, 192}) {
+    const int bytes = kb * 1024;
+    auto row = [&](const char* name, Result r) {
+      std::printf("%-22s %8d %9.2f %9.2f %9.2f %9.2f\n", name, kb, r.span_us, 1e-6 * double(bytes) * sms / r.span_us,
+                  r.block_us, r.x_us);
+    };
+    row("cp.async 16B x512", measure<kCpAsync>(src, sms, bytes, 0, 0, x, stamps, sink));
+    row("ld/st 16B x512", measure<kLoadStore>(src, sms, bytes, 0, 0, x, stamps, sink));
+    row("bulk whole x1", measure<kBulk>(src, sms, bytes, bytes, 1, x, stamps, sink));
+    row("bulk 16KB x1", measure<kBulk>(src, sms, bytes, 16384, 1, x, stamps, sink));
+    row("bulk 4KB x1", measure<kBulk>(src, sms, bytes, 4096, 1, x, stamps, sink));
+    row("bulk 4KB x32", measure<kBulk>(src, sms, bytes, 4096, 32, x, stamps, sink));
+    row("bulk 1KB x32", measure<kBulk>(src, sms, bytes, 1024, 32, x, stamps, sink));
+  }
+  return 0;
+}
