@@ -236,9 +236,7 @@ template <WFormat F, int TMAX, int CPL>
 void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                        cudaStream_t s) {
   const DeviceMatrix& w0 = segs.w[0];
-  const int align = async_row_align(w0), tile_rows = async_tile_rows(w0);
-  const size_t smem = size_t(kAsyncStages) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
+  const int align = async_row_align(w0);
   int64_t total = 0;
   for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
   segs.first_block[0] = 0;
@@ -250,6 +248,16 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
     segs.rows_per_block[i] = per;
     segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
   }
+  // One activation row: where a block's rows fit the ring in tiles of whole two-row passes (a warp
+  // dots two rows at a time), every warp dots as many rows as the others (45-row tiles left 13 of
+  // the 16 warps a third row).
+  int per_max = 0;
+  for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
+  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
+  const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
+  const int tile_rows = CPL > 0 && even <= most ? even : most;
+  const size_t smem = size_t(kAsyncStages) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
   launch_pdl(gemv_async_kernel<F, TMAX, CPL>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x, x_stride,
              x_elem, T, lpr, tile_rows, norm);
