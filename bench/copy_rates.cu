@@ -10,6 +10,10 @@
 //  - cp.async: 16-byte cp.async.cg by all 512 threads (Petrel's GEMV ring today);
 //  - bulk xN: cp.async.bulk (TMA) pieces of `piece` bytes issued by N threads, one mbarrier;
 //  - ld/st: 16-byte ld.global by all threads (8 in flight each), stored to shared memory.
+// Then the L2 prefetch a kernel could issue for its successor: how long a grid of such blocks takes
+// (does a block leave before its prefetches land?) and how fast the bulk copy above reads the
+// range afterwards, by `cp.async.bulk.prefetch.L2` (one thread, 16 KB pieces) or `prefetch.global.L2`
+// (every thread, a 128-byte line at a time).
 // Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/copy_rates (Hopper or later: bulk copies).
 #include <cuda_runtime.h>
@@ -19,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include <unistd.h>
 
 #define CHECK(call)                                                                   \
   do {                                                                                \
@@ -130,6 +136,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+enum Prefetch { kPrefetchBulk, kPrefetchLines };
+
+// Asks L2 for this block's `bytes` of src and leaves.
+template <Prefetch P>
+__global__ void __launch_bounds__(kThreads, 1) prefetch_kernel(const char* src, int bytes) {
+  const char* mine = src + size_t(blockIdx.x) * bytes;
+  if constexpr (P == kPrefetchBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0)
+      for (int i = 0; i < bytes; i += 16384)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(mine + i), "r"(min(16384, bytes - i)) : "memory");
+#endif
+  } else {
+    for (int i = threadIdx.x * 128; i < bytes; i += kThreads * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(mine + i) : "memory");
+  }
+}
+
 float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -167,6 +191,44 @@ Result measure(const char* src, int blocks, int bytes, int piece, int issuers, c
   return {median(span), median(block), median(xlat)};
 }
 
+// Median time of a prefetch grid (events around each launch, fresh DRAM each time), and the bulk
+// copy's span over the range right after it landed (a 20 us pause first).
+template <Prefetch P>
+void measure_prefetch(const char* name, const char* src, int blocks, int bytes, const uint4* x, uint64_t* stamps,
+                      uint32_t* sink) {
+  CHECK(cudaFuncSetAttribute(fill_kernel<kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxBlockBytes)));
+  const size_t grid_bytes = size_t(blocks) * bytes, regions = bytes ? kSourceBytes / grid_bytes : 1;
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<float> grid_us, span_us;
+  std::vector<uint64_t> host(3 * blocks);
+  for (int l = 0; l < kLaunches + 1; ++l) {
+    const char* from = src + ((l + regions / 2) % regions) * grid_bytes;
+    CHECK(cudaEventRecord(e0));
+    prefetch_kernel<P><<<blocks, kThreads>>>(from, bytes);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    grid_us.push_back(1000.0f * ms);
+    if (bytes == 0) continue;
+    usleep(20);
+    fill_kernel<kBulk><<<blocks, kThreads, kMaxBlockBytes>>>(from, bytes, 16384, 1, x, stamps, sink);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(host.data(), stamps, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    if (l == 0) continue;
+    uint64_t first = ~0ull, last = 0;
+    for (int b = 0; b < blocks; ++b) {
+      first = std::min(first, host[3 * b]);
+      last = std::max(last, host[3 * b + 2]);
+    }
+    span_us.push_back(1e-3f * float(last - first));
+  }
+  grid_us.erase(grid_us.begin());  // the warm-up
+  std::printf("%-22s %8d %9.2f %9.2f\n", name, bytes / 1024, median(grid_us), bytes ? median(span_us) : 0.0f);
+}
+
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -198,6 +260,13 @@ int main() {
     row("bulk 4KB x1", measure<kBulk>(src, sms, bytes, 4096, 1, x, stamps, sink));
     row("bulk 4KB x32", measure<kBulk>(src, sms, bytes, 4096, 32, x, stamps, sink));
     row("bulk 1KB x32", measure<kBulk>(src, sms, bytes, 1024, 32, x, stamps, sink));
+  }
+  std::printf("\nL2 prefetch grid (events around one launch; the empty grid is the launch cost) and the bulk\n"
+              "copy (16KB x1) of the same range right after:\n%-22s %8s %9s %9s\n",
+              "prefetch", "KB/block", "grid us", "copy span");
+  for (int kb : {0, 96, 192}) {
+    measure_prefetch<kPrefetchBulk>("bulk prefetch 16KB x1", src, sms, kb * 1024, x, stamps, sink);
+    measure_prefetch<kPrefetchLines>("prefetch lines x512", src, sms, kb * 1024, x, stamps, sink);
   }
   return 0;
 }
