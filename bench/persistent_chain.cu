@@ -1,0 +1,229 @@
+// What a persistent decode step could reach: a chain of dependent GEMVs (each one's output is the
+// next one's input, as in a decode step) run by ONE launch of one block per multiprocessor, each
+// block copying its next stage's weight rows into the other half of its shared memory (bulk copies)
+// while the current stage waits for its input or computes, dependencies as counters in global
+// memory. docs/design.md ("one persistent decode step") estimates ~20 us a layer from this; the
+// figure printed here is the mechanism's own: us a layer of 31 MB (a Qwen3.5-35B-A3B DeltaNet
+// layer's 4-bit weights: input projections, output projection, gate+up, down) and the fraction
+// of the copy bandwidth it reaches.
+//
+// Weights are int8 (rows of 2048 bytes: a stage of R rows holds R x 2048 bytes, the bytes of a
+// 4-bit matrix of twice the columns), activations int8 with a fixed scale, dot products by dp4a:
+// exact integer sums, so the device's last activations must equal the host's bit for bit. (Half
+// the dot instructions a byte of 4-bit weights takes: the figure is the copies' and the chain's.)
+// Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
+// scripts/gpu-build.sh: ./build-gpu/bench/persistent_chain (Hopper or later: bulk copies).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(call)                                                                   \
+  do {                                                                                \
+    const cudaError_t e = (call);                                                     \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+constexpr int kCols = 2048;                      // every stage reads 2048 activations
+constexpr int kThreads = 512;
+constexpr int kHalfBytes = 100 * 1024;           // one half of a block's weight window
+constexpr int kLayerRows[] = {6144, 2048, 4608, 2304};  // 12.6 + 4.2 + 9.4 + 4.7 MB a layer
+constexpr int kStagesPerLayer = 4, kLayers = 40, kStages = kLayers * kStagesPerLayer;
+
+struct Chain {
+  const int8_t* w[kStages];  // stage s: rows[s] x kCols bytes
+  int rows[kStages];
+  int8_t* act;               // [kStages + 1][max rows]: stage s reads row s, writes row s + 1
+  int act_stride;
+  unsigned* done;            // [kStages]: blocks that finished stage s
+};
+
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Block b's rows of a stage of R rows: an even split, whole rows.
+__host__ __device__ inline void block_rows(int R, int b, int blocks, int* r0, int* r1) {
+  *r0 = int(int64_t(R) * b / blocks);
+  *r1 = int(int64_t(R) * (b + 1) / blocks);
+}
+
+// A dot product -> the next stage's int8 activation (the same formula on the host). Weights of
+// std ~73 over 2048 columns give sums of std ~3300x the activations' std: /3000 keeps it from
+// fading, the clamp from growing.
+__host__ __device__ inline int8_t quantize(int32_t acc) {
+  return int8_t(fminf(127.0f, fmaxf(-127.0f, rintf(float(acc) * (1.0f / 3000.0f)))));
+}
+
+// ahead = 2: a stage's copies start as soon as the stage two back is done (the persistent form);
+// ahead = 1: only when the one before is done (as a kernel's copies start when its predecessor's
+// block leaves the SM today).
+__global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char window[];  // two halves of kHalfBytes
+  __shared__ uint64_t landed[2];
+  __shared__ __align__(16) int8_t x[kCols];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  auto issue = [&](int s) {  // thread 0: stage s's rows into half s % 2
+    if (s >= kStages) return;
+    int r0, r1;
+    block_rows(c.rows[s], blockIdx.x, gridDim.x, &r0, &r1);
+    const uint32_t bytes = uint32_t(r1 - r0) * kCols;
+    uint64_t* bar = &landed[s % 2];
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes) : "memory");
+    for (uint32_t i = 0; i < bytes; i += 16384)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       shared_addr(window + (s % 2) * kHalfBytes + i)),
+                   "l"(c.w[s] + int64_t(r0) * kCols + i), "r"(min(16384u, bytes - i)), "r"(shared_addr(bar))
+                   : "memory");
+  };
+  if (t == 0) {
+    for (int h = 0; h < 2; ++h)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_addr(&landed[h])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    issue(0);
+    if (ahead == 2) issue(1);
+  }
+  __syncthreads();
+  for (int s = 0; s < kStages; ++s) {
+    // The input: every block's part of stage s - 1 written.
+    if (s > 0 && t == 0) {
+      unsigned seen = 0;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(c.done + s - 1) : "memory");
+      } while (seen < gridDim.x);
+    }
+    __syncthreads();
+    if (t < kCols / 16)
+      reinterpret_cast<int4*>(x)[t] = __ldcg(reinterpret_cast<const int4*>(c.act + int64_t(s) * c.act_stride) + t);
+    __syncthreads();
+    // Lane l holds x's bytes [16l + 512j, +16) for j < 4: the weight loads below are conflict-free.
+    int4 xr[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) xr[j] = reinterpret_cast<const int4*>(x)[lane + 32 * j];
+    asm volatile(
+        "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @!done bra WAIT_%=;\n}" ::"r"(shared_addr(&landed[s % 2])),
+        "r"((s / 2) % 2)
+        : "memory");
+    int r0, r1;
+    block_rows(c.rows[s], blockIdx.x, gridDim.x, &r0, &r1);
+    const char* half = window + (s % 2) * kHalfBytes;
+    for (int r = warp; r < r1 - r0; r += kThreads / 32) {
+      int32_t acc = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int4 w = reinterpret_cast<const int4*>(half + int64_t(r) * kCols)[lane + 32 * j];
+        acc = __dp4a(w.x, xr[j].x, acc);
+        acc = __dp4a(w.y, xr[j].y, acc);
+        acc = __dp4a(w.z, xr[j].z, acc);
+        acc = __dp4a(w.w, xr[j].w, acc);
+      }
+      acc = __reduce_add_sync(0xffffffffu, acc);
+      if (lane == 0) c.act[int64_t(s + 1) * c.act_stride + r0 + r] = quantize(acc);
+    }
+    __syncthreads();  // this half is read, and the block's outputs are written
+    if (t == 0) {
+      __threadfence();
+      atomicAdd(c.done + s, 1u);
+      issue(s + ahead);  // into the half just freed (ahead 2) or the other one
+    }
+  }
+#endif
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  Chain c{};
+  std::vector<std::vector<int8_t>> host_w(kStages);
+  size_t total = 0;
+  int max_rows = 0;
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  for (int s = 0; s < kStages; ++s) {
+    c.rows[s] = kLayerRows[s % kStagesPerLayer];
+    max_rows = std::max(max_rows, c.rows[s]);
+    int r0, r1;
+    block_rows(c.rows[s], 0, sms, &r0, &r1);
+    if ((r1 - r0 + 1) * kCols > kHalfBytes) {
+      std::fprintf(stderr, "stage %d: %d rows a block do not fit a %d-byte half\n", s, r1 - r0 + 1, kHalfBytes);
+      return 1;
+    }
+    host_w[s].resize(size_t(c.rows[s]) * kCols);
+    for (auto& v : host_w[s]) v = int8_t(std::max(-127, int(next() >> 24) - 128));
+    int8_t* d = nullptr;
+    CHECK(cudaMalloc(&d, host_w[s].size()));
+    CHECK(cudaMemcpy(d, host_w[s].data(), host_w[s].size(), cudaMemcpyHostToDevice));
+    c.w[s] = d;
+    total += host_w[s].size();
+  }
+  c.act_stride = max_rows;
+  CHECK(cudaMalloc(&c.act, size_t(kStages + 1) * max_rows));
+  CHECK(cudaMalloc(&c.done, kStages * sizeof(unsigned)));
+  std::vector<int8_t> x0(kCols);
+  for (auto& v : x0) v = int8_t(int(next() % 255) - 127);
+  CHECK(cudaMemcpy(c.act, x0.data(), kCols, cudaMemcpyHostToDevice));
+  CHECK(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kHalfBytes));
+
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  // Median us of 5 runs (after a warm-up) with the given lookahead.
+  auto time_chain = [&](int ahead) {
+    std::vector<float> us;
+    for (int run = 0; run < 6; ++run) {
+      CHECK(cudaMemset(c.done, 0, kStages * sizeof(unsigned)));
+      CHECK(cudaMemset(c.act + c.act_stride, 0, size_t(kStages) * c.act_stride));
+      CHECK(cudaEventRecord(e0));
+      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (run) us.push_back(1000.0f * ms);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+
+  // The host's chain, exact: the device's last activations must match.
+  std::vector<int8_t> x = x0, y;
+  for (int s = 0; s < kStages; ++s) {
+    y.assign(c.rows[s], 0);
+    for (int r = 0; r < c.rows[s]; ++r) {
+      int32_t acc = 0;
+      const int8_t* w = host_w[s].data() + size_t(r) * kCols;
+      for (int k = 0; k < kCols; ++k) acc += int32_t(w[k]) * x[k];
+      y[r] = quantize(acc);
+    }
+    x.assign(y.begin(), y.begin() + kCols);
+  }
+  int nonzero = 0;
+  for (int8_t v : y) nonzero += v != 0;
+  std::printf("persistent chain: %d layers x %d stages (%.1f MB a layer), %d blocks of %d threads, "
+              "2 x %d KB windows; median of 5 runs; the host's last activations have %d of %zu nonzero\n",
+              kLayers, kStagesPerLayer, 1e-6 * double(total) / kLayers, sms, kThreads, kHalfBytes / 1024, nonzero,
+              y.size());
+  int failed = 0;
+  for (int ahead : {2, 1}) {
+    const float median = time_chain(ahead);
+    std::vector<int8_t> dev(y.size());
+    CHECK(cudaMemcpy(dev.data(), c.act + int64_t(kStages) * c.act_stride, dev.size(), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (size_t i = 0; i < dev.size(); ++i) wrong += dev[i] != y[i];
+    failed += wrong != 0;
+    std::printf("  copies %d stage%s ahead: %.1f us, %.2f us a layer, %.2f TB/s (%.0f%% of 4.23 TB/s); %d wrong\n",
+                ahead, ahead > 1 ? "s" : "", median, median / kLayers, 1e-6 * double(total) / median,
+                100.0 * 1e-6 * double(total) / median / 4.23, wrong);
+  }
+  return failed;
+}
