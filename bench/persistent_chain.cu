@@ -4,8 +4,9 @@
 // while the current stage waits for its input or computes, dependencies as counters in global
 // memory. docs/design.md ("one persistent decode step") estimates ~20 us a layer from this; the
 // figure printed here is the mechanism's own: us a layer of 31 MB (a Qwen3.5-35B-A3B DeltaNet
-// layer's 4-bit weights: input projections, output projection, gate+up, down) and the fraction
-// of the copy bandwidth it reaches.
+// layer's 4-bit weights: input projections, output projection, router, gate+up, down) and the
+// fraction of the copy bandwidth it reaches. "Routed" runs copy gate+up's and down's rows only once
+// the router stage is done, as the experts' addresses are known only then.
 //
 // Weights are int8 (rows of 2048 bytes: a stage of R rows holds R x 2048 bytes, the bytes of a
 // 4-bit matrix of twice the columns), activations int8 with a fixed scale, dot products by dp4a:
@@ -34,8 +35,9 @@
 constexpr int kCols = 2048;                      // every stage reads 2048 activations
 constexpr int kThreads = 512;
 constexpr int kHalfBytes = 100 * 1024;           // one half of a block's weight window
-constexpr int kLayerRows[] = {6144, 2048, 4608, 2304};  // 12.6 + 4.2 + 9.4 + 4.7 MB a layer
-constexpr int kStagesPerLayer = 4, kLayers = 40, kStages = kLayers * kStagesPerLayer;
+constexpr int kLayerRows[] = {6144, 2048, 256, 4608, 2304};  // 12.6 + 4.2 + 0.5 + 9.4 + 4.7 MB a layer
+constexpr int kStagesPerLayer = 5, kLayers = 40, kStages = kLayers * kStagesPerLayer;
+constexpr int kGateUpStage = 3;  // gate+up and down (3, 4) are the experts, chosen by the router (2)
 
 struct Chain {
   const int8_t* w[kStages];  // stage s: rows[s] x kCols bytes
@@ -55,6 +57,8 @@ __host__ __device__ inline void block_rows(int R, int b, int blocks, int* r0, in
   *r1 = int(int64_t(R) * (b + 1) / blocks);
 }
 
+__device__ inline bool expert_stage(int s) { return s % kStagesPerLayer >= kGateUpStage; }
+
 // A dot product -> the next stage's int8 activation (the same formula on the host). Weights of
 // std ~73 over 2048 columns give sums of std ~3300x the activations' std: /3000 keeps it from
 // fading, the clamp from growing.
@@ -64,14 +68,16 @@ __host__ __device__ inline int8_t quantize(int32_t acc) {
 
 // ahead = 2: a stage's copies start as soon as the stage two back is done (the persistent form);
 // ahead = 1: only when the one before is done (as a kernel's copies start when its predecessor's
-// block leaves the SM today). wait = false skips the dependency waits: the chain's streaming
-// floor (its outputs are then wrong, and not checked).
-__global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, bool wait) {
+// block leaves the SM today). routed: the experts' copies (both stages) start only once gate+up's
+// input is complete. wait = false skips the dependency waits: the chain's streaming floor (its
+// outputs are then wrong, and not checked).
+__global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, bool routed, bool wait) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char window[];  // two halves of kHalfBytes
   __shared__ uint64_t landed[2];
   __shared__ __align__(16) int8_t x[kCols];
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  auto expert = [&](int s) { return routed && expert_stage(s); };
   auto issue = [&](int s) {  // thread 0: stage s's rows into half s % 2
     if (s >= kStages) return;
     int r0, r1;
@@ -100,6 +106,10 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, 
       do {
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(c.done + s - 1) : "memory");
       } while (seen < gridDim.x);
+    }
+    if (t == 0 && expert(s) && !expert(s - 1)) {
+      issue(s);  // into the half the output projection freed
+      issue(s + 1);  // into the router's
     }
     __syncthreads();
     if (t < kCols / 16)
@@ -134,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, 
     if (t == 0) {
       __threadfence();
       atomicAdd(c.done + s, 1u);
-      issue(s + ahead);  // into the half just freed (ahead 2) or the other one
+      if (!expert(s + ahead)) issue(s + ahead);  // into the half just freed (ahead 2) or the other one
     }
   }
 #endif
@@ -178,13 +188,13 @@ int main() {
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   // Median us of 5 runs (after a warm-up) with the given lookahead.
-  auto time_chain = [&](int ahead, bool wait) {
+  auto time_chain = [&](int ahead, bool routed, bool wait) {
     std::vector<float> us;
     for (int run = 0; run < 6; ++run) {
       CHECK(cudaMemset(c.done, 0, kStages * sizeof(unsigned)));
       CHECK(cudaMemset(c.act + c.act_stride, 0, size_t(kStages) * c.act_stride));
       CHECK(cudaEventRecord(e0));
-      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, wait);
+      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, wait);
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(e1));
       CHECK(cudaEventSynchronize(e1));
@@ -215,18 +225,25 @@ int main() {
               kLayers, kStagesPerLayer, 1e-6 * double(total) / kLayers, sms, kThreads, kHalfBytes / 1024, nonzero,
               y.size());
   int failed = 0;
-  for (int ahead : {2, 1}) {
-    const float median = time_chain(ahead, true);
+  struct Mode {
+    int ahead;
+    bool routed;
+    const char* what;
+  };
+  for (const Mode& mode : {Mode{2, false, "copies 2 stages ahead, experts too"},
+                           Mode{2, true, "copies 2 stages ahead, experts' after the router"},
+                           Mode{1, true, "copies 1 stage ahead, experts' after the router"}}) {
+    const float median = time_chain(mode.ahead, mode.routed, true);
     std::vector<int8_t> dev(y.size());
     CHECK(cudaMemcpy(dev.data(), c.act + int64_t(kStages) * c.act_stride, dev.size(), cudaMemcpyDeviceToHost));
     int wrong = 0;
     for (size_t i = 0; i < dev.size(); ++i) wrong += dev[i] != y[i];
     failed += wrong != 0;
-    std::printf("  copies %d stage%s ahead: %.1f us, %.2f us a layer, %.2f TB/s (%.0f%% of 4.23 TB/s); %d wrong\n",
-                ahead, ahead > 1 ? "s" : "", median, median / kLayers, 1e-6 * double(total) / median,
+    std::printf("  %-50s %.1f us, %.2f us a layer, %.2f TB/s (%.0f%% of 4.23 TB/s); %d wrong\n", mode.what,
+                median, median / kLayers, 1e-6 * double(total) / median,
                 100.0 * 1e-6 * double(total) / median / 4.23, wrong);
   }
-  const float floor_us = time_chain(2, false);
+  const float floor_us = time_chain(2, false, false);
   std::printf("  without the dependency waits (streaming floor): %.1f us, %.2f us a layer, %.2f TB/s (%.0f%%)\n",
               floor_us, floor_us / kLayers, 1e-6 * double(total) / floor_us, 100.0 * 1e-6 * double(total) / floor_us / 4.23);
   return failed;
