@@ -42,7 +42,8 @@ constexpr int kGateUpStage = 3;  // gate+up and down (3, 4) are the experts, cho
 struct Chain {
   const int8_t* w[kStages];  // stage s: rows[s] x kCols bytes
   int rows[kStages];
-  int8_t* act;               // [kStages + 1][max rows]: stage s reads row s, writes row s + 1
+  int input[kStages];        // the activation row stage s reads: the last output of >= 2048 rows
+  int8_t* act;               // [kStages + 1][max rows]: stage s writes row s + 1
   int act_stride;
   unsigned* done;            // [kStages]: blocks that finished stage s
 };
@@ -69,9 +70,12 @@ __host__ __device__ inline int8_t quantize(int32_t acc) {
 // ahead = 2: a stage's copies start as soon as the stage two back is done (the persistent form);
 // ahead = 1: only when the one before is done (as a kernel's copies start when its predecessor's
 // block leaves the SM today). routed: the experts' copies (both stages) start only once gate+up's
-// input is complete. wait = false skips the dependency waits: the chain's streaming floor (its
-// outputs are then wrong, and not checked).
-__global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, bool routed, bool wait) {
+// input is complete. after_x: a stage's copies start once the stage before has its activations
+// (a copy issued earlier delays that load: bench/copy_rates), not when the one before that is done.
+// wait = false skips the dependency waits: the chain's streaming floor (its outputs are then
+// wrong, and not checked).
+__global__ void __launch_bounds__(kThreads, 1)
+    chain_kernel(Chain c, int ahead, bool routed, bool after_x, bool wait) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char window[];  // two halves of kHalfBytes
   __shared__ uint64_t landed[2];
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, 
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_addr(&landed[h])) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     issue(0);
-    if (ahead == 2) issue(1);
+    if (ahead == 2 && !after_x) issue(1);
   }
   __syncthreads();
   for (int s = 0; s < kStages; ++s) {
@@ -113,8 +117,9 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, 
     }
     __syncthreads();
     if (t < kCols / 16)
-      reinterpret_cast<int4*>(x)[t] = __ldcg(reinterpret_cast<const int4*>(c.act + int64_t(s) * c.act_stride) + t);
+      reinterpret_cast<int4*>(x)[t] = __ldcg(reinterpret_cast<const int4*>(c.act + int64_t(c.input[s]) * c.act_stride) + t);
     __syncthreads();
+    if (t == 0 && after_x && !expert(s + 1)) issue(s + 1);  // into the half stage s - 1 freed
     // Lane l holds x's bytes [16l + 512j, +16) for j < 4: the weight loads below are conflict-free.
     int4 xr[4];
 #pragma unroll
@@ -144,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c, int ahead, 
     if (t == 0) {
       __threadfence();
       atomicAdd(c.done + s, 1u);
-      if (!expert(s + ahead)) issue(s + ahead);  // into the half just freed (ahead 2) or the other one
+      if (!after_x && !expert(s + ahead)) issue(s + ahead);  // into the half just freed (ahead 2) or the other one
     }
   }
 #endif
@@ -161,6 +166,7 @@ int main() {
   auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
   for (int s = 0; s < kStages; ++s) {
     c.rows[s] = kLayerRows[s % kStagesPerLayer];
+    c.input[s] = s == 0 || c.rows[s - 1] >= kCols ? s : c.input[s - 1];  // the router's logits feed no stage
     max_rows = std::max(max_rows, c.rows[s]);
     int r0, r1;
     block_rows(c.rows[s], 0, sms, &r0, &r1);
@@ -188,13 +194,13 @@ int main() {
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   // Median us of 5 runs (after a warm-up) with the given lookahead.
-  auto time_chain = [&](int ahead, bool routed, bool wait) {
+  auto time_chain = [&](int ahead, bool routed, bool after_x, bool wait) {
     std::vector<float> us;
     for (int run = 0; run < 6; ++run) {
       CHECK(cudaMemset(c.done, 0, kStages * sizeof(unsigned)));
       CHECK(cudaMemset(c.act + c.act_stride, 0, size_t(kStages) * c.act_stride));
       CHECK(cudaEventRecord(e0));
-      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, wait);
+      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, after_x, wait);
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(e1));
       CHECK(cudaEventSynchronize(e1));
@@ -207,8 +213,11 @@ int main() {
   };
 
   // The host's chain, exact: the device's last activations must match.
-  std::vector<int8_t> x = x0, y;
+  std::vector<std::vector<int8_t>> outputs(kStages + 1);
+  outputs[0] = x0;
+  std::vector<int8_t> y;
   for (int s = 0; s < kStages; ++s) {
+    const std::vector<int8_t>& x = outputs[c.input[s]];
     y.assign(c.rows[s], 0);
     for (int r = 0; r < c.rows[s]; ++r) {
       int32_t acc = 0;
@@ -216,7 +225,7 @@ int main() {
       for (int k = 0; k < kCols; ++k) acc += int32_t(w[k]) * x[k];
       y[r] = quantize(acc);
     }
-    x.assign(y.begin(), y.begin() + kCols);
+    outputs[s + 1] = y;
   }
   int nonzero = 0;
   for (int8_t v : y) nonzero += v != 0;
@@ -227,13 +236,14 @@ int main() {
   int failed = 0;
   struct Mode {
     int ahead;
-    bool routed;
+    bool routed, after_x;
     const char* what;
   };
-  for (const Mode& mode : {Mode{2, false, "copies 2 stages ahead, experts too"},
-                           Mode{2, true, "copies 2 stages ahead, experts' after the router"},
-                           Mode{1, true, "copies 1 stage ahead, experts' after the router"}}) {
-    const float median = time_chain(mode.ahead, mode.routed, true);
+  for (const Mode& mode : {Mode{2, false, false, "copies 2 stages ahead, experts too"},
+                           Mode{2, true, false, "copies 2 stages ahead, experts' after the router"},
+                           Mode{2, true, true, "as above, each once the stage before has its x"},
+                           Mode{1, true, false, "copies 1 stage ahead, experts' after the router"}}) {
+    const float median = time_chain(mode.ahead, mode.routed, mode.after_x, true);
     std::vector<int8_t> dev(y.size());
     CHECK(cudaMemcpy(dev.data(), c.act + int64_t(kStages) * c.act_stride, dev.size(), cudaMemcpyDeviceToHost));
     int wrong = 0;
@@ -243,7 +253,7 @@ int main() {
                 median, median / kLayers, 1e-6 * double(total) / median,
                 100.0 * 1e-6 * double(total) / median / 4.23, wrong);
   }
-  const float floor_us = time_chain(2, false, false);
+  const float floor_us = time_chain(2, false, false, false);
   std::printf("  without the dependency waits (streaming floor): %.1f us, %.2f us a layer, %.2f TB/s (%.0f%%)\n",
               floor_us, floor_us / kLayers, 1e-6 * double(total) / floor_us, 100.0 * 1e-6 * double(total) / floor_us / 4.23);
   return failed;
