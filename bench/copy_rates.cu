@@ -26,14 +26,7 @@
 
 #include <unistd.h>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    const cudaError_t e = (call);                                                     \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "cuda_check.h"
 
 enum Method { kCpAsync, kBulk, kLoadStore };
 constexpr int kThreads = 512, kLaunches = 30, kXBytes = 8192;

@@ -23,14 +23,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    const cudaError_t e = (call);                                                     \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int kCols = 2048;                      // every stage reads 2048 activations
 constexpr int kThreads = 512;

@@ -17,14 +17,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    const cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int kThreads = 256, kBlocksPerSm = 3, kSteps = 200, kRepeats = 20;
 static_assert(kSteps % 2 == 0, "the last step writes a");
