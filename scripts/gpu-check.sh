@@ -4,18 +4,21 @@
 # scripts/vendor-deps.sh on a Debian machine first and bring .deps along (device tool: carry
 # [".deps"], command "scripts/gpu-check.sh"). Logs go to $OUT when set, else build-gpu/.
 # Usage: scripts/gpu-check.sh [--skip-bench] [--tests GTEST_FILTER] [--weights "int4 bf16"] [--bench-args "..."]
+#        [--ab "BENCH FLAGS"]  (each weight format timed again with these flags: an A/B in one build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 skip_bench=0
 bench_args=""
 weights="int4 bf16"
 tests="*Cuda*"
+ab=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-bench) skip_bench=1 ;;
     --bench-args) bench_args="$2"; shift ;;
     --weights) weights="$2"; shift ;;
     --tests) tests="$2"; shift ;;
+    --ab) ab="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -33,6 +36,7 @@ bench_rc=0
 if [ $skip_bench -eq 0 ]; then
   for w in $weights; do
     timeout 240 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args --json > "$logs/bench-$w.json" 2> "$logs/bench-$w.err" || bench_rc=1
+    [ -n "$ab" ] && { timeout 240 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights $w $bench_args $ab --json > "$logs/bench-$w-ab.json" 2> "$logs/bench-$w-ab.err" || bench_rc=1; }
   done
 fi
 
@@ -42,11 +46,13 @@ passed=$(grep -oE "\[  PASSED  \] [0-9]+" "$logs/gpu-tests.log" | grep -oE "[0-9
 failed=$(grep -cE "^\[  FAILED  \] .*\(" "$logs/gpu-tests.log" || true)
 echo "GPU tests: ${passed:-0} passed, ${failed:-0} failed (exit $tests_rc)"
 if [ $skip_bench -eq 0 ]; then
-  for w in $weights; do
+  runs=""
+  for w in $weights; do runs="$runs $w"; [ -n "$ab" ] && runs="$runs $w-ab"; done
+  for w in $runs; do
     python3 - "$logs/bench-$w.json" "$w" <<'PY' || { echo "bench $w failed:"; tail -5 "$logs/bench-$w.err"; }
 import json, sys
 d = json.load(open(sys.argv[1]))
-row = [f"{sys.argv[2]:5s}"]
+row = [f"{sys.argv[2]:7s}"]
 for p in d["prefill"]:
     row.append(f"pp{p['tokens']} {p['tok_per_s']:.0f}/s")
 for q in d["decode"]:

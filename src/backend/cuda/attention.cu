@@ -1,13 +1,17 @@
 // Causal GQA attention over a bf16 KV cache, split-K over the context (flash-decoding style):
-// each block reduces one key range with an online softmax, a second kernel merges the ranges.
-// Decode and shapes the tensor-core prefill kernel (attention_prefill.cu) does not cover.
+// each block reduces one key range of one KV head for all the query heads that share it, with an
+// online softmax; a second kernel merges the ranges. Decode and the shapes the tensor-core
+// prefill kernel (attention_prefill.cu) does not cover.
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
 
-constexpr int kWarps = 4;
 constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges
+constexpr int kTileKeys = 32;   // keys a block stages at a time: one per lane when scoring
+constexpr int kMinRangeKeys = 8;  // a short context's keys spread over ranges of this many (latency)
+constexpr size_t kOneBlockPerSmSmem = 116 * 1024;  // dynamic shared memory no second block fits beside
 
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,
@@ -25,99 +29,197 @@ __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, i
   }
 }
 
-// grid (T, Hq, splits). Partial record: [m, l, acc[D]] (unnormalised accumulator). Query t is at
-// *pos0 + t of kc, vc; with rows.pos (a batched step), at rows.pos[t] of its own caches.
+// Keys query row t attends to (causal: keys 0..its position).
+__device__ __forceinline__ int keys_of_row(int t, const int* pos0, const KvRows& rows) {
+  return (rows.pos ? rows.pos[t] : *pos0 + t) + 1;
+}
+
+// Keys per range of a context of n keys over at most `splits` ranges: at least kMinRangeKeys, so
+// that short contexts use few ranges (those past the last key are left empty and never merged).
+__device__ __forceinline__ int keys_per_split(int n_keys, int splits) {
+  return max(kMinRangeKeys, (n_keys + splits - 1) / splits);
+}
+
+// PER bf16 values at p (this lane's slice of a row: lane·PER..) as floats.
+template <int PER>
+__device__ __forceinline__ void load_slice(const bf16* p, float (&out)[PER]) {
+  if constexpr (PER % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < PER; i += 2) {
+      const float2 f = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(p)[i / 2]);
+      out[i] = f.x;
+      out[i + 1] = f.y;
+    }
+  } else {
+    out[0] = __bfloat162float(p[0]);
+  }
+}
+
+// One round of reduce_scatter32: a lane keeps the half of v[0..2·O) its lane bit O picks (the
+// upper half moved down) plus the same half from the lane O away.
+template <int O>
+__device__ __forceinline__ void reduce_scatter_round(float (&v)[kTileKeys], int lane) {
+  const bool upper = lane & O;
+#pragma unroll
+  for (int i = 0; i < O; ++i) {
+    const float send = upper ? v[i] : v[i + O], keep = upper ? v[i + O] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+  }
+  if constexpr (O > 1) reduce_scatter_round<O / 2>(v, lane);
+}
+
+// Sums v[j] over the warp's lanes for all 32 j at once, lane j keeping the sum of v[j]: a
+// reduce-scatter of 31 shuffles instead of 32 sums of 5.
+__device__ __forceinline__ float reduce_scatter32(float (&v)[kTileKeys], int lane) {
+  reduce_scatter_round<kTileKeys / 2>(v, lane);
+  return v[0];
+}
+
+// grid (T, Hkv, splits), a warp per query head of the KV head (Hq / Hkv warps). Partial record of
+// query head h, range `split`: [m, l, acc[D]] (unnormalised accumulator; element lane·PER + i
+// from lane's i). Query t is at *pos0 + t of kc, vc; with rows.pos (a batched step), at
+// rows.pos[t] of its own caches. The block copies its range's keys and values tile by tile into
+// shared memory (two tiles in flight, cp.async), so every K/V byte is read once for all the
+// heads sharing it; a warp scores a tile's 32 keys at once (lane j ends with key j's score) and
+// folds them into its online softmax. With `settled` (no kernel that may still run writes the
+// keys before the chunk's own: inside a recorded decode step) the first two tiles' older keys
+// are copied before the PDL wait, only the chunk's new keys after it.
 template <int PER>  // D / 32 elements per lane
 __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq,
-                                         int Hkv, const int* pos0, KvRows rows, float* partial) {
-  pdl_enter();
-  constexpr int D = PER * 32;
-  const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kvh = h / (Hq / Hkv);
+                                         int Hkv, const int* pos0, KvRows rows, bool settled, float* partial) {
+  constexpr int D = PER * 32, row_bytes = D * 2, row_chunks = row_bytes / 16;
+  constexpr int tile_bytes = kTileKeys * row_bytes;  // of keys or of values
+  extern __shared__ uint4 kv_tiles[];                 // [2 stages][keys, values][kTileKeys][D] bf16
+  pdl_launch_dependents();
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = kvh * (Hq / Hkv) + warp;
   if (rows.pos) {
     kc = rows.k[t];
     vc = rows.v[t];
   }
-  const int n_keys = (rows.pos ? rows.pos[t] : *pos0 + t) + 1;  // causal: keys 0..pos
-  const int per_split = (n_keys + splits - 1) / splits;
-  const int begin = split * per_split, end = min(n_keys, begin + per_split);
+  // Positions are staged by the host before the step: readable before the wait.
+  const int first_new = rows.pos ? rows.pos[t] : *pos0;  // keys from here on are the chunk's own
+  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits);
+  const int begin = split * per, end = min(n_keys, begin + per);
+  if (begin >= end) return;  // past the context: the combine reads the ranges in use only
+  const int64_t kv_stride = int64_t(Hkv) * D;
+  char* smem = reinterpret_cast<char*>(kv_tiles);
+  // Chunk r of the tile's keys (values from r = n·row_chunks on): its source and place in the stage.
+  auto chunk = [&](int tile, int n, int r, const bf16** src) {
+    const int values = r >= n * row_chunks, i = r - values * n * row_chunks;
+    *src = (values ? vc : kc) + (begin + tile * kTileKeys + i / row_chunks) * kv_stride + int64_t(kvh) * D +
+           (i % row_chunks) * 8;
+    return smem + (tile % 2) * 2 * tile_bytes + values * tile_bytes + i * 16;
+  };
+  // Whole block: keys (and values) [s0, min(s0 + kTileKeys, end, limit)) of `tile` into stage
+  // tile % 2, one copy group (empty past the range, which keeps the wait count fixed).
+  auto issue = [&](int tile, int limit) {
+    const int s0 = begin + tile * kTileKeys, n = min(kTileKeys, end - s0), m = min(n, limit - s0);
+    for (int i = threadIdx.x; m > 0 && i < n * row_chunks * 2; i += blockDim.x) {
+      const int key = (i % (n * row_chunks)) / row_chunks;
+      const bf16* src;
+      char* dst = chunk(tile, n, i, &src);
+      if (key < m) cp_async16(smem_addr(dst), src, true);
+    }
+    cp_async_commit();
+  };
+  // Whole block: the keys of `tile` from `from` on by plain loads (seen after the next barrier).
+  auto copy_rest = [&](int tile, int from) {
+    const int s0 = begin + tile * kTileKeys, n = min(kTileKeys, end - s0);
+    for (int i = threadIdx.x; n > 0 && i < n * row_chunks * 2; i += blockDim.x) {
+      const int key = (i % (n * row_chunks)) / row_chunks;
+      const bf16* src;
+      char* dst = chunk(tile, n, i, &src);
+      if (s0 + key >= from) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    }
+  };
+  if (settled) {
+    issue(0, first_new);
+    issue(1, first_new);
+    pdl_wait();
+    copy_rest(0, first_new);
+    copy_rest(1, first_new);
+  } else {
+    pdl_wait();
+    issue(0, end);
+    issue(1, end);
+  }
+  const int tiles = div_up(end - begin, kTileKeys);
   const float scale = rsqrtf(float(D));
   float qv[PER], acc[PER];
-  const bf16* qp = q + t * q_stride + int64_t(h) * D;
+  load_slice<PER>(q + t * q_stride + int64_t(h) * D + lane * PER, qv);
 #pragma unroll
   for (int i = 0; i < PER; ++i) {
-    qv[i] = __bfloat162float(qp[lane + 32 * i]) * scale;
+    qv[i] *= scale;
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int64_t kv_stride = int64_t(Hkv) * D;
-  for (int s = begin + warp; s < end; s += kWarps) {
-    const bf16* kp = kc + s * kv_stride + int64_t(kvh) * D;
-    float dotp = 0.0f;
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<1>();
+    __syncthreads();  // the tile's copies (every thread's) have landed
+    const bf16* ks = reinterpret_cast<const bf16*>(smem + (tile % 2) * 2 * tile_bytes);
+    const bf16* vs = ks + kTileKeys * D;
+    const int n = min(kTileKeys, end - begin - tile * kTileKeys);
+    float part[kTileKeys];
 #pragma unroll
-    for (int i = 0; i < PER; ++i) dotp += qv[i] * __bfloat162float(kp[lane + 32 * i]);
-    const float score = warp_sum(dotp);
-    const float m_new = fmaxf(m, score);
-    const float corr = __expf(m - m_new), p = __expf(score - m_new);
-    l = l * corr + p;
-    const bf16* vp = vc + s * kv_stride + int64_t(kvh) * D;
+    for (int j = 0; j < kTileKeys; ++j) {  // keys in groups of 8, up to the tile's last (shared memory reads)
+      part[j] = 0.0f;
+      if (j / 8 * 8 >= n) continue;
+      float kv[PER];
+      load_slice<PER>(ks + j * D + lane * PER, kv);
 #pragma unroll
-    for (int i = 0; i < PER; ++i) acc[i] = acc[i] * corr + p * __bfloat162float(vp[lane + 32 * i]);
+      for (int i = 0; i < PER; ++i) part[j] += qv[i] * kv[i];
+    }
+    float score = reduce_scatter32(part, lane);
+    if (lane >= n) score = -INFINITY;  // past the range: the slots hold stale or no keys
+    const float m_new = fmaxf(m, warp_max(score));
+    const float corr = __expf(m - m_new), p = lane < n ? __expf(score - m_new) : 0.0f;
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) acc[i] *= corr;
+#pragma unroll 8
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      float vv[PER];
+      load_slice<PER>(vs + j * D + lane * PER, vv);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) acc[i] += pj * vv[i];
+    }
     m = m_new;
-  }
-  // Merge the warps of this block.
-  __shared__ float sm_m[kWarps], sm_l[kWarps], sm_acc[kWarps][D];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float M = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float L = 0.0f;
-  float out[PER];
-#pragma unroll
-  for (int i = 0; i < PER; ++i) out[i] = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    const float c = sm_m[w] == -INFINITY ? 0.0f : __expf(sm_m[w] - M);
-    L += sm_l[w] * c;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) out[i] += sm_acc[w][lane + 32 * i] * c;
+    __syncthreads();  // every warp is done with the stage: the tile two on may take it
+    issue(tile + 2, end);
   }
   float* rec = partial + ((int64_t(t) * Hq + h) * splits + split) * (D + 2);
   if (lane == 0) {
-    rec[0] = M;
-    rec[1] = L;
+    rec[0] = m;
+    rec[1] = l;
   }
 #pragma unroll
-  for (int i = 0; i < PER; ++i) rec[2 + lane + 32 * i] = out[i];
+  for (int i = 0; i < PER; ++i) rec[2 + lane * PER + i] = acc[i];
 }
 
 constexpr int kCombineGroup = 16;  // key ranges whose records one combine thread loads at once
 
-// grid (T, Hq), a thread per head dimension: merges the splits, normalises, applies the sigmoid
-// output gate. Latency decides its time: a thread issues the loads of kCombineGroup records' (m,
-// l, its element) together, one round trip per group (one in all for up to 16 splits).
+// grid (T, Hq), a thread per head dimension: merges the ranges in use, normalises, applies the
+// sigmoid output gate. Latency decides its time: a thread issues the loads of kCombineGroup
+// records' (m, l, its element) together, one round trip per group (one in all for up to 16 ranges).
 template <int PER>
-__global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const bf16* gate,
-                                         int64_t gate_stride, bf16* out, int64_t out_stride) {
+__global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows,
+                                         const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride) {
   pdl_enter();
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+  const int n_keys = keys_of_row(t, pos0, rows), used = div_up(n_keys, keys_per_split(n_keys, splits));
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
   const int64_t col = int64_t(h) * D + i;
   const float g = gate ? sigmoidf_(__bfloat162float(gate[t * gate_stride + col])) : 1.0f;
   float M = -INFINITY, L = 0.0f, acc = 0.0f;  // running max, weight sum and element over the groups so far
-  for (int s0 = 0; s0 < splits; s0 += kCombineGroup) {
+  for (int s0 = 0; s0 < used; s0 += kCombineGroup) {
     float m[kCombineGroup], l[kCombineGroup], a[kCombineGroup];
 #pragma unroll
     for (int u = 0; u < kCombineGroup; ++u) {
       const float* rec = base + (s0 + u) * (D + 2);
-      const bool in = s0 + u < splits;
+      const bool in = s0 + u < used;
       m[u] = in ? rec[0] : -INFINITY;
       l[u] = in ? rec[1] : 0.0f;
       a[u] = in ? rec[2 + i] : 0.0f;
@@ -130,7 +232,7 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
     acc *= carry;
 #pragma unroll
     for (int u = 0; u < kCombineGroup; ++u) {
-      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);  // empty key ranges weigh nothing
+      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);
       L += l[u] * c;
       acc += a[u] * c;
     }
@@ -141,24 +243,33 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
 
 template <int PER>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
-            const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
-            int64_t out_stride, cudaStream_t s) {
-  launch_pdl(attention_partial_kernel<PER>, dim3(T, Hq, splits), 32 * kWarps, 0, s, q, q_stride, kc, vc, Hq, Hkv, pos0, rows, partial);
+            const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
+            bf16* out, int64_t out_stride, cudaStream_t s) {
+  // Two stages of keys and values, and more than half a multiprocessor's shared memory: blocks
+  // launched early (PDL) would otherwise pack three to each of the first multiprocessors to free
+  // up, where their warps' dot products queue behind each other.
+  const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * PER * 32 * sizeof(bf16), kOneBlockPerSmSmem);
+  allow_dynamic_smem<attention_partial_kernel<PER>>(smem);
+  launch_pdl(attention_partial_kernel<PER>, dim3(T, Hkv, splits), 32 * (Hq / Hkv), smem, s, q, q_stride, kc, vc, Hq,
+             Hkv, pos0, rows, settled, partial);
   PETREL_LAUNCHED("attention_partial");
-  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32 * PER, 0, s, partial, Hq, splits, gate, gate_stride, out, out_stride);
+  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32 * PER, 0, s, partial, Hq, splits, pos0, rows, gate,
+             gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_combine");
 }
 
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-             const int* pos0, const KvRows& rows, int splits, float* partial, const bf16* gate, int64_t gate_stride,
+             const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
              bf16* out, int64_t out_stride, cudaStream_t s) {
   check(splits >= 1 && splits <= kMaxSplits, "CUDA attention: " + std::to_string(splits) + " key ranges (1..64)");
+  check(Hq % Hkv == 0 && Hq / Hkv <= 32, "CUDA attention: " + std::to_string(Hq) + " query heads over " +
+                                             std::to_string(Hkv) + " KV heads (a whole group of at most 32 each)");
   switch (D) {
-    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
   }
   throw Error("CUDA attention: head_dim " + std::to_string(D) + " is not supported (32, 64, 128 or 256)");
 }
@@ -179,17 +290,17 @@ void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int wid
 }
 
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-               const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
+               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s) {
   if (attention_prefill(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, gate, gate_stride, out, out_stride, s)) return;
-  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, splits, partial, gate, gate_stride, out, out_stride, s);
+  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, keys_settled, splits, partial, gate, gate_stride, out, out_stride, s);
 }
 
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s) {
   check(rows.k && rows.v && rows.pos, "CUDA attention_rows: needs cache tables and positions");
-  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, splits, partial, gate, gate_stride, out,
+  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, /*settled=*/false, splits, partial, gate, gate_stride, out,
           out_stride, s);
 }
 

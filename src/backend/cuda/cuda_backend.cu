@@ -112,7 +112,8 @@ class CudaBackend final : public Backend {
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
     d_token_ = alloc_raw<int>(1);
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
-    attn_partial_records_ = std::max<int64_t>(256, T * c.n_heads);
+    // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
+    attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
     attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
     if (c.hybrid()) {
       const int64_t C = c.gdn_conv_channels();
@@ -372,8 +373,7 @@ class CudaBackend final : public Backend {
     cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
     // Each row split as a lone decode step splits it (the same sums: the same result) where the
     // partial records hold that many.
-    const int fit = int(attn_partial_records_ / (int64_t(B) * c.n_heads));
-    const int splits = std::clamp(std::min(256 / c.n_heads, fit), 1, 64);
+    const int splits = attention_splits(B);
     cuda::attention_rows(bf(q), q.stride, B, rows, c.n_heads, c.n_kv_heads, c.head_dim, splits, attn_partial_,
                          gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
@@ -578,6 +578,13 @@ class CudaBackend final : public Backend {
                        stream_);
   }
 
+  // Key ranges of the split-K attention over `rows` query rows: as many as the partial records
+  // hold, up to 64 (a long context's keys then spread over every SM; the kernels use only as many
+  // as the context needs).
+  int attention_splits(int rows) const {
+    return int(std::clamp<int64_t>(attn_partial_records_ / (int64_t(rows) * c_.n_heads), 1, 64));
+  }
+
   // attention with row t of q at position *pos0 + t of `st` (the device copy of st.n_past).
   void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                     SequenceState& st, Tensor out, const int* pos0) {
@@ -588,9 +595,9 @@ class CudaBackend final : public Backend {
                                             " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
     cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
-    // Enough key ranges to give every SM work when there are few queries (decode).
-    const int splits = std::clamp(256 / (T * c.n_heads), 1, 64);
-    cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0, splits,
+    const int splits = attention_splits(T);
+    cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0,
+                    capturing(), splits,
                     attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
 

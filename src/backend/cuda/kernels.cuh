@@ -85,10 +85,12 @@ void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* 
 void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, bf16* kc, bf16* vc,
                const int* pos0, cudaStream_t s);
 // Causal GQA attention of T queries at positions *pos0+t over cache rows [0, *pos0+t]. Prefill
-// chunks take attention_prefill where it applies; otherwise split-K over `splits` key ranges,
-// partials (m, l, acc[D]) in `partial` (T·Hq·splits·(D+2) floats).
+// chunks take attention_prefill where it applies; otherwise split-K over up to `splits` key
+// ranges, partials (m, l, acc[D]) in `partial` (T·Hq·splits·(D+2) floats). keys_settled: no kernel
+// that may still run writes cache rows before *pos0 (true inside a recorded decode step, as for
+// deltanet_decode's states), so they are fetched before the PDL wait.
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-               const int* pos0, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
+               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
                int64_t out_stride, cudaStream_t s);
 
 // The caches and positions of a batched decode step's rows: query row r (one token of its own
