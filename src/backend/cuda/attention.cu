@@ -1,9 +1,10 @@
 // Causal GQA attention over a bf16 KV cache, split-K over the context (flash-decoding style):
 // each block reduces one key range of one KV head for all the query heads that share it, with an
-// online softmax; a second kernel merges the ranges. Decode and the shapes the tensor-core
-// prefill kernel (attention_prefill.cu) does not cover.
+// online softmax (on tensor cores for head_dim 64-256, on CUDA cores for 32); a second kernel
+// merges the ranges. Decode and the shapes the tensor-core prefill kernel (attention_prefill.cu)
+// does not cover.
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -198,6 +199,125 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
   for (int i = 0; i < PER; ++i) rec[2 + lane * PER + i] = acc[i];
 }
 
+// ---- The same records on tensor cores (head_dim 64, 128, 256; up to 16 query heads a KV head) ----
+
+constexpr int kMmaKeys = 64;   // keys a tile holds
+constexpr int kMmaWarps = 4;   // each scores the whole tile and accumulates a quarter of the dims
+
+// Whole block: rows [0, copy_to) of a tile (row r: key s0 + r of one KV head) into the swizzled
+// [kMmaKeys][D] key and value tiles at sK and sV by cp.async, rows from zero_from on zero-filled
+// (past the range: P·V must meet zeros, not stale values); rows between are left to the caller.
+template <int D>
+__device__ void issue_kv_rows(uint32_t sK, uint32_t sV, const bf16* kh, const bf16* vh, int64_t stride, int s0,
+                              int copy_to, int zero_from) {
+  constexpr int chunks = D / 8;
+  for (int i = threadIdx.x; i < kMmaKeys * chunks; i += blockDim.x) {
+    const int r = i / chunks, c = 8 * (i % chunks);
+    const bool copy = r < copy_to;
+    if (!copy && r < zero_from) continue;
+    cp_async16(sK + swz<D>(r, c), copy ? kh + (s0 + r) * stride + c : kh, copy);
+    cp_async16(sV + swz<D>(r, c), copy ? vh + (s0 + r) * stride + c : vh, copy);
+  }
+}
+
+// grid (T, Hkv, splits), kMmaWarps warps: attention_partial_kernel's records, the Hq / Hkv query
+// heads of a KV head as the rows of one m16n8k16 tile (Q·Kᵀ and P·V on tensor cores, P rounded to
+// bf16 as in the prefill kernel). Every warp scores the whole key tile (the rows are few) and
+// accumulates its quarter of the head dimensions; keys and values stream through two shared-memory
+// stages of kMmaKeys keys, the older keys before the PDL wait where `settled`.
+template <int D>
+__global__ void __launch_bounds__(32 * kMmaWarps)
+    attention_partial_mma_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq, int Hkv,
+                                 const int* pos0, KvRows rows, bool settled, float* partial) {
+  constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
+  constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
+  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
+  const uint32_t sQ = smem_addr(smem);
+  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
+  pdl_launch_dependents();
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = Hq / Hkv;
+  if (rows.pos) {
+    kc = rows.k[t];
+    vc = rows.v[t];
+  }
+  const int first_new = rows.pos ? rows.pos[t] : *pos0;  // staged by the host: readable before the wait
+  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits);
+  const int begin = split * per, end = min(n_keys, begin + per);
+  if (begin >= end) return;
+  const int64_t kv_stride = int64_t(Hkv) * D;
+  const bf16 *kh = kc + int64_t(kvh) * D, *vh = vc + int64_t(kvh) * D;
+  auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
+  auto issue = [&](int tile, int limit) {  // keys before `limit` (one copy group, empty past the range)
+    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
+    if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, limit - s0)), n);
+    cp_async_commit();
+  };
+  auto copy_rest = [&](int tile, int from) {  // keys from `from` on, by plain loads
+    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
+    for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
+      const int r = i / chunks, c = 8 * (i % chunks);
+      if (s0 + r < from) continue;
+      unsigned char* k_at = smem + (sK(tile) - sQ) + swz<D>(r, c);
+      *reinterpret_cast<uint4*>(k_at) = *reinterpret_cast<const uint4*>(kh + (s0 + r) * kv_stride + c);
+      *reinterpret_cast<uint4*>(k_at + tile_bytes) = *reinterpret_cast<const uint4*>(vh + (s0 + r) * kv_stride + c);
+    }
+  };
+  if (settled) {
+    issue(0, first_new);
+    issue(1, first_new);
+    pdl_wait();
+    copy_rest(0, first_new);
+    copy_rest(1, first_new);
+  } else {
+    pdl_wait();
+    issue(0, end);
+    issue(1, end);
+  }
+  for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
+    const int r = i / chunks, c = 8 * (i % chunks);
+    const uint4 v = r < G ? *reinterpret_cast<const uint4*>(q + t * q_stride + int64_t(kvh * G + r) * D + c)
+                          : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(smem + swz<D>(r, c)) = v;
+  }
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
+  float o[NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int tiles = div_up(end - begin, kMmaKeys);
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<1>();
+    __syncthreads();  // the tile (and Q, the plain copies) in shared memory
+    const int n = keys_in(tile);
+    float s[kMmaKeys / 8][4];
+    scores<D, kMmaKeys>(sQ, sK(tile), 0, lane, s);
+    if (n < kMmaKeys)
+#pragma unroll
+      for (int b = 0; b < kMmaKeys / 8; ++b)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * b + 2 * (lane % 4) + (e & 1) >= n) s[b][e] = -INFINITY;
+    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
+    __syncthreads();  // every warp is done with the stage: the tile two on may take it
+    issue(tile + 2, end);
+  }
+  // Row g = lane / 4 is head kvh·G + g (rows g + 8 are padding); a quad holds its sum in parts.
+  const int g = lane / 4;
+  float sum = l[0];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (g >= G) return;
+  float* rec = partial + ((int64_t(t) * Hq + kvh * G + g) * splits + split) * (D + 2);
+  if (warp == 0 && lane % 4 == 0) {
+    rec[0] = m[0] * scale;  // the natural-log maximum the combine expects
+    rec[1] = sum;
+  }
+#pragma unroll
+  for (int b = 0; b < NT; ++b)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) rec[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][e];
+}
+
 constexpr int kCombineGroup = 16;  // key ranges whose records one combine thread loads at once
 
 // grid (T, Hq), a thread per head dimension: merges the ranges in use, normalises, applies the
@@ -248,10 +368,24 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
   // Two stages of keys and values, and more than half a multiprocessor's shared memory: blocks
   // launched early (PDL) would otherwise pack three to each of the first multiprocessors to free
   // up, where their warps' dot products queue behind each other.
-  const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * PER * 32 * sizeof(bf16), kOneBlockPerSmSmem);
-  allow_dynamic_smem<attention_partial_kernel<PER>>(smem);
-  launch_pdl(attention_partial_kernel<PER>, dim3(T, Hkv, splits), 32 * (Hq / Hkv), smem, s, q, q_stride, kc, vc, Hq,
-             Hkv, pos0, rows, settled, partial);
+  constexpr int D = PER * 32;
+  const bool aligned = reinterpret_cast<uintptr_t>(q) % 16 == 0 && q_stride % 8 == 0;
+  bool on_tensor_cores = false;
+  if constexpr (D >= 64) {
+    on_tensor_cores = Hq / Hkv <= 16 && aligned;
+    if (on_tensor_cores) {
+      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), kOneBlockPerSmSmem);
+      allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
+      launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
+                 Hq, Hkv, pos0, rows, settled, partial);
+    }
+  }
+  if (!on_tensor_cores) {
+    const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * D * sizeof(bf16), kOneBlockPerSmSmem);
+    allow_dynamic_smem<attention_partial_kernel<PER>>(smem);
+    launch_pdl(attention_partial_kernel<PER>, dim3(T, Hkv, splits), 32 * (Hq / Hkv), smem, s, q, q_stride, kc, vc, Hq,
+               Hkv, pos0, rows, settled, partial);
+  }
   PETREL_LAUNCHED("attention_partial");
   launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32 * PER, 0, s, partial, Hq, splits, pos0, rows, gate,
              gate_stride, out, out_stride);

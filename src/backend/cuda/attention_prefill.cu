@@ -2,21 +2,11 @@
 // 4 warps per (64-query tile, query head); each warp owns 16 query rows and streams 64-key tiles
 // of K and V through shared memory, with the online-softmax state and the output in registers.
 //
-// Layout (mma.m16n8k16, lane = 4·g + c: g = groupID 0..7, c = thread in group 0..3):
-//   sQ [64][D], sK [64][D], sV [64][D] bf16, row-major; the 16-byte chunk k of row r is stored at
-//   chunk k ^ (r & 7), so the 8 row addresses of each ldmatrix phase fall in 8 distinct bank groups.
-//   S = Q·Kᵀ: warp w owns rows 16w..16w+15; A = Q by ldmatrix.x4 (lane l addresses row l%16,
-//   column 8·(l/16)); B = K rows as columns (non-transposed ldmatrix.x4: key 8·(l/16) + l%8,
-//   column 8·((l/8)%2) gives b0,b1 of keys 0-7 then b0,b1 of keys 8-15).
-//   C fragment of an 8-key block: lane holds rows g (c0, c1) and g+8 (c2, c3), keys 2c and 2c+1,
-//   so the row max and sum reduce over the 4 lanes of a quad.
-//   O += P·V: the C fragments of key blocks 2k and 2k+1, packed to bf16 pairs, are exactly the A
-//   fragment of keys 16k..16k+15; B = V by ldmatrix.x4.trans (lane l addresses key l%16, column
-//   8·(l/16): b0,b1 of dims 0-7 then b0,b1 of dims 8-15).
+// Fragment layouts and the shared pieces: attention_mma.cuh.
 // Pipeline per key tile j (single K and V buffers): wait K_j; load V_j; S = Q·K_jᵀ, softmax;
 // wait V_j; load K_{j+1}; O += P·V_j. Each load overlaps the math that does not read it.
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -31,19 +21,6 @@ constexpr int kMinBlocks = 2;
 template <int D>
 constexpr size_t smem_bytes() {
   return size_t(kBQ + 2 * kBKV) * D * sizeof(bf16);
-}
-
-// Byte offset of (row, col) in a swizzled [rows][D] bf16 tile; col is a multiple of 8. The XOR is
-// confined to the 64-column group so unrolled loops fold the group into an immediate.
-template <int D>
-__device__ __forceinline__ uint32_t swz(int row, int col) {
-  return 2u * uint32_t(row * D + (col & ~63) + ((((col >> 3) & 7) ^ (row & 7)) << 3));
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf gives 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // Issues the copy of rows [row0, row0 + ROWS) of a [*, D] matrix (row stride `stride`) into a
@@ -63,25 +40,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
   }
 }
 
-// s = (this warp's 16 query rows)·Kᵀ, raw dot products.
-template <int D>
-__device__ __forceinline__ void scores(uint32_t sQ, uint32_t sK, int warp, int lane, float s[kBKV / 8][4]) {
-#pragma unroll
-  for (int n = 0; n < kBKV / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t a[4];
-    ldmatrix_x4(a, sQ + swz<D>(16 * warp + lane % 16, 16 * kk + 8 * (lane / 16)));
-#pragma unroll
-    for (int np = 0; np < kBKV / 16; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, sK + swz<D>(16 * np + 8 * (lane / 16) + lane % 8, 16 * kk + 8 * ((lane / 8) % 2)));
-      mma_bf16(s[2 * np], a, b[0], b[1]);
-      mma_bf16(s[2 * np + 1], a, b[2], b[3]);
-    }
-  }
-}
-
 // Hides keys past each row's position: key0 is the tile's first key, pos the position of row g.
 __device__ __forceinline__ void causal_mask(float s[kBKV / 8][4], int key0, int pos, int lane) {
 #pragma unroll
@@ -91,57 +49,6 @@ __device__ __forceinline__ void causal_mask(float s[kBKV / 8][4], int key0, int 
       const int key = key0 + 8 * n + 2 * (lane % 4) + (e & 1);
       if (key > pos + 8 * (e / 2)) s[n][e] = -INFINITY;
     }
-}
-
-// Online softmax over one key tile: turns s into p = 2^(s·scale_log2 - m) in place, rescales the
-// running sums l (this lane's share) and the output o to the new row maxima m.
-template <int D>
-__device__ __forceinline__ void online_softmax(float s[kBKV / 8][4], float m[2], float l[2], float o[D / 8][4],
-                                               float scale_log2) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // rows g and g+8: elements 2r and 2r+1 of each fragment
-    float mx = m[r];
-#pragma unroll
-    for (int n = 0; n < kBKV / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;  // no visible key yet: p stays 0
-    const float corr = exp2_approx(m[r] * scale_log2 - base);
-    m[r] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kBKV / 8; ++n)
-#pragma unroll
-      for (int e = 2 * r; e < 2 * r + 2; ++e) {
-        s[n][e] = exp2_approx(fmaf(s[n][e], scale_log2, -base));
-        sum += s[n][e];
-      }
-    l[r] = l[r] * corr + sum;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][2 * r] *= corr;
-      o[n][2 * r + 1] *= corr;
-    }
-  }
-}
-
-// o += p·V for this warp's rows, p rounded to bf16.
-template <int D>
-__device__ __forceinline__ void accumulate_pv(const float p[kBKV / 8][4], uint32_t sV, int lane,
-                                              float o[D / 8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kBKV / 16; ++kk) {
-    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, sV + swz<D>(16 * kk + lane % 16, 16 * dp + 8 * (lane / 16)));
-      mma_bf16(o[2 * dp], a, b[0], b[1]);
-      mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
-    }
-  }
 }
 
 // grid (query tiles, Hq), kThreads threads, smem_bytes<D>() of dynamic shared memory.
@@ -176,16 +83,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     load_tile<D, kBKV>(sV, vh, kv_stride, key0, n_keys);
     cp_async_commit();
     float s[kBKV / 8][4];
-    scores<D>(sQ, sK, warp, lane, s);
+    scores<D, kBKV>(sQ, sK, 16 * warp, lane, s);
     if (key0 + kBKV - 1 > warp_pos) causal_mask(s, key0, warp_pos + lane / 4, lane);  // diagonal tiles only
-    online_softmax<D>(s, m, l, o, scale_log2);
+    online_softmax<kBKV, D / 8>(s, m, l, o, scale_log2);
     cp_async_wait<0>();
     __syncthreads();  // V_j has landed; every warp is done reading K_j
     if (j + 1 < n_tiles) {
       load_tile<D, kBKV>(sK, kh, kv_stride, key0 + kBKV, n_keys);
       cp_async_commit();
     }
-    accumulate_pv<D>(s, sV, lane, o);
+    accumulate_pv<D, kBKV, D / 8>(s, sV, lane, 0, o);
   }
 
 #pragma unroll
