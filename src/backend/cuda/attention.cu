@@ -365,23 +365,24 @@ template <int PER>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
             const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
             bf16* out, int64_t out_stride, cudaStream_t s) {
-  // Two stages of keys and values, and more than half a multiprocessor's shared memory: blocks
-  // launched early (PDL) would otherwise pack three to each of the first multiprocessors to free
-  // up, where their warps' dot products queue behind each other.
+  // Two stages of keys and values; a grid of one wave also takes more than half a multiprocessor's
+  // shared memory: its blocks, launched early (PDL), would otherwise pack three to each of the
+  // first multiprocessors to free up, where their dot products queue behind each other.
   constexpr int D = PER * 32;
+  const size_t one_wave = int64_t(T) * Hkv * splits <= sm_count() ? kOneBlockPerSmSmem : 0;
   const bool aligned = reinterpret_cast<uintptr_t>(q) % 16 == 0 && q_stride % 8 == 0;
   bool on_tensor_cores = false;
   if constexpr (D >= 64) {
     on_tensor_cores = Hq / Hkv <= 16 && aligned;
     if (on_tensor_cores) {
-      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), kOneBlockPerSmSmem);
+      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
       allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
       launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
                  Hq, Hkv, pos0, rows, settled, partial);
     }
   }
   if (!on_tensor_cores) {
-    const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * D * sizeof(bf16), kOneBlockPerSmSmem);
+    const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * D * sizeof(bf16), one_wave);
     allow_dynamic_smem<attention_partial_kernel<PER>>(smem);
     launch_pdl(attention_partial_kernel<PER>, dim3(T, Hkv, splits), 32 * (Hq / Hkv), smem, s, q, q_stride, kc, vc, Hq,
                Hkv, pos0, rows, settled, partial);

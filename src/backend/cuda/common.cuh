@@ -211,6 +211,9 @@ __device__ __forceinline__ void prefetch_l1_rows(const void* p, int rows, int64_
     asm volatile("prefetch.global.L1 [%0];" ::"l"(c + (i / lines) * stride + (i % lines) * 128));
 }
 
+// Multiprocessors of the current device (cached).
+int sm_count();
+
 // True on Hopper and later, where kernels may overlap through PDL (cached for the current device).
 inline bool pdl_supported() {
   static const bool yes = [] {

@@ -464,7 +464,5 @@ __device__ __forceinline__ float row_dot_x1(const AsyncTile<F>& a, const ChunkMa
   return acc;
 }
 
-// Multiprocessors of the current device (cached).
-int sm_count();
 
 }  // namespace petrel::cuda
