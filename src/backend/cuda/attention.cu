@@ -76,6 +76,25 @@ __device__ __forceinline__ float reduce_scatter32(float (&v)[kTileKeys], int lan
   return v[0];
 }
 
+// Whole block, the PDL wait included: the copies of a range's first two tiles. With `settled`, the
+// keys before first_new go out before the wait (issue(tile, limit): cp.async of the keys before
+// limit) and the chunk's own keys after it by plain loads (copy_rest(tile, from)); else all after.
+template <typename Issue, typename CopyRest>
+__device__ __forceinline__ void fetch_first_tiles(bool settled, int first_new, int end, Issue issue,
+                                                  CopyRest copy_rest) {
+  if (settled) {
+    issue(0, first_new);
+    issue(1, first_new);
+    pdl_wait();
+    copy_rest(0, first_new);
+    copy_rest(1, first_new);
+  } else {
+    pdl_wait();
+    issue(0, end);
+    issue(1, end);
+  }
+}
+
 // grid (T, Hkv, splits), a warp per query head of the KV head (Hq / Hkv warps). Partial record of
 // query head h, range `split`: [m, l, acc[D]] (unnormalised accumulator; element lane·PER + i
 // from lane's i). Query t is at *pos0 + t of kc, vc; with rows.pos (a batched step), at
@@ -134,17 +153,7 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
       if (s0 + key >= from) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     }
   };
-  if (settled) {
-    issue(0, first_new);
-    issue(1, first_new);
-    pdl_wait();
-    copy_rest(0, first_new);
-    copy_rest(1, first_new);
-  } else {
-    pdl_wait();
-    issue(0, end);
-    issue(1, end);
-  }
+  fetch_first_tiles(settled, first_new, end, issue, copy_rest);
   const int tiles = div_up(end - begin, kTileKeys);
   const float scale = rsqrtf(float(D));
   float qv[PER], acc[PER];
@@ -263,17 +272,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
       *reinterpret_cast<uint4*>(k_at + tile_bytes) = *reinterpret_cast<const uint4*>(vh + (s0 + r) * kv_stride + c);
     }
   };
-  if (settled) {
-    issue(0, first_new);
-    issue(1, first_new);
-    pdl_wait();
-    copy_rest(0, first_new);
-    copy_rest(1, first_new);
-  } else {
-    pdl_wait();
-    issue(0, end);
-    issue(1, end);
-  }
+  fetch_first_tiles(settled, first_new, end, issue, copy_rest);
   for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
     const int r = i / chunks, c = 8 * (i % chunks);
     const uint4 v = r < G ? *reinterpret_cast<const uint4*>(q + t * q_stride + int64_t(kvh * G + r) * D + c)
