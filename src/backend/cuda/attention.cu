@@ -6,6 +6,8 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/kernels.cuh"
 
+#include <type_traits>
+
 namespace petrel::cuda {
 namespace {
 
@@ -351,7 +353,7 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
     acc *= carry;
 #pragma unroll
     for (int u = 0; u < kCombineGroup; ++u) {
-      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);
+      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);  // slots past the ranges in use
       L += l[u] * c;
       acc += a[u] * c;
     }
@@ -394,16 +396,22 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-             const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
-             bf16* out, int64_t out_stride, cudaStream_t s) {
-  check(splits >= 1 && splits <= kMaxSplits, "CUDA attention: " + std::to_string(splits) + " key ranges (1..64)");
-  check(Hq % Hkv == 0 && Hq / Hkv <= 32, "CUDA attention: " + std::to_string(Hq) + " query heads over " +
-                                             std::to_string(Hkv) + " KV heads (a whole group of at most 32 each)");
+             const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate,
+             int64_t gate_stride, bf16* out, int64_t out_stride, cudaStream_t s) {
+  if (splits < 1 || splits > kMaxSplits)  // messages built only on failure: this runs every layer
+    throw Error("CUDA attention: " + std::to_string(splits) + " key ranges (1..64)");
+  if (Hq % Hkv != 0 || Hq / Hkv > 32)
+    throw Error("CUDA attention: " + std::to_string(Hq) + " query heads over " + std::to_string(Hkv) +
+                " KV heads (a whole group of at most 32 each)");
+  auto run = [&](auto per) {
+    launch<decltype(per)::value>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate,
+                                 gate_stride, out, out_stride, s);
+  };
   switch (D) {
-    case 32: return launch<1>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 64: return launch<2>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 128: return launch<4>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
-    case 256: return launch<8>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate, gate_stride, out, out_stride, s);
+    case 32: return run(std::integral_constant<int, 1>{});
+    case 64: return run(std::integral_constant<int, 2>{});
+    case 128: return run(std::integral_constant<int, 4>{});
+    case 256: return run(std::integral_constant<int, 8>{});
   }
   throw Error("CUDA attention: head_dim " + std::to_string(D) + " is not supported (32, 64, 128 or 256)");
 }
@@ -424,18 +432,19 @@ void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int wid
 }
 
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
-               int64_t out_stride, cudaStream_t s) {
+               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
+               bf16* out, int64_t out_stride, cudaStream_t s) {
   if (attention_prefill(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, gate, gate_stride, out, out_stride, s)) return;
-  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, keys_settled, splits, partial, gate, gate_stride, out, out_stride, s);
+  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, keys_settled, splits, partial, gate, gate_stride, out,
+          out_stride, s);
 }
 
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s) {
   check(rows.k && rows.v && rows.pos, "CUDA attention_rows: needs cache tables and positions");
-  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, /*settled=*/false, splits, partial, gate, gate_stride, out,
-          out_stride, s);
+  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, /*settled=*/false, splits, partial, gate,
+          gate_stride, out, out_stride, s);
 }
 
 }  // namespace petrel::cuda

@@ -597,8 +597,8 @@ class CudaBackend final : public Backend {
     cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
     const int splits = attention_splits(T);
     cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0,
-                    capturing(), splits,
-                    attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+                    /*keys_settled=*/capturing(), splits, attn_partial_, gate ? bf(*gate) : nullptr,
+                    gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
 
   // The batched step's table holds, per layer, slot 0 (conv state or K cache) of rows 0..B-1, then

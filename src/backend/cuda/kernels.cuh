@@ -90,8 +90,8 @@ void kv_append(const bf16* k, const bf16* v, int64_t stride, int T, int width, b
 // that may still run writes cache rows before *pos0 (true inside a recorded decode step, as for
 // deltanet_decode's states), so they are fetched before the PDL wait.
 void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride, bf16* out,
-               int64_t out_stride, cudaStream_t s);
+               const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
+               bf16* out, int64_t out_stride, cudaStream_t s);
 
 // The caches and positions of a batched decode step's rows: query row r (one token of its own
 // sequence) writes its k, v at row pos[r] of the caches k[r], v[r] and attends over rows [0, pos[r]].
