@@ -130,6 +130,15 @@ class Backend {
     linear(x, w, scratch);
     add(h, scratch);
   }
+  // linear_add(x, w, h, scratch), then rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out): a mixer's
+  // output projection and the MoE block after it. A backend may compute the router beside the
+  // projection: the router is linear in the normed h, whose rsqrt is one scalar.
+  virtual void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch,
+                                  const std::vector<float>& norm, float eps, Tensor xn, const FfnWeights& ffn,
+                                  Tensor ffn_out) {
+    linear_add(x, w, h, scratch);
+    rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out);
+  }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
   virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;

@@ -139,11 +139,11 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   backend_.embed(weights_.embed, h);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
-    if (L.kind == LayerKind::DeltaNet) deltanet_block(i, h, x, st, mix);
-    else attention_block(i, h, x, st, mix);
+    const Mixed m = L.kind == LayerKind::DeltaNet ? deltanet_mixer(i, h, x, st) : attention_mixer(i, h, x, st);
     if (L.ffn.moe) {
-      backend_.rms_norm_moe_add(h, L.post_norm, c.rms_eps, x, L.ffn, ffn);
+      backend_.linear_add_moe_add(m.y, *m.out, h, mix, L.post_norm, c.rms_eps, x, L.ffn, ffn);
     } else {
+      backend_.linear_add(m.y, *m.out, h, mix);
       backend_.rms_norm(h, L.post_norm, c.rms_eps, x);
       backend_.mlp(x, L.ffn.dense, ffn);
       backend_.add(h, ffn);
@@ -155,7 +155,7 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   backend_.rms_norm_linear_many(hs, weights_.final_norm, c.rms_eps, xs, head, &logits, 1);
 }
 
-void Model::attention_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch) {
+Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const AttentionWeights& A = weights_.layers[layer].attn;
   const int64_t T = x.rows;
   Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
@@ -169,10 +169,10 @@ void Model::attention_block(int layer, Tensor h, Tensor x, const StepStates& st,
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
   if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
   else backend_.attention(q, k, v, gate_or_null, layer, *st.chunk, attn);
-  backend_.linear_add(attn, A.o, h, scratch);
+  return {attn, &A.o};
 }
 
-void Model::deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch) {
+Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
   const int64_t T = x.rows;
   Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
@@ -183,7 +183,7 @@ void Model::deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, 
                                 /*for_deltanet=*/true);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
-  backend_.linear_add(o, G.out, h, scratch);
+  return {o, &G.out};
 }
 
 }  // namespace petrel

@@ -62,10 +62,15 @@ class Model {
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
   void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);
-  // A layer's mixer: its input norm of the residual stream h (into x where the backend writes it),
-  // the mixer, and the output projection added to h (through scratch where the backend needs it).
-  void attention_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch);
-  void deltanet_block(int layer, Tensor h, Tensor x, const StepStates& st, Tensor scratch);
+  // A layer's mixer up to its output projection: the input norm of the residual stream h (into x
+  // where the backend writes it) and the mixer. The caller adds y · outᵀ to h, together with the
+  // FFN block where the backend fuses the two.
+  struct Mixed {
+    Tensor y;
+    const Matrix* out;
+  };
+  Mixed attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
+  Mixed deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;

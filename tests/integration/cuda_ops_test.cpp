@@ -642,6 +642,27 @@ TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
   EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T;
 }
 
+// A mixer's output projection and the MoE block after it: at T = 1 the router's sums ride on the
+// projection (integer atomics) and the experts pick from them (layer 2: 4-bit experts behind the
+// 4-bit attention output projection); twice in a row, since the down kernel must leave the sums
+// cleared for the next use. The ops run apart at T = 3, for layer 0 (a bf16 projection too wide for
+// the shared-memory GEMV) and layer 1 (the general expert kernels).
+TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
+  REQUIRE_GPU();
+  const auto [layer, T] = GetParam();
+  if (T > 3) GTEST_SKIP() << "decode sizes only (T = " << T << ")";
+  const RealShapeModel& m = model();
+  const LayerWeights& L = m.w.layers[layer];
+  const Matrix& w = layer == 0 ? L.gdn.out : m.w.layers[1].attn.o;
+  for (int run = 0; run < 2; ++run) {
+    Input y(T, w.cols, 140 + T + run), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true);
+    Output mix(T, m.c.hidden), x(T, m.c.hidden, /*fp32=*/true), ffn(T, m.c.hidden);
+    pair().cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
+    pair().gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
+    EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T << " run " << run;
+  }
+}
+
 // T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped
 // GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts
 // (the staged kernels, gate+up from registers), layer 1 4-bit ones beside a bf16 shared expert

@@ -14,7 +14,6 @@ namespace {
 constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges
 constexpr int kTileKeys = 32;   // keys a block stages at a time: one per lane when scoring
 constexpr int kMinRangeKeys = 8;  // a short context's keys spread over ranges of this many (latency)
-constexpr size_t kOneBlockPerSmSmem = 116 * 1024;  // dynamic shared memory no second block fits beside
 
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,

@@ -166,6 +166,11 @@ __device__ __forceinline__ float load_act(const void* base, int elem_size, int64
   return elem_size == 2 ? __bfloat162float(static_cast<const bf16*>(base)[i]) : static_cast<const float*>(base)[i];
 }
 
+// Dynamic shared memory beside which no second such block fits: a grid of one wave asks for at
+// least this, so that blocks launched early (PDL) beside a predecessor still take one SM each,
+// while leaving ~110 KB for a successor's block.
+constexpr size_t kOneBlockPerSmSmem = 116 * 1024;
+
 // Programmatic dependent launch (PDL). A kernel started with launch_pdl may begin while the kernel
 // before it in the stream still runs: everything before pdl_wait() must touch only memory no
 // earlier kernel writes (weights), and pdl_wait() returns once the earlier kernels have finished

@@ -139,6 +139,7 @@ class CudaBackend final : public Backend {
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
+      route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -474,6 +475,38 @@ class CudaBackend final : public Backend {
                       out.stride, stream_);
   }
 
+  // One token: the output projection adds its rows to h and sums the router's values of them
+  // beside it (no router launch); the experts pick their top-k from those sums, block (0, 0)
+  // scaling them by the norm's rsqrt for the weights and the shared gate once it has staged h.
+  void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch, const std::vector<float>& norm,
+                          float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) override {
+    const cuda::RouteSums* cols = weights_->route(ffn);
+    const DeviceMatrix& m = weights_->matrix(w);
+    const cuda::ExpertStacks& E = weights_->experts(ffn);
+    const Shared sh = shared_of(ffn);
+    const bool beside = cols && h.rows == 1 && h.elem_size == 4 && experts_pick(ffn, 1) &&
+                        cuda::moe_norm_stageable(weights_->matrix(ffn.router), sh.gate_row, E.gate, E.up, E.down,
+                                                 sh.gate, sh.up, sh.down, c_.top_k, 1, h.stride) &&
+                        cuda::gemv_route_fits(m, x.stride, *cols);
+    if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
+    cuda::RouteSums route = *cols;
+    route.sums = route_sums_;
+    {
+      const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
+      cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
+                             stream_);
+    }
+    const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
+    cuda::TopK pick;
+    pick.sums = route_sums_;
+    pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
+    pick.E = c_.n_experts;
+    pick.renorm = c_.norm_topk_prob;
+    cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
+                     moe_w_, moe_sgate_, moe_decode_act_, {weights_->vec(norm), eps}, pick,
+                     {h.data, h.stride, h.elem_size, /*add=*/true}, stream_);
+  }
+
   // Few rows: router and experts apply the norm while staging h, and the down projection adds its
   // rows to h (x and scratch are not written).
   void rms_norm_moe_add(Tensor h, const std::vector<float>& norm, float eps, Tensor x, const FfnWeights& w,
@@ -540,7 +573,11 @@ class CudaBackend final : public Backend {
     const cuda::ExpertStacks& E = weights_->experts(w);
     const Shared sh = shared_of(w);
     cuda::TopK pick;
-    if (experts_pick(w, int(x.rows))) pick = {moe_logits_, c_.n_experts, c_.norm_topk_prob};
+    if (experts_pick(w, int(x.rows))) {
+      pick.logits = moe_logits_;
+      pick.E = c_.n_experts;
+      pick.renorm = c_.norm_topk_prob;
+    }
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
                      c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, pick, out, stream_);
   }
@@ -661,6 +698,7 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
+  unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;

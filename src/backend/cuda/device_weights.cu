@@ -18,6 +18,11 @@ size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
   return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * 2;
 }
 
+// Columns of an MoE block's router sums (RouteSums): the experts and the shared gate, padded to
+// whole 16-byte rows.
+int route_ld(const FfnWeights& f) { return (int(f.router.rows) + 1 + 7) / 8 * 8; }
+bool routes_beside(const LayerWeights& L) { return L.ffn.moe && L.ffn.router.rows > 0 && L.ffn.router.cols % 8 == 0; }
+
 // Calls fn(matrix, router_like) for every non-expert matrix of the model.
 void for_each_matrix(const ModelWeights& w, const std::function<void(const Matrix&, bool)>& fn) {
   fn(w.embed, false);
@@ -208,6 +213,8 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const ModelWeights& w, c
         const Plan p = plan(*m, false);
         total += matrix_bytes(p.format, m->rows, m->cols, p.group);
       }
+  for (const LayerWeights& L : w.layers)
+    if (routes_beside(L)) total += size_t(L.ffn.router.cols) * route_ld(L.ffn) * 2;
   check_device_memory(total, "the model weights");
   planned_ = total;
   PETREL_CUDA(cudaMallocHost(&staging_, kStagingBytes));
@@ -222,11 +229,32 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const ModelWeights& w, c
       add_vector(*v);
   }
   add_vector(w.final_norm);
+  for (const LayerWeights& L : w.layers)
+    if (routes_beside(L)) add_route(L);
   PETREL_CUDA(cudaStreamSynchronize(stream_));
   progress_ = nullptr;
   if (!opt_.progress) bar.update(bytes_, bytes_);
   PETREL_CUDA(cudaFreeHost(staging_));
   staging_ = nullptr;
+}
+
+void DeviceWeights::add_route(const LayerWeights& L) {
+  const FfnWeights& f = L.ffn;
+  RouteSums r;
+  r.ld = route_ld(f);
+  r.n = int(f.router.rows) + (f.has_shared ? 1 : 0);
+  const size_t bytes = size_t(f.router.cols) * r.ld * 2;
+  bf16* cols = static_cast<bf16*>(device_alloc(bytes));
+  route_columns(matrix(f.router), f.has_shared ? &matrix(f.shared_gate) : nullptr, vec(L.post_norm), cols, r.ld,
+                stream_);
+  r.cols = cols;
+  bytes_ += bytes;
+  routes_[&f] = r;
+}
+
+const RouteSums* DeviceWeights::route(const FfnWeights& f) const {
+  auto it = routes_.find(&f);
+  return it == routes_.end() ? nullptr : &it->second;
 }
 
 DeviceWeights::~DeviceWeights() {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -36,6 +37,8 @@ class DeviceWeights {
   const DeviceMatrix& matrix(const Matrix& m) const;
   const float* vec(const std::vector<float>& v) const;
   const ExpertStacks& experts(const FfnWeights& f) const;
+  // The router columns of an MoE block (RouteSums with cols, ld and n set), null where not built.
+  const RouteSums* route(const FfnWeights& f) const;
   size_t bytes() const { return bytes_; }
 
  private:
@@ -51,6 +54,7 @@ class DeviceWeights {
   void add_matrix(const Matrix& m, bool router_like);
   void add_experts(const FfnWeights& f);
   void add_vector(const std::vector<float>& v);
+  void add_route(const LayerWeights& L);
   void* device_alloc(size_t bytes);
 
   UploadOptions opt_;
@@ -63,6 +67,7 @@ class DeviceWeights {
   std::unordered_map<const void*, DeviceMatrix> by_data_;  // dedupes tied embeddings / LM heads
   std::unordered_map<const std::vector<float>*, float*> vectors_;
   std::unordered_map<const FfnWeights*, ExpertStacks> experts_;
+  std::unordered_map<const FfnWeights*, RouteSums> routes_;
   std::vector<void*> allocations_;
 };
 

@@ -295,10 +295,12 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
   return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 
-// Stores v as element i of o (or adds it, rounded to bf16, where o.add).
-__device__ __forceinline__ void write_out(const GemvOut& o, int64_t i, float v) {
+// Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored
+// (before any rounding to bf16 output).
+__device__ __forceinline__ float write_out(const GemvOut& o, int64_t i, float v) {
   if (o.add) v = load_act(o.y, o.elem, i) + __bfloat162float(__float2bfloat16(v));
   store_act(o.y, o.elem, i, v);
+  return v;
 }
 
 // Sum over the `width` lanes (a power of two) of each aligned lane group.

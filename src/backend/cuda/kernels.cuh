@@ -30,6 +30,19 @@ struct StageNorm {
 };
 inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % 256 == 0 && x_stride % 8 == 0; }
 // Up to kMax matrices sharing one input, for one decode GEMV launch (block ranges set at launch).
+// The router's sums beside a one-token output projection. The router is linear in its normed
+// input, and the norm's rsqrt is one scalar, so logits·rms = Σ_i cols[i]·h_new[i] where cols holds
+// the router's rows times the norm's weights, transposed ([H][ld] bf16; column E the shared-expert
+// gate's). A block that owns rows [r0, r1) of h adds its share to sums[0..n) in 2^-32 fixed point:
+// integer atomics make the total independent of the order blocks arrive in. The experts read the
+// sums (TopK::sums) and the MoE's down kernel clears them for the next layer.
+struct RouteSums {
+  const bf16* cols = nullptr;
+  int ld = 0, n = 0;
+  unsigned long long* sums = nullptr;
+  int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
+};
+constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
 struct GemvSegments {
   static constexpr int kMax = 4;
   DeviceMatrix w[kMax];
@@ -38,6 +51,7 @@ struct GemvSegments {
   int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
+  RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -55,6 +69,12 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // (PDL) and can fetch what no earlier kernel writes while it runs.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
                         int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
+// True where one token's output projection w (input stride x_stride) can carry the router's sums
+// of `route` (linear_add_route).
+bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
+// h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
+void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+                      const RouteSums& route, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
@@ -177,12 +197,20 @@ void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* 
 void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const void* x, int64_t x_stride, int x_elem,
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
                StageNorm norm, bool logits_only, cudaStream_t s);
-// The router's logits for experts that pick their top-k themselves (logits null: ids are given).
+// What experts that pick their top-k themselves pick from (both null: ids are given): the router's
+// logits, or its sums (RouteSums, E + 1 with the shared gate's), from which block (0, 0) also
+// derives the weights and the shared expert's gate (sgate) once it has the norm's rsqrt.
 struct TopK {
   const float* logits = nullptr;
+  unsigned long long* sums = nullptr;
+  float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;
+  __host__ __device__ bool any() const { return logits || sums; }
 };
+// cols of RouteSums for a router, its shared-expert gate row (null: none) and the norm's weights.
+void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const float* norm, bf16* cols, int ld,
+                   cudaStream_t s);
 // True where one token's experts take the staged gate+up kernels, whose blocks then run the
 // softmax + top-k themselves (sparing the router its last-block round trip).
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,

@@ -128,29 +128,49 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // in flight while its predecessor still runs. One block of 512 threads per multiprocessor with a
 // 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
 // room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
-// for the range's next tile.
+// for the range's next tile. A ring has no more slots than a block has tiles (an output
+// projection's 16 rows a block need one), down to kOneBlockPerSmSmem in all: the next kernel's
+// block (gate+up's) then starts beside it.
 constexpr int kAsyncWarps = 16;
 constexpr int kAsyncStages = 4;
 constexpr size_t kAsyncRingBytes = 192 * 1024;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
-// `scale`): a warp per row, two rows at a time.
+// `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
+// to keep[r].
 template <WFormat F, int CPL>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
-                             float scale, const GemvOut& out, int first) {
+                             float scale, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
     const int row2 = row + kAsyncWarps;
     const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
-    if (lane == 0) write_out(out, first + row, v * scale);
-    if (lane == 0 && row2 < rows) write_out(out, first + row2, v2 * scale);
+    if (lane == 0) {
+      const float stored = write_out(out, first + row, v * scale);
+      if (keep) keep[row] = stored;
+    }
+    if (lane == 0 && row2 < rows) {
+      const float stored = write_out(out, first + row2, v2 * scale);
+      if (keep) keep[row2] = stored;
+    }
   }
 }
 
-// Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row.
+// Whole block, once its `rows` rows of h are in keep and their rows of route.cols in `cols`: adds
+// Σ_r cols[r][e]·keep[r] to route.sums[e] in fixed point.
+__device__ void add_route_sums(const RouteSums& route, const bf16* cols, const float* keep, int rows) {
+  for (int e = threadIdx.x; e < route.n; e += blockDim.x) {
+    float acc = 0.0f;
+    for (int r = 0; r < rows; ++r) acc += __bfloat162float(cols[r * route.ld + e]) * keep[r];
+    atomicAdd(route.sums + e, static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne)));
+  }
+}
+
+// Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row; keep as in
+// tile_rows_x1 (activation row 0).
 template <WFormat F, int TMAX>
 __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st, int T,
-                                 int lpr, const GemvOut& out, int first) {
+                                 int lpr, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
   for (int base = warp * pass; base < rows; base += kAsyncWarps * pass) {  // uniform per warp: shuffles are safe
     const int row = base + sub;
@@ -165,7 +185,10 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) {
       const float v = group_sum(acc[t], lpr);
-      if (t < T && sl == 0 && row < rows) write_out(out, t * out.stride + first + row, v * st.row_scale(t));
+      if (t < T && sl == 0 && row < rows) {
+        const float stored = write_out(out, t * out.stride + first + row, v * st.row_scale(t));
+        if (keep && t == 0) keep[row] = stored;
+      }
     }
   }
 }
@@ -175,7 +198,7 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 template <WFormat F, int TMAX, int CPL>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
-                      StageNorm norm) {
+                      int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -193,10 +216,18 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
     cp_async_commit();
   };
+  // With the router's sums: the block's rows of their columns join the first tile's copies.
+  const RouteSums& route = segs.route;
+  const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
+  float* keep = nullptr;
+  if (route.sums) {
+    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
+    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
+  }
 #pragma unroll
   for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
   pdl_wait();
-  float* staged = reinterpret_cast<float*>(ring + kAsyncStages * slot_bytes);
+  float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, [&](int t) { return t * x_stride; }, norm);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
@@ -205,11 +236,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first);
-    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first);
+    float* tile_keep = keep ? keep + (first - r0) : nullptr;
+    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
+  if (keep) add_route_sums(route, route_cols, keep, r1 - r0);
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
@@ -256,11 +289,17 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
   const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
   const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
   const int tile_rows = CPL > 0 && even <= most ? even : most;
-  const size_t smem = size_t(kAsyncStages) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
+  const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
+  size_t smem = size_t(ring_slots) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
+  if (segs.route.sums) {  // the block's rows of the route's columns, then their values of h
+    segs.route.smem_at = div_up(int64_t(smem), 16) * 16;
+    smem = segs.route.smem_at + size_t(per_max) * (segs.route.ld * 2 + 4);
+  }
+  if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
   launch_pdl(gemv_async_kernel<F, TMAX, CPL>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x, x_stride,
-             x_elem, T, lpr, tile_rows, norm);
+             x_elem, T, lpr, tile_rows, ring_slots, norm);
 }
 
 template <WFormat F>
@@ -440,6 +479,34 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
                         int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
   staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
+}
+
+bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route) {
+  const DeviceMatrix* m = &w;
+  if (!gemv_stageable(&m, 1, 1, x_stride, /*norm=*/false) || route.ld % 8 != 0 || route.n > route.ld) return false;
+  GemvSegments segs;
+  segs.add(w, {});
+  const bool async = w.format == WFormat::Q4   ? gemv_async_fits<WFormat::Q4>(segs, 1)
+                     : w.format == WFormat::Q8 ? gemv_async_fits<WFormat::Q8>(segs, 1)
+                                               : gemv_async_fits<WFormat::BF16>(segs, 1);
+  if (!async) return false;
+  const int align = async_row_align(w), per = div_up(div_up(w.rows, sm_count()), align) * align;
+  return kAsyncRingBytes + staged_bytes(w.format, w.cols, 1) + 16 + size_t(per) * (route.ld * 2 + 4) <= 227 * 1024;
+}
+
+void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+                      const RouteSums& route, cudaStream_t s) {
+  check(out.add && out.elem == 4 && gemv_route_fits(w, x_stride, route),
+        "CUDA linear_add_route: needs an fp32 residual row and a matrix the one-token async GEMV takes");
+  GemvSegments segs;
+  segs.add(w, out);
+  segs.route = route;
+  switch (w.format) {
+    case WFormat::Q4: gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, {}, s); break;
+    case WFormat::Q8: gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, {}, s); break;
+    case WFormat::BF16: gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, {}, s); break;
+  }
+  PETREL_LAUNCHED("gemv + router sums");
 }
 
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,

@@ -178,7 +178,15 @@ __device__ __forceinline__ float key_float(unsigned u) {
 // the maxima of its segments of 32 logits (one reduction each); when there are at least k
 // segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
 // do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others.
-__device__ void topk_block(const float* logits, int E, int k, bool renorm, int* ids, float* weights) {
+// The router's value for expert e: a logit, or its fixed-point sum (a positive multiple of it).
+__device__ __forceinline__ float router_value(const TopK& src, int e) {
+  return src.sums ? __ll2float_rn(static_cast<long long>(__ldcg(src.sums + e))) * (1.0f / kRouteFixedOne)
+                  : __ldcg(src.logits + e);
+}
+
+__device__ void topk_block(const TopK& src, int k, int* ids, float* weights) {
+  const int E = src.E;
+  const bool renorm = src.renorm;
   __shared__ unsigned seg_max[kMaxExperts / 32];
   __shared__ float warp_exp[32];
   __shared__ int2 cand[kMaxExperts];  // (logit bits, expert) of the logits ranked
@@ -190,7 +198,7 @@ __device__ void topk_block(const float* logits, int E, int k, bool renorm, int* 
 #pragma unroll
   for (int m = 0; m < kTopkSegments; ++m) {  // one L2 round trip for all of them
     const int e = 32 * (warp + m * warps) + lane;
-    v[m] = e < E ? __ldcg(logits + e) : -INFINITY;
+    v[m] = e < E ? router_value(src, e) : -INFINITY;
     key[m] = e < E ? ordered_bits(v[m]) : 0u;  // 0: below every logit
   }
 #pragma unroll
@@ -252,20 +260,58 @@ __device__ void topk_block(const float* logits, int E, int k, bool renorm, int* 
   }
 }
 
-// Whole block, in a routed expert block that picks the top-k itself (pick.logits set, one token):
-// the top-k of the router's logits; block (0, 0) also takes their softmax weights and writes ids
-// and weights for the down kernel. Returns the expert of `slot`.
+// Whole block, in a routed expert block that picks the top-k itself (pick.any(), one token): the
+// top-k of the router's values; block (0, 0) also writes the ids for the down kernel and, from
+// logits, their softmax weights (from sums: finish_route, once the norm is staged). Returns the
+// expert of `slot`.
 __device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* weights) {
   __shared__ int picked[32];
   __shared__ float picked_w[32];
-  const bool writer = blockIdx.x == 0 && slot == 0;
-  topk_block(pick.logits, pick.E, k, pick.renorm, picked, writer ? picked_w : nullptr);
+  const bool writer = blockIdx.x == 0 && slot == 0, weigh = writer && !pick.sums;
+  topk_block(pick, k, picked, weigh ? picked_w : nullptr);
   __syncthreads();
   if (writer && int(threadIdx.x) < k) {
     ids[threadIdx.x] = picked[threadIdx.x];
-    weights[threadIdx.x] = picked_w[threadIdx.x];
+    if (weigh) weights[threadIdx.x] = picked_w[threadIdx.x];
   }
   return picked[slot];
+}
+
+// Whole block (0, 0) of a gate+up launch picking from router sums, once pick_expert wrote the ids
+// and the norm's rsqrt (inv_rms) is staged: the picks' softmax weights (renormalised over the k
+// where pick.renorm) and the shared expert's gate, as the router would have from its logits.
+__device__ void finish_route(const TopK& pick, int k, float inv_rms, const int* ids, float* weights) {
+  __shared__ float part[32];
+  __shared__ float vmax, total;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  float mx = -INFINITY;
+  for (int e = threadIdx.x; e < pick.E; e += blockDim.x) mx = fmaxf(mx, router_value(pick, e) * inv_rms);
+  mx = warp_max(mx);
+  if (lane == 0) part[warp] = mx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = part[0];
+    for (int w = 1; w < warps; ++w) m = fmaxf(m, part[w]);
+    vmax = m;
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  for (int e = threadIdx.x; e < pick.E; e += blockDim.x) sum += expf(router_value(pick, e) * inv_rms - vmax);
+  sum = warp_sum(sum);
+  __syncthreads();  // part's maxima are read
+  if (lane == 0) part[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.0f;
+    for (int w = 0; w < warps; ++w) t += part[w];
+    total = t;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const float w = lane < k ? expf(router_value(pick, ids[lane]) * inv_rms - vmax) / total : 0.0f;
+  const float kept = pick.renorm ? warp_sum(w) : 1.0f;
+  if (lane < k) weights[lane] = w / kept;
+  if (lane == 0 && pick.sgate) *pick.sgate = sigmoidf_(router_value(pick, pick.E) * inv_rms);
 }
 
 // Whole block, once its logits are written: true in the last of the token's blocks to finish
@@ -411,7 +457,7 @@ constexpr int kDownChunksInFlight = 8;  // per lane in the staged down kernel (o
 // rows of gate and of up, kGateUpSteps chunk steps at once; a block issues its first loads before
 // staging its token's activation row (the shared expert's blocks even before waiting for the
 // router) and, once its loads are consumed, asks L2 for a slice of its expert's down projection
-// (the next kernel's weights). A staged norm is the post-attention RMSNorm. With pick.logits a
+// (the next kernel's weights). A staged norm is the post-attention RMSNorm. With pick.any() a
 // routed block first picks the top-k itself (pick_expert), as gate_up_async_kernel does.
 template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMatrix gate, DeviceMatrix up,
@@ -447,7 +493,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   if (!routed) load_step(sl);  // the shared expert's weights: loaded before waiting
   pdl_wait();
   const int token = routed ? slot / k : slot - T * k;
-  const int expert = !routed ? -1 : pick.logits ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
+  const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -455,6 +501,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, gate.cols, 1,
                                      [&](int) { return token * x_stride; }, norm);
+  if (pick.sums && blockIdx.x == 0 && slot == 0) finish_route(pick, k, st.row_scale(0), ids, weights);
   float ga[kStagedRows] = {}, ua[kStagedRows] = {};
   for (int c0 = sl; c0 < gm.chunks; c0 += lpr * kGateUpSteps) {
     if (c0 != sl) load_step(c0);
@@ -492,7 +539,7 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // as soon as its id is read), stages its token's activations while they land and keeps its
 // lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
 // in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
-// With pick.logits (the router wrote logits only) a routed block first runs the softmax + top-k
+// With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
 // (0, 0) writes the ids and weights for the down kernel.
 template <WFormat F, int CPL>
@@ -518,7 +565,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  const int expert = !routed ? -1 : pick.logits ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
+  const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -526,6 +573,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1,
                                      [](int) { return int64_t(0); }, norm);
+  if (pick.sums && blockIdx.x == 0 && slot == 0) finish_route(pick, k, st.row_scale(0), ids, weights);
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
   const float scale = st.row_scale(0);
@@ -571,6 +619,13 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
              shared ? *s_down : DeviceMatrix{}, shared, x, x_elem, k, ids, weights, act, width, split.per, norm, pick);
 }
 
+// Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
+// none), ready for the next layer's output projection.
+__device__ __forceinline__ void clear_route_sums(unsigned long long* sums, int n) {
+  if (sums && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sums[i] = 0;
+}
+
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
 // chunk) pairs of one output row, kDownChunksInFlight pairs per lane at once; a block issues its
 // first loads (the router's choice read) before staging its token's k (+1 shared) activation rows.
@@ -579,7 +634,8 @@ template <WFormat F>
 __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix down, DeviceMatrix s_down,
                                                                   bool has_shared, int T, int k, const int* ids,
                                                                   const float* weights, const float* sgate,
-                                                                  const float* act, int act_stride, GemvOut out) {
+                                                                  const float* act, int act_stride, GemvOut out,
+                                                                  unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -590,6 +646,7 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
   if (has_shared && threadIdx.x == 0)
     chunk_matrix<F>(s_down).prefetch_rows(blockIdx.x * kWarps, std::min(down.rows, int(blockIdx.x + 1) * kWarps));
   pdl_wait();
+  clear_route_sums(clear, clear_n);
   if (int(threadIdx.x) < n) mix[threadIdx.x] = int(threadIdx.x) < k ? weights[t * k + threadIdx.x] : sgate[t];
   // Row j of the staged activations meets expert ids[t·k + j] (j < k) or the shared expert.
   auto matrix_of = [&](int j) { return with_data(dm, j < k ? down.entry(ids[t * k + j]) : s_down); };
@@ -632,7 +689,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -670,6 +727,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   cp_async_commit();
 #endif
   if (t < n) mix[t] = mix_t;
+  clear_route_sums(clear, clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
   const int scales_at = per * dm.chunks * 16, biases_from_scales = per * dm.groups * 2;
@@ -733,10 +791,11 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
 template <WFormat F, int PPL>
 void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
-                       DownSplit split, cudaStream_t s) {
+                       DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
-             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per);
+             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -762,7 +821,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
-  check(!pick.logits || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
+  check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
@@ -787,12 +846,13 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
-    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, s);
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else if (down_split.ppl == 5)
-    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, s);
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
-               down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out);
+               down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
+               pick.E + 1);
   PETREL_LAUNCHED("moe down");
 }
 
@@ -925,7 +985,7 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
                                        sgate, act, width, norm, pick, out, s);
     return;
   }
-  check(!norm.w && !out.add && out.elem == 2 && !pick.logits,
+  check(!norm.w && !out.add && out.elem == 2 && !pick.any(),
         "CUDA MoE: a staged norm, an added output or picking the top-k needs the staged experts");
   const int slots = T * k + (shared ? T : 0);
   gate_up_kernel<<<dim3(div_up(width, kWarps), slots), 32 * kWarps, 0, s>>>(
@@ -944,6 +1004,27 @@ bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_g
   return T <= kGemvMaxTokens && norm_stageable(router.cols, x_stride) &&
          router_staged_fits(router) && (!shared_gate || gate_staged_with(router, *shared_gate)) &&
          moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
+}
+
+// grid (ceil(H/8 / 128), E + 1): cols[i][e] = router[e][i]·norm[i], column E from the shared gate.
+__global__ void route_columns_kernel(DeviceMatrix router, DeviceMatrix shared_gate, const float* norm, bf16* cols,
+                                     int ld) {
+  const int e = blockIdx.y, c8 = blockIdx.x * blockDim.x + threadIdx.x;
+  if (8 * c8 >= router.cols) return;
+  float v[8];
+  load8(e < router.rows ? router : shared_gate, e < router.rows ? e : 0, c8, v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) cols[int64_t(8 * c8 + i) * ld + e] = __float2bfloat16(v[i] * norm[8 * c8 + i]);
+}
+
+void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const float* norm, bf16* cols, int ld,
+                   cudaStream_t s) {
+  check(router.cols % 8 == 0 && router.rows + 1 <= ld, "CUDA route_columns: router rows do not fit the columns");
+  PETREL_CUDA(cudaMemsetAsync(cols, 0, size_t(router.cols) * ld * sizeof(bf16), s));
+  const int rows = router.rows + (shared_gate ? 1 : 0);
+  route_columns_kernel<<<dim3(div_up(router.cols / 8, 128), rows), 128, 0, s>>>(
+      router, shared_gate ? *shared_gate : DeviceMatrix{}, norm, cols, ld);
+  PETREL_LAUNCHED("route_columns");
 }
 
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
