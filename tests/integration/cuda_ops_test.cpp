@@ -537,6 +537,57 @@ std::vector<float> gpu_values(const Tensor& t) {
   return v;
 }
 
+// A lone decode step's attention appends its key and value itself (no kv_append launch): two such
+// steps give, bit for bit, what a two-token chunk gives (kv_append, then the same key ranges), after
+// 300 keys and after 12,300, where the range holding the new key spans four tiles (the key is
+// placed in a stage refilled inside the loop); the second step reads the key the first appended.
+TEST(CudaOps, DecodeStepsAppendingTheirKeysMatchAChunk) {
+  REQUIRE_GPU();
+  Pair& p = pair();
+  const ModelConfig& c = p.m.c;
+  const int layer = 1;
+  const AttentionWeights& A = p.m.w.layers[layer].attn;
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  for (int context : {300, 12300}) {
+    auto steps = p.gpu->new_sequence(context + 8), chunk = p.gpu->new_sequence(context + 8);
+    // T tokens of `s` through qk_norm_rope and attention; q and k get the raw projections again
+    // (the norm rewrites them).
+    auto run = [&](SequenceState& s, int T, Input& q, Input& k, Input& v, Input& g, Tensor out) {
+      std::vector<int32_t> ids(size_t(T), 1);
+      p.gpu->begin_forward(ids.data(), T, s);
+      p.gpu->embed(p.m.w.embed, p.gpu->alloc(T, c.hidden));
+      p.gpu->from_host(q.host.data(), q.gpu);
+      p.gpu->from_host(k.host.data(), k.gpu);
+      p.gpu->qk_norm_rope(q.gpu, k.gpu, A);
+      p.gpu->attention(q.gpu, k.gpu, v.gpu, &g.gpu, layer, s, out);
+      s.n_past += T;
+    };
+    for (int done = 0; done < context;) {  // the same prefix in both
+      const int T = std::min(1024, context - done);
+      Input q(T, q_width, 300 + done), k(T, kv_width, 310 + done), v(T, kv_width, 320 + done);
+      Input g(T, q_width, 330 + done);
+      Output out(T, q_width);
+      run(*steps, T, q, k, v, g, out.gpu);
+      run(*chunk, T, q, k, v, g, out.gpu);
+      done += T;
+    }
+    Input q(2, q_width, 340), k(2, kv_width, 350), v(2, kv_width, 360), g(2, q_width, 370);
+    Output both(2, q_width), one(2, q_width);
+    run(*chunk, 2, q, k, v, g, both.gpu);
+    for (int r = 0; r < 2; ++r) {
+      Input qr(1, q_width, 0), kr(1, kv_width, 0), vr(1, kv_width, 0), gr(1, q_width, 0);
+      qr.host.assign(q.host.begin() + r * q_width, q.host.begin() + (r + 1) * q_width);
+      kr.host.assign(k.host.begin() + r * kv_width, k.host.begin() + (r + 1) * kv_width);
+      p.gpu->from_host(v.host.data() + r * kv_width, vr.gpu);
+      p.gpu->from_host(g.host.data() + r * q_width, gr.gpu);
+      run(*steps, 1, qr, kr, vr, gr, one.gpu.rows_view(r, 1));
+    }
+    const std::vector<float> a = gpu_values(one.gpu), b = gpu_values(both.gpu);
+    EXPECT_EQ(a, b) << "after " << context << " keys";
+    EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return std::isfinite(x); }));
+  }
+}
+
 // Fills the DeltaNet (layer 0) and attention (layer 1) states of `st` with a prompt of T random tokens.
 void gpu_prefill(SequenceState& st, int T, uint64_t seed) {
   const RealShapeModel& m = model();

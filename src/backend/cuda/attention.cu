@@ -238,7 +238,7 @@ __device__ void issue_kv_rows(uint32_t sK, uint32_t sV, const bf16* kh, const bf
 template <int D>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     attention_partial_mma_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq, int Hkv,
-                                 const int* pos0, KvRows rows, bool settled, float* partial) {
+                                 const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv) {
   constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
   extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
@@ -273,7 +273,33 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
       *reinterpret_cast<uint4*>(k_at + tile_bytes) = *reinterpret_cast<const uint4*>(vh + (s0 + r) * kv_stride + c);
     }
   };
-  fetch_first_tiles(settled, first_new, end, issue, copy_rest);
+  // With fresh_kv the new key (first_new, the row's last) is not in the cache yet: no copy reads
+  // it, and the range ending with it appends it and places it in its tile itself.
+  const bool fresh = fresh_kv.k != nullptr, appends = fresh && end == n_keys;
+  const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
+  const int copy_limit = fresh ? first_new : end;
+  uint4 nk = make_uint4(0, 0, 0, 0), nv = nk;  // warp 0 of the appending range: chunk `lane` of the new key, value
+  fetch_first_tiles(settled, first_new, copy_limit, issue, [&](int tile, int from) {
+    if (!fresh) copy_rest(tile, from);
+  });
+  auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
+    unsigned char* kt = smem + (sK(tile) - sQ);
+    const int r = first_new - begin - tile * kMmaKeys;
+    if (lane < chunks) {
+      *reinterpret_cast<uint4*>(kt + swz<D>(r, 8 * lane)) = nk;
+      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(r, 8 * lane)) = nv;
+    }
+  };
+  if (appends && warp == 0) {
+    const int64_t src = t * fresh_kv.stride + int64_t(kvh) * D + 8 * lane, at = first_new * kv_stride + 8 * lane;
+    if (lane < chunks) {
+      nk = *reinterpret_cast<const uint4*>(fresh_kv.k + src);
+      nv = *reinterpret_cast<const uint4*>(fresh_kv.v + src);
+      *reinterpret_cast<uint4*>(const_cast<bf16*>(kh) + at) = nk;
+      *reinterpret_cast<uint4*>(const_cast<bf16*>(vh) + at) = nv;
+    }
+    if (last_tile < 2) place_new(last_tile);
+  }
   for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
     const int r = i / chunks, c = 8 * (i % chunks);
     const uint4 v = r < G ? *reinterpret_cast<const uint4*>(q + t * q_stride + int64_t(kvh * G + r) * D + c)
@@ -283,7 +309,6 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int tiles = div_up(end - begin, kMmaKeys);
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<1>();
     __syncthreads();  // the tile (and Q, the plain copies) in shared memory
@@ -299,7 +324,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
     __syncthreads();  // every warp is done with the stage: the tile two on may take it
-    issue(tile + 2, end);
+    issue(tile + 2, copy_limit);
+    if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
   }
   // Row g = lane / 4 is head kvh·G + g (rows g + 8 are padding); a quad holds its sum in parts.
   const int g = lane / 4;
@@ -363,8 +389,8 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
 
 template <int PER>
 void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, const int* pos0,
-            const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
-            bf16* out, int64_t out_stride, cudaStream_t s) {
+            const KvRows& rows, bool settled, int splits, float* partial, const NewKv& fresh, const bf16* gate,
+            int64_t gate_stride, bf16* out, int64_t out_stride, cudaStream_t s) {
   // Two stages of keys and values; a grid of one wave also takes more than half a multiprocessor's
   // shared memory: its blocks, launched early (PDL), would otherwise pack three to each of the
   // first multiprocessors to free up, where their dot products queue behind each other.
@@ -378,9 +404,10 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
       const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
       allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
       launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
-                 Hq, Hkv, pos0, rows, settled, partial);
+                 Hq, Hkv, pos0, rows, settled, partial, fresh);
     }
   }
+  check(on_tensor_cores || !fresh.k, "CUDA attention: appending needs the tensor-core kernel (attention_appends)");
   if (!on_tensor_cores) {
     const size_t smem = std::max<size_t>(2 * 2 * size_t(kTileKeys) * D * sizeof(bf16), one_wave);
     allow_dynamic_smem<attention_partial_kernel<PER>>(smem);
@@ -395,15 +422,15 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
-             const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const bf16* gate,
-             int64_t gate_stride, bf16* out, int64_t out_stride, cudaStream_t s) {
+             const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const NewKv& fresh,
+             const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride, cudaStream_t s) {
   if (splits < 1 || splits > kMaxSplits)  // messages built only on failure: this runs every layer
     throw Error("CUDA attention: " + std::to_string(splits) + " key ranges (1..64)");
   if (Hq % Hkv != 0 || Hq / Hkv > 32)
     throw Error("CUDA attention: " + std::to_string(Hq) + " query heads over " + std::to_string(Hkv) +
                 " KV heads (a whole group of at most 32 each)");
   auto run = [&](auto per) {
-    launch<decltype(per)::value>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, gate,
+    launch<decltype(per)::value>(q, q_stride, T, kc, vc, Hq, Hkv, pos0, rows, settled, splits, partial, fresh, gate,
                                  gate_stride, out, out_stride, s);
   };
   switch (D) {
@@ -434,16 +461,31 @@ void attention(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf1
                const int* pos0, bool keys_settled, int splits, float* partial, const bf16* gate, int64_t gate_stride,
                bf16* out, int64_t out_stride, cudaStream_t s) {
   if (attention_prefill(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, gate, gate_stride, out, out_stride, s)) return;
-  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, keys_settled, splits, partial, gate, gate_stride, out,
-          out_stride, s);
+  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, KvRows{}, keys_settled, splits, partial, NewKv{}, gate,
+          gate_stride, out, out_stride, s);
 }
 
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s) {
   check(rows.k && rows.v && rows.pos, "CUDA attention_rows: needs cache tables and positions");
-  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, /*settled=*/false, splits, partial, gate,
-          gate_stride, out, out_stride, s);
+  split_k(q, q_stride, B, nullptr, nullptr, Hq, Hkv, D, nullptr, rows, /*settled=*/false, splits, partial, NewKv{},
+          gate, gate_stride, out, out_stride, s);
+}
+
+bool attention_appends(const bf16* q, int64_t q_stride, int Hq, int Hkv, int D) {
+  return (D == 64 || D == 128 || D == 256) && Hkv > 0 && Hq % Hkv == 0 && Hq / Hkv <= 16 &&
+         reinterpret_cast<uintptr_t>(q) % 16 == 0 && q_stride % 8 == 0;
+}
+
+void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fresh, const bf16* kc, const bf16* vc,
+                         int Hq, int Hkv, int D, const int* pos0, const KvRows& rows, bool keys_settled, int splits,
+                         float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+                         cudaStream_t s) {
+  check(fresh.k && fresh.v && fresh.stride % 8 == 0 && (T == 1 || rows.pos) && attention_appends(q, q_stride, Hq, Hkv, D),
+        "CUDA attention_appending: one new key a row and a shape attention_appends accepts");
+  split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, rows, keys_settled, splits, partial, fresh, gate, gate_stride, out,
+          out_stride, s);
 }
 
 }  // namespace petrel::cuda

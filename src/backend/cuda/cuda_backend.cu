@@ -364,17 +364,17 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int B = int(q.rows);
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    check(batch_ && B == n_tokens_,
-          "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
-    for (int r = 0; r < B; ++r)
-      check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
-                                                     std::to_string(seqs[r]->capacity) + " tokens");
-    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
-    const cuda::KvRows rows{row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
-    cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
+    const cuda::KvRows rows = batch_rows(q, k, v, layer, seqs);
     // Each row split as a lone decode step splits it (the same sums: the same result) where the
     // partial records hold that many.
     const int splits = attention_splits(B);
+    if (cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
+      cuda::attention_appending(bf(q), q.stride, B, {bf(k), bf(v), k.stride}, nullptr, nullptr, c.n_heads,
+                                c.n_kv_heads, c.head_dim, nullptr, rows, /*keys_settled=*/false, splits, attn_partial_,
+                                gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+      return;
+    }
+    cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
     cuda::attention_rows(bf(q), q.stride, B, rows, c.n_heads, c.n_kv_heads, c.head_dim, splits, attn_partial_,
                          gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
   }
@@ -615,6 +615,18 @@ class CudaBackend final : public Backend {
                        stream_);
   }
 
+  // A batched step's caches and positions for attention over q's rows, its inputs checked.
+  cuda::KvRows batch_rows(const Tensor& q, const Tensor& k, const Tensor& v, int layer, SequenceState* const* seqs) {
+    const int B = int(q.rows);
+    check(batch_ && B == n_tokens_,
+          "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
+    for (int r = 0; r < B; ++r)
+      check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
+                                                     std::to_string(seqs[r]->capacity) + " tokens");
+    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    return {row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
+  }
+
   // Key ranges of the split-K attention over `rows` query rows: as many as the partial records
   // hold, up to 64 (a long context's keys then spread over every SM; the kernels use only as many
   // as the context needs).
@@ -631,8 +643,15 @@ class CudaBackend final : public Backend {
     check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
                                             " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
-    cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
     const int splits = attention_splits(T);
+    if (T == 1 && cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
+      cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride}, s.k[layer], s.v[layer], c.n_heads,
+                                c.n_kv_heads, c.head_dim, pos0, cuda::KvRows{}, /*keys_settled=*/capturing(), splits,
+                                attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride,
+                                stream_);
+      return;
+    }
+    cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
     cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0,
                     /*keys_settled=*/capturing(), splits, attn_partial_, gate ? bf(*gate) : nullptr,
                     gate ? gate->stride : 0, bf(out), out.stride, stream_);

@@ -126,6 +126,23 @@ void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int wid
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s);
+// A step's new keys and values (q and k already normed and rotated) for the split-K kernels to
+// append themselves: the block whose key range ends with a row's new key writes it to the cache
+// and into its own key tile. Every query row adds exactly one key (one token, or a batched step's
+// rows).
+struct NewKv {
+  const bf16* k = nullptr;
+  const bf16* v = nullptr;
+  int64_t stride = 0;  // of k and v rows
+};
+// True where the split-K kernels append the new keys themselves (NewKv) for this shape.
+bool attention_appends(const bf16* q, int64_t q_stride, int Hq, int Hkv, int D);
+// kv_append (or kv_append_rows) and the split-K attention in one, for one new key a row (T = 1 at
+// *pos0, or rows.pos set).
+void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fresh, const bf16* kc, const bf16* vc,
+                         int Hq, int Hkv, int D, const int* pos0, const KvRows& rows, bool keys_settled, int splits,
+                         float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
+                         cudaStream_t s);
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
