@@ -194,8 +194,9 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 }
 
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
-// decode step); CPL = 0: up to TMAX rows read from shared memory.
-template <WFormat F, int TMAX, int CPL>
+// decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
+// router sums beside the rows (a template flag: the other launches keep their registers).
+template <WFormat F, int TMAX, int CPL, bool ROUTE>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const RouteSums& route = segs.route;
   const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
   float* keep = nullptr;
-  if (route.sums) {
+  if constexpr (ROUTE) {
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  if (keep) add_route_sums(route, route_cols, keep, r1 - r0);
+  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
@@ -296,10 +297,19 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
     smem = segs.route.smem_at + size_t(per_max) * (segs.route.ld * 2 + 4);
   }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL>>(smem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
-  launch_pdl(gemv_async_kernel<F, TMAX, CPL>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x, x_stride,
-             x_elem, T, lpr, tile_rows, ring_slots, norm);
+  if constexpr (TMAX == 1) {
+    if (segs.route.sums) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(smem);
+      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
+                 x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+      return;
+    }
+  }
+  check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(smem);
+  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
+             x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
 }
 
 template <WFormat F>
