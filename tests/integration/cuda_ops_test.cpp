@@ -175,8 +175,7 @@ struct Pair {
   const RandomWeights& m;
   CpuBackend cpu;
   std::unique_ptr<Backend> gpu;
-  explicit Pair(const RandomWeights& model) : m(model) {
-    CudaOptions o;
+  explicit Pair(const RandomWeights& model, CudaOptions o = {}) : m(model) {
     o.progress = false;
     gpu = make_cuda_backend(o);
     cpu.prepare(m.c, m.w);
@@ -188,6 +187,16 @@ struct Pair {
 
 Pair& pair() {
   static Pair p(model());
+  return p;
+}
+
+// The real shapes on a GPU backend whose one-token output projection is the light block.
+Pair& light_pair() {
+  static Pair p(model(), [] {
+    CudaOptions o;
+    o.light_output_projection = true;
+    return o;
+  }());
   return p;
 }
 
@@ -374,10 +383,10 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
 
 // What an op added to the residual stream h (Input, fp32) on each backend, compared:
 // max |Δgpu - Δcpu| / max |Δcpu| (NaN-safe).
-double update_error(const Input& h) {
+double update_error(const Input& h, Pair& p = pair()) {
   std::vector<float> a(h.host.size()), b(a.size());
-  pair().cpu.to_host(h.cpu, a.data());
-  pair().gpu->to_host(h.gpu, b.data());
+  p.cpu.to_host(h.cpu, a.data());
+  p.gpu->to_host(h.gpu, b.data());
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double dc = double(a[i]) - h.host[i], dg = double(b[i]) - h.host[i];
@@ -697,7 +706,8 @@ TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
 // projection (integer atomics) and the experts pick from them (layer 2: 4-bit experts behind the
 // 4-bit attention output projection); twice in a row, since the down kernel must leave the sums
 // cleared for the next use. The ops run apart at T = 3, for layer 0 (a bf16 projection too wide for
-// the shared-memory GEMV) and layer 1 (the general expert kernels).
+// the shared-memory GEMV) and layer 1 (the general expert kernels). Both forms of the projection:
+// the default block and the light one (CudaOptions::light_output_projection).
 TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   REQUIRE_GPU();
   const auto [layer, T] = GetParam();
@@ -705,13 +715,15 @@ TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   const RealShapeModel& m = model();
   const LayerWeights& L = m.w.layers[layer];
   const Matrix& w = layer == 0 ? L.gdn.out : m.w.layers[1].attn.o;
-  for (int run = 0; run < 2; ++run) {
-    Input y(T, w.cols, 140 + T + run), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true);
-    Output mix(T, m.c.hidden), x(T, m.c.hidden, /*fp32=*/true), ffn(T, m.c.hidden);
-    pair().cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
-    pair().gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
-    EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T << " run " << run;
-  }
+  for (Pair* p : {&pair(), &light_pair()})
+    for (int run = 0; run < 2; ++run) {
+      Input y(T, w.cols, 140 + T + run, 1.0f, false, *p), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true, *p);
+      Output mix(T, m.c.hidden, false, *p), x(T, m.c.hidden, /*fp32=*/true, *p), ffn(T, m.c.hidden, false, *p);
+      p->cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
+      p->gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
+      EXPECT_LT(update_error(h, *p), kMoeTol) << "layer " << layer << " T=" << T << " run " << run
+                                              << (p == &pair() ? "" : " (light projection)");
+    }
 }
 
 // T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped

@@ -494,7 +494,7 @@ class CudaBackend final : public Backend {
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
-                             stream_);
+                             opt_.light_output_projection, stream_);
     }
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
     cuda::TopK pick;

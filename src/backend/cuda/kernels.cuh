@@ -73,8 +73,10 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
 // h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
+// light: half the warps and the activations read from shared memory, leaving registers for the
+// experts' gate+up block to start beside it (CudaOptions::light_output_projection).
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, cudaStream_t s);
+                      const RouteSums& route, bool light, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.

@@ -4,6 +4,8 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
+#include <type_traits>
+
 namespace petrel::cuda {
 namespace {
 
@@ -132,18 +134,21 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // projection's 16 rows a block need one), down to kOneBlockPerSmSmem in all: the next kernel's
 // block (gate+up's) then starts beside it.
 constexpr int kAsyncWarps = 16;
+// A light block: 8 warps, activations read from shared memory (~70 registers), so that a 16-warp
+// block of the next kernel (gate+up's, ~80 registers) fits beside it in the register file.
+constexpr int kLightWarps = 8;
 constexpr int kAsyncStages = 4;
 constexpr size_t kAsyncRingBytes = 192 * 1024;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
 // `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
 // to keep[r].
-template <WFormat F, int CPL>
+template <WFormat F, int CPL, int WARPS>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
                              float scale, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
-    const int row2 = row + kAsyncWarps;
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
+    const int row2 = row + WARPS;
     const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
     if (lane == 0) {
       const float stored = write_out(out, first + row, v * scale);
@@ -168,11 +173,11 @@ __device__ void add_route_sums(const RouteSums& route, const bf16* cols, const f
 
 // Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row; keep as in
 // tile_rows_x1 (activation row 0).
-template <WFormat F, int TMAX>
+template <WFormat F, int TMAX, int WARPS>
 __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st, int T,
                                  int lpr, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
-  for (int base = warp * pass; base < rows; base += kAsyncWarps * pass) {  // uniform per warp: shuffles are safe
+  for (int base = warp * pass; base < rows; base += WARPS * pass) {  // uniform per warp: shuffles are safe
     const int row = base + sub;
     float acc[TMAX] = {};
     if (row < rows)
@@ -195,9 +200,10 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
-// router sums beside the rows (a template flag: the other launches keep their registers).
-template <WFormat F, int TMAX, int CPL, bool ROUTE>
-__global__ void __launch_bounds__(32 * kAsyncWarps, 1)
+// router sums beside the rows (a template flag: the other launches keep their registers). WARPS
+// below kAsyncWarps: a block that leaves registers for a second kernel's block (kLightWarps).
+template <WFormat F, int TMAX, int CPL, bool ROUTE, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS < kAsyncWarps ? 3 : 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
@@ -238,8 +244,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
-    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
-    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
+    if constexpr (CPL > 0) tile_rows_x1<F, CPL, WARPS>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    else tile_rows_staged<F, TMAX, WARPS>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
@@ -266,7 +272,7 @@ bool gemv_async_fits(const GemvSegments& segs, int T) {
          staged_bytes(F, segs.w[0].cols, T) <= 16 * 1024;
 }
 
-template <WFormat F, int TMAX, int CPL>
+template <WFormat F, int TMAX, int CPL, int WARPS = kAsyncWarps>
 void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                        cudaStream_t s) {
   const DeviceMatrix& w0 = segs.w[0];
@@ -287,7 +293,7 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
   // the 16 warps a third row).
   int per_max = 0;
   for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
-  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
+  const int most = async_tile_rows(w0), pass = 2 * WARPS;
   const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
   const int tile_rows = CPL > 0 && even <= most ? even : most;
   const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
@@ -300,15 +306,15 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
   if constexpr (TMAX == 1) {
     if (segs.route.sums) {
-      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(smem);
-      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
-                 x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true, WARPS>>(smem);
+      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true, WARPS>, segs.first_block[segs.n], 32 * WARPS, smem, s, segs,
+                 x, x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
       return;
     }
   }
   check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(smem);
-  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false, WARPS>>(smem);
+  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false, WARPS>, segs.first_block[segs.n], 32 * WARPS, smem, s, segs, x,
              x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
 }
 
@@ -505,16 +511,21 @@ bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& r
 }
 
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, cudaStream_t s) {
+                      const RouteSums& route, bool light, cudaStream_t s) {
   check(out.add && out.elem == 4 && gemv_route_fits(w, x_stride, route),
         "CUDA linear_add_route: needs an fp32 residual row and a matrix the one-token async GEMV takes");
   GemvSegments segs;
   segs.add(w, out);
   segs.route = route;
+  auto run = [&](auto format) {
+    constexpr WFormat F = decltype(format)::value;
+    if (light) launch_gemv_async<F, 1, 0, kLightWarps>(segs, x, x_stride, x_elem, 1, {}, s);
+    else gemv_async<F>(segs, x, x_stride, x_elem, 1, {}, s);
+  };
   switch (w.format) {
-    case WFormat::Q4: gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, {}, s); break;
-    case WFormat::Q8: gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, {}, s); break;
-    case WFormat::BF16: gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, {}, s); break;
+    case WFormat::Q4: run(std::integral_constant<WFormat, WFormat::Q4>{}); break;
+    case WFormat::Q8: run(std::integral_constant<WFormat, WFormat::Q8>{}); break;
+    case WFormat::BF16: run(std::integral_constant<WFormat, WFormat::BF16>{}); break;
   }
   PETREL_LAUNCHED("gemv + router sums");
 }
