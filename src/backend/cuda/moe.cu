@@ -172,19 +172,20 @@ __device__ __forceinline__ float key_float(unsigned u) {
   return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
 }
 
-// Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
-// shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
-// the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
-// the maxima of its segments of 32 logits (one reduction each); when there are at least k
-// segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
-// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others.
 // The router's value for expert e: a logit, or its fixed-point sum (a positive multiple of it).
 __device__ __forceinline__ float router_value(const TopK& src, int e) {
   return src.sums ? __ll2float_rn(static_cast<long long>(__ldcg(src.sums + e))) * (1.0f / kRouteFixedOne)
                   : __ldcg(src.logits + e);
 }
 
-__device__ void topk_block(const TopK& src, int k, int* ids, float* weights) {
+// Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
+// shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
+// the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
+// the maxima of its segments of 32 logits (one reduction each); when there are at least k
+// segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
+// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
+// weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
+__device__ void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
   const int E = src.E;
   const bool renorm = src.renorm;
   __shared__ unsigned seg_max[kMaxExperts / 32];
@@ -219,7 +220,7 @@ __device__ void topk_block(const TopK& src, int k, int* ids, float* weights) {
 #pragma unroll
   for (int m = 0; m < kTopkSegments; ++m) {
     const int e = 32 * (warp + m * warps) + lane;
-    if (weights && e < E) sum += expf(v[m] - vmax);
+    if (weights && e < E) sum += expf((v[m] - vmax) * scale);
     const bool ranked = e < E && key[m] >= bound;
     const unsigned ballot = __ballot_sync(0xffffffffu, ranked);
     int base = 0;
@@ -248,7 +249,7 @@ __device__ void topk_block(const TopK& src, int k, int* ids, float* weights) {
     }
     if (rank < k) {
       ids[rank] = me.y;
-      if (weights) weights[rank] = expf(mv - vmax) / total;
+      if (weights) weights[rank] = expf((mv - vmax) * scale) / total;
     }
   }
   if (weights && renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
@@ -262,7 +263,7 @@ __device__ void topk_block(const TopK& src, int k, int* ids, float* weights) {
 
 // Whole block, in a routed expert block that picks the top-k itself (pick.any(), one token): the
 // top-k of the router's values; block (0, 0) also writes the ids for the down kernel and, from
-// logits, their softmax weights (from sums: finish_route, once the norm is staged). Returns the
+// logits, their softmax weights (from sums: weigh_route, once the norm is staged). Returns the
 // expert of `slot`.
 __device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* weights) {
   __shared__ int picked[32];
@@ -277,41 +278,17 @@ __device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* w
   return picked[slot];
 }
 
-// Whole block (0, 0) of a gate+up launch picking from router sums, once pick_expert wrote the ids
-// and the norm's rsqrt (inv_rms) is staged: the picks' softmax weights (renormalised over the k
-// where pick.renorm) and the shared expert's gate, as the router would have from its logits.
-__device__ void finish_route(const TopK& pick, int k, float inv_rms, const int* ids, float* weights) {
-  __shared__ float part[32];
-  __shared__ float vmax, total;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < pick.E; e += blockDim.x) mx = fmaxf(mx, router_value(pick, e) * inv_rms);
-  mx = warp_max(mx);
-  if (lane == 0) part[warp] = mx;
+// Whole block, once the norm's rsqrt (inv_rms) is staged, in a block with time to spare (a shared-
+// expert block, whose weights were in flight before the wait; block (0, 0) where there is none):
+// the softmax weights of the top-k picked from router sums (ranked on the sums as pick_expert
+// ranks them, so they follow its ids) and the shared expert's gate, as the router's logits give them.
+__device__ void weigh_route(const TopK& pick, int k, float inv_rms, float* weights) {
+  __shared__ int picked[32];
+  __shared__ float picked_w[32];
+  topk_block(pick, k, picked, picked_w, inv_rms);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = part[0];
-    for (int w = 1; w < warps; ++w) m = fmaxf(m, part[w]);
-    vmax = m;
-  }
-  __syncthreads();
-  float sum = 0.0f;
-  for (int e = threadIdx.x; e < pick.E; e += blockDim.x) sum += expf(router_value(pick, e) * inv_rms - vmax);
-  sum = warp_sum(sum);
-  __syncthreads();  // part's maxima are read
-  if (lane == 0) part[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.0f;
-    for (int w = 0; w < warps; ++w) t += part[w];
-    total = t;
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  const float w = lane < k ? expf(router_value(pick, ids[lane]) * inv_rms - vmax) / total : 0.0f;
-  const float kept = pick.renorm ? warp_sum(w) : 1.0f;
-  if (lane < k) weights[lane] = w / kept;
-  if (lane == 0 && pick.sgate) *pick.sgate = sigmoidf_(router_value(pick, pick.E) * inv_rms);
+  if (int(threadIdx.x) < k) weights[threadIdx.x] = picked_w[threadIdx.x];
+  if (threadIdx.x == 0 && pick.sgate) *pick.sgate = sigmoidf_(router_value(pick, pick.E) * inv_rms);
 }
 
 // Whole block, once its logits are written: true in the last of the token's blocks to finish
@@ -501,7 +478,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, gate.cols, 1,
                                      [&](int) { return token * x_stride; }, norm);
-  if (pick.sums && blockIdx.x == 0 && slot == 0) finish_route(pick, k, st.row_scale(0), ids, weights);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? T * k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   float ga[kStagedRows] = {}, ua[kStagedRows] = {};
   for (int c0 = sl; c0 < gm.chunks; c0 += lpr * kGateUpSteps) {
     if (c0 != sl) load_step(c0);
@@ -573,7 +550,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1,
                                      [](int) { return int64_t(0); }, norm);
-  if (pick.sums && blockIdx.x == 0 && slot == 0) finish_route(pick, k, st.row_scale(0), ids, weights);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
   const float scale = st.row_scale(0);
