@@ -476,8 +476,9 @@ class CudaBackend final : public Backend {
   }
 
   // One token: the output projection adds its rows to h and sums the router's values of them
-  // beside it (no router launch); the experts pick their top-k from those sums, block (0, 0)
-  // scaling them by the norm's rsqrt for the weights and the shared gate once it has staged h.
+  // beside it (no router launch); the experts pick their top-k from those sums, one of their
+  // blocks scaling them by the norm's rsqrt for the weights and the shared gate once it has
+  // staged h.
   void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch, const std::vector<float>& norm,
                           float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) override {
     const cuda::RouteSums* cols = weights_->route(ffn);

@@ -217,8 +217,9 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
                int T, int E, int k, bool renorm, float* logits, int* ids, float* weights, float* sgate, int* done,
                StageNorm norm, bool logits_only, cudaStream_t s);
 // What experts that pick their top-k themselves pick from (both null: ids are given): the router's
-// logits, or its sums (RouteSums, E + 1 with the shared gate's), from which block (0, 0) also
-// derives the weights and the shared expert's gate (sgate) once it has the norm's rsqrt.
+// logits, or its sums (RouteSums, E + 1 with the shared gate's), from which a shared-expert block
+// (block (0, 0) where there is none) also derives the weights and the shared expert's gate (sgate)
+// once it has the norm's rsqrt.
 struct TopK {
   const float* logits = nullptr;
   unsigned long long* sums = nullptr;

@@ -131,8 +131,9 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
 // room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
 // for the range's next tile. A ring has no more slots than a block has tiles (an output
-// projection's 16 rows a block need one), down to kOneBlockPerSmSmem in all: the next kernel's
-// block (gate+up's) then starts beside it.
+// projection's 16 rows a block need one), with kOneBlockPerSmSmem in all as the floor for a grid
+// of one wave (one block an SM). Whether the next kernel's block can start beside it is then up
+// to the registers: two 16-warp blocks of ~100 registers fill the register file.
 constexpr int kAsyncWarps = 16;
 // A light block: 8 warps, activations read from shared memory (~70 registers), so that a 16-warp
 // block of the next kernel (gate+up's, ~80 registers) fits beside it in the register file.
