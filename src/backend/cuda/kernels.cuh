@@ -32,7 +32,8 @@ inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % 256 =
 // Up to kMax matrices sharing one input, for one decode GEMV launch (block ranges set at launch).
 // The router's sums beside a one-token output projection. The router is linear in its normed
 // input, and the norm's rsqrt is one scalar, so logits·rms = Σ_i cols[i]·h_new[i] where cols holds
-// the router's rows times the norm's weights, transposed ([H][ld] bf16; column E the shared-expert
+// the router's rows times the norm's weights, transposed ([H][ld] bf16: the products carry 8-bit
+// mantissas, as the bf16 logits of the reference implementation do; column E the shared-expert
 // gate's). A block that owns rows [r0, r1) of h adds its share to sums[0..n) in 2^-32 fixed point:
 // integer atomics make the total independent of the order blocks arrive in. The experts read the
 // sums (TopK::sums) and the MoE's down kernel clears them for the next layer.
