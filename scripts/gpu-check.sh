@@ -76,12 +76,16 @@ if "breakdown" in d:
         for r in g["kernels"][:18]:
             print(f"    {r['kernel'][:48]:48s} {r['us']:8.1f} us x{r['launches']:.0f}")
         tl = g.get("timeline", [])
-        starts = [i for i, k in enumerate(tl) if k[0].startswith("deltanet_decode")]
+        starts = [i for i, k in enumerate(tl) if k["kernel"].startswith("deltanet_decode")]
         if len(starts) > 5:  # one DeltaNet layer mid-model, from its input projections on
-            first, done = starts[4] - 1, tl[starts[4] - 2][2]
-            print("  one DeltaNet layer of that step (us: start, end, own share):")
-            for name, s, e in tl[first:first + 8]:
-                print(f"    {name[:48]:48s} {s:8.1f} {e:8.1f} {e - max(s, done):6.1f}")
+            first, done = starts[4] - 1, tl[starts[4] - 2]["end_us"]
+            print("  one DeltaNet layer of that step (us: start, end, own share; blocks x threads, registers,")
+            print("  shared KB; 'beside': a block fits on an SM beside one of the previous kernel's):")
+            for k in tl[first:first + 8]:
+                s, e = k["start_us"], k["end_us"]
+                print(f"    {k['kernel'][:44]:44s} {s:8.1f} {e:8.1f} {e - max(s, done):6.1f}  "
+                      f"{k['blocks']:4d}x{k['threads']:<4d} {k['registers']:3d} {k['shared_kb']:6.1f}"
+                      f"{'  beside' if k['fits_beside_previous'] else ''}")
                 done = max(done, e)
 PY
   done

@@ -121,6 +121,14 @@ nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefi
   return out;
 }
 
+// Whether a block of b fits on a Hopper multiprocessor (64K registers allocated per warp in units
+// of 256, 228 KB of shared memory with 1 KB reserved per block, 2048 threads) beside a block of a.
+bool fit_side_by_side(const cuda::KernelRecord& a, const cuda::KernelRecord& b) {
+  auto regs = [](const cuda::KernelRecord& k) { return (k.threads + 31) / 32 * ((k.registers * 32 + 255) / 256 * 256); };
+  return regs(a) + regs(b) <= 65536 && a.shared_bytes + b.shared_bytes + 2048 <= 228 * 1024 &&
+         a.threads + b.threads <= 2048;
+}
+
 // Kernels of replayed decode graphs as the device ran them (CUPTI). Kernels launched with PDL
 // overlap their predecessor (they start early and wait), so each kernel is charged the time from
 // the end of everything before it to its own end: the part of the step it alone accounts for. The
@@ -152,12 +160,22 @@ nlohmann::json graph_kernels(Model& model, int vocab) {
     rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / kSteps}, {"launches", double(v.second) / kSteps}});
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["us"] > b["us"]; });
   // One whole step as the device ran it (the last replay): start and end of each kernel, in us
-  // from the step's first start, to see what overlaps and what waits.
+  // from the step's first start, to see what overlaps and what waits; and its launch shape, with
+  // whether one of its blocks fits on a multiprocessor beside one of the previous kernel's (else
+  // it starts only where that kernel's blocks have left: no work before its dependency wait).
   nlohmann::json timeline = nlohmann::json::array();
   const size_t per_step = records.size() / kSteps;
   for (size_t i = records.size() - per_step; i < records.size(); ++i) {
     const uint64_t t0 = records[records.size() - per_step].start_ns;
-    timeline.push_back({records[i].name, double(records[i].start_ns - t0) / 1e3, double(records[i].end_ns - t0) / 1e3});
+    const cuda::KernelRecord& r = records[i];
+    timeline.push_back({{"kernel", r.name},
+                        {"start_us", double(r.start_ns - t0) / 1e3},
+                        {"end_us", double(r.end_ns - t0) / 1e3},
+                        {"blocks", r.blocks},
+                        {"threads", r.threads},
+                        {"registers", r.registers},
+                        {"shared_kb", r.shared_bytes / 1024.0},
+                        {"fits_beside_previous", i > 0 && fit_side_by_side(records[i - 1], r)}});
   }
   return {{"kernels", rows},
           {"timeline", timeline},

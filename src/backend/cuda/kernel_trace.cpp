@@ -63,7 +63,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    g_records.push_back({short_name(k->name), k->start, k->end});
+    g_records.push_back({short_name(k->name), k->start, k->end, k->gridX * k->gridY * k->gridZ,
+                         k->blockX * k->blockY * k->blockZ, k->registersPerThread,
+                         k->staticSharedMemory + k->dynamicSharedMemory});
   }
   std::free(buffer);
 }

@@ -11,6 +11,9 @@ namespace petrel::cuda {
 struct KernelRecord {
   std::string name;  // demangled, without namespaces and parameters
   uint64_t start_ns = 0, end_ns = 0;
+  // The launch's shape, which decides whose blocks can share a multiprocessor with whose:
+  // registers per thread, threads per block, shared memory per block (static + dynamic).
+  int blocks = 0, threads = 0, registers = 0, shared_bytes = 0;
 };
 
 class KernelTrace {
