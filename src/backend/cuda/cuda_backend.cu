@@ -364,7 +364,13 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int B = int(q.rows);
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    const cuda::KvRows rows = batch_rows(q, k, v, layer, seqs);
+    check(batch_ && B == n_tokens_,
+          "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
+    for (int r = 0; r < B; ++r)
+      check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
+                                                     std::to_string(seqs[r]->capacity) + " tokens");
+    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
+    const cuda::KvRows rows{row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
     // Each row split as a lone decode step splits it (the same sums: the same result) where the
     // partial records hold that many.
     const int splits = attention_splits(B);
@@ -614,18 +620,6 @@ class CudaBackend final : public Backend {
     cuda::qk_norm_rope(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
                        weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta, pos0,
                        stream_);
-  }
-
-  // A batched step's caches and positions for attention over q's rows, its inputs checked.
-  cuda::KvRows batch_rows(const Tensor& q, const Tensor& k, const Tensor& v, int layer, SequenceState* const* seqs) {
-    const int B = int(q.rows);
-    check(batch_ && B == n_tokens_,
-          "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
-    for (int r = 0; r < B; ++r)
-      check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
-                                                     std::to_string(seqs[r]->capacity) + " tokens");
-    check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
-    return {row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
   }
 
   // Key ranges of the split-K attention over `rows` query rows: as many as the partial records

@@ -314,9 +314,13 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
     }
   }
   check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false, WARPS>>(smem);
-  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false, WARPS>, segs.first_block[segs.n], 32 * WARPS, smem, s, segs, x,
-             x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+  if constexpr (WARPS == kAsyncWarps) {  // the light block exists for the router sums alone
+    allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false, WARPS>>(smem);
+    launch_pdl(gemv_async_kernel<F, TMAX, CPL, false, WARPS>, segs.first_block[segs.n], 32 * WARPS, smem, s, segs, x,
+               x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+  } else {
+    throw Error("CUDA GEMV: the light block takes the router sums' launch only");
+  }
 }
 
 template <WFormat F>
