@@ -24,7 +24,7 @@ namespace {
 struct Args {
   std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096", concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192;
-  bool json = false, graphs = true, breakdown = false, light_output_projection = false;
+  bool json = false, graphs = true, breakdown = false;
 };
 
 struct Stat {
@@ -269,7 +269,6 @@ void run(const Args& a) {
   CudaOptions co;
   co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
   co.graphs = a.graphs;
-  co.light_output_projection = a.light_output_projection;
   auto backend = make_cuda_backend(co);
   ForwardOptions fo;
   fo.max_chunk = a.chunk;
@@ -281,7 +280,6 @@ void run(const Args& a) {
   out["device"] = cuda_device_summary();
   out["hbm_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = a.graphs;
-  out["light_output_projection"] = a.light_output_projection;
   out["runs"] = a.runs;
 
   for (int T : parse_ids(a.prefill, "--prefill")) {
@@ -379,8 +377,6 @@ void add(CLI::App& app) {
   cmd->add_option("--runs", a.runs, "Timed runs per measurement (median reported)")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
-  cmd->add_flag("--light-output-projection", a.light_output_projection,
-                "One token's output projection in a light block that leaves registers for gate+up beside it");
   cmd->add_flag("--json", a.json, "Machine-readable output");
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "

@@ -131,6 +131,18 @@ struct RealShapeModel : RandomWeights {
     A.o = affine("o", H, 4096);
     A.q_norm = vec(256, 0.8f, 1.2f);
     A.k_norm = vec(256, 0.8f, 1.2f);
+    // Layer 2's input projections of both mixers' shapes, 4-bit as --weights int4 stores them, for
+    // one token's MoE down kernel to compute (CudaMoe.DownThenNextProjectionsMatchesCpu).
+    DeltaNetWeights& G2 = w.layers[2].gdn;
+    G2.qkv = affine("qkv4", c.gdn_conv_channels(), H);
+    G2.z = affine("z4", c.gdn_value_dim(), H);
+    G2.b = affine("b4", c.lin_v_heads, H);
+    G2.a = affine("a4", c.lin_v_heads, H);
+    AttentionWeights& A2 = w.layers[2].attn;
+    A2.q = affine("q4", 4096, H);
+    A2.gate = affine("gate4", 4096, H);
+    A2.k = affine("k4", 512, H);
+    A2.v = affine("v4", 512, H);
   }
 };
 
@@ -175,7 +187,8 @@ struct Pair {
   const RandomWeights& m;
   CpuBackend cpu;
   std::unique_ptr<Backend> gpu;
-  explicit Pair(const RandomWeights& model, CudaOptions o = {}) : m(model) {
+  explicit Pair(const RandomWeights& model) : m(model) {
+    CudaOptions o;
     o.progress = false;
     gpu = make_cuda_backend(o);
     cpu.prepare(m.c, m.w);
@@ -190,15 +203,6 @@ Pair& pair() {
   return p;
 }
 
-// The real shapes on a GPU backend whose one-token output projection is the light block.
-Pair& light_pair() {
-  static Pair p(model(), [] {
-    CudaOptions o;
-    o.light_output_projection = true;
-    return o;
-  }());
-  return p;
-}
 
 Pair& qwen3_pair() {
   static Qwen3AttentionModel m;
@@ -383,10 +387,10 @@ TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
 
 // What an op added to the residual stream h (Input, fp32) on each backend, compared:
 // max |Δgpu - Δcpu| / max |Δcpu| (NaN-safe).
-double update_error(const Input& h, Pair& p = pair()) {
+double update_error(const Input& h) {
   std::vector<float> a(h.host.size()), b(a.size());
-  p.cpu.to_host(h.cpu, a.data());
-  p.gpu->to_host(h.gpu, b.data());
+  pair().cpu.to_host(h.cpu, a.data());
+  pair().gpu->to_host(h.gpu, b.data());
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double dc = double(a[i]) - h.host[i], dg = double(b[i]) - h.host[i];
@@ -706,8 +710,7 @@ TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
 // projection (integer atomics) and the experts pick from them (layer 2: 4-bit experts behind the
 // 4-bit attention output projection); twice in a row, since the down kernel must leave the sums
 // cleared for the next use. The ops run apart at T = 3, for layer 0 (a bf16 projection too wide for
-// the shared-memory GEMV) and layer 1 (the general expert kernels). Both forms of the projection:
-// the default block and the light one (CudaOptions::light_output_projection).
+// the shared-memory GEMV) and layer 1 (the general expert kernels).
 TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   REQUIRE_GPU();
   const auto [layer, T] = GetParam();
@@ -715,14 +718,54 @@ TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   const RealShapeModel& m = model();
   const LayerWeights& L = m.w.layers[layer];
   const Matrix& w = layer == 0 ? L.gdn.out : m.w.layers[1].attn.o;
-  for (Pair* p : {&pair(), &light_pair()})
-    for (int run = 0; run < 2; ++run) {
-      Input y(T, w.cols, 140 + T + run, 1.0f, false, *p), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true, *p);
-      Output mix(T, m.c.hidden, false, *p), x(T, m.c.hidden, /*fp32=*/true, *p), ffn(T, m.c.hidden, false, *p);
-      p->cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
-      p->gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
-      EXPECT_LT(update_error(h, *p), kMoeTol) << "layer " << layer << " T=" << T << " run " << run
-                                              << (p == &pair() ? "" : " (light projection)");
+  for (int run = 0; run < 2; ++run) {
+    Input y(T, w.cols, 140 + T + run), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true);
+    Output mix(T, m.c.hidden), x(T, m.c.hidden, /*fp32=*/true), ffn(T, m.c.hidden);
+    pair().cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
+    pair().gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
+    EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T << " run " << run;
+  }
+}
+
+// One token's output projection, MoE block and the next layer's input projections, which the down
+// kernel computes once every block has added its rows of h (4-bit projections of a DeltaNet layer,
+// leaving multiprocessors free for the DeltaNet step, and of an attention layer): against the CPU
+// running the ops apart, three times in a row (a launch counts its blocks on a counter that only
+// grows), and with no separate projection op on the GPU.
+TEST(CudaMoe, DownThenNextProjectionsMatchesCpu) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  const LayerWeights& L = m.w.layers[2];
+  const Matrix& w = m.w.layers[1].attn.o;  // 4-bit: the router's sums ride on it
+  const DeltaNetWeights& G = L.gdn;
+  const AttentionWeights& A = L.attn;
+  const std::vector<std::pair<std::vector<const Matrix*>, bool>> lists = {{{&G.qkv, &G.z, &G.b, &G.a}, true},
+                                                                         {{&A.q, &A.k, &A.v, &A.gate}, false}};
+  for (const auto& [ws, for_deltanet] : lists)
+    for (int run = 0; run < 3; ++run) {
+      Input y(1, w.cols, 160 + run), h(1, m.c.hidden, 170 + run, 3.0f, /*fp32=*/true);
+      Output mix(1, m.c.hidden), x(1, m.c.hidden, /*fp32=*/true), ffn(1, m.c.hidden);
+      std::vector<Output> outs;
+      outs.reserve(ws.size());
+      std::vector<Tensor> cpu, gpu;
+      for (const Matrix* p : ws) {
+        outs.emplace_back(1, p->rows, /*fp32=*/p->rows == m.c.lin_v_heads);
+        cpu.push_back(outs.back().cpu);
+        gpu.push_back(outs.back().gpu);
+      }
+      const int n = int(ws.size());
+      const Projections next_cpu{&L.input_norm, 1e-6f, x.cpu, ws.data(), cpu.data(), n, for_deltanet};
+      const Projections next_gpu{&L.input_norm, 1e-6f, x.gpu, ws.data(), gpu.data(), n, for_deltanet};
+      pair().cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu, &next_cpu);
+      ASSERT_TRUE(pair().gpu->time_ops(true));
+      pair().gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu, &next_gpu);
+      const auto ops = pair().gpu->take_op_times();
+      pair().gpu->time_ops(false);
+      const std::string what = std::string(for_deltanet ? "DeltaNet" : "attention") + " run " + std::to_string(run);
+      for (const auto& op : ops)
+        EXPECT_EQ(op.first.find("linear_many"), std::string::npos) << what << ": a separate projection op " << op.first;
+      EXPECT_LT(update_error(h), kMoeTol) << what;
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kMoeTol) << what << ", " << ws[i]->name;
     }
 }
 

@@ -19,9 +19,6 @@ struct CudaOptions {
   DeviceWeights weights = DeviceWeights::AsStored;
   bool graphs = true;     // replay decode steps as CUDA graphs
   bool progress = true;   // upload progress bar
-  // One token's output projection with the router sums in a light block (8 warps, activations in
-  // shared memory) that leaves registers for the experts' gate+up to start beside it.
-  bool light_output_projection = false;
 };
 
 // True when this build has CUDA and a device is present.

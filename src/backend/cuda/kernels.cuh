@@ -74,10 +74,8 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
 // h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
-// light: half the warps and the activations read from shared memory, leaving registers for the
-// experts' gate+up block to start beside it (CudaOptions::light_output_projection).
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, bool light, cudaStream_t s);
+                      const RouteSums& route, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
@@ -236,14 +234,27 @@ void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, 
 // softmax + top-k themselves (sparing the router its last-block round trip).
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T);
+// The next layer's input norm and projections of the residual row, which one token's MoE down
+// kernel can compute once every block has added its rows (moe_decode).
+struct NextProjections {
+  const DeviceMatrix* const* ws = nullptr;
+  const GemvOut* outs = nullptr;
+  int n = 0;
+  StageNorm norm;
+  int leave = 0;                            // multiprocessors left free for the kernel after them
+  unsigned long long* arrived = nullptr;    // a counter of the launch's own, zero at first
+};
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
 // set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold). With pick.logits set
-// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights.
-void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights. With
+// `next` (one token, out the fp32 residual row) the down launch also computes the next layer's
+// projections where they fit: returns whether it did.
+bool moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
                 int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
-                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);
+                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s,
+                const NextProjections* next = nullptr);
 // True when router and experts stage their input (router staged with its shared gate, experts
 // staged), so that both can apply the block's norm themselves.
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
