@@ -140,7 +140,7 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      moe_arrived_ = alloc_raw<unsigned long long>(c.n_layers);
+      moe_arrived_ = alloc_raw<unsigned>(2);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -519,7 +519,7 @@ class CudaBackend final : public Backend {
       down_next.n = next->n;
       down_next.norm = {weights_->vec(*next->norm), next->eps};
       down_next.leave = next->for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-      down_next.arrived = moe_arrived_ + arrived_slot(ffn);
+      down_next.arrived = moe_arrived_;
     }
     bool projected = false;
     {
@@ -565,17 +565,6 @@ class CudaBackend final : public Backend {
       p.dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
     }
     return p;
-  }
-
-  // The grid counter of the down launch after `ffn` (one per MoE layer: a launch's blocks count
-  // themselves on a counter no other launch shares between them).
-  int arrived_slot(const FfnWeights& ffn) {
-    const auto it = moe_arrived_slot_.find(&ffn);
-    if (it != moe_arrived_slot_.end()) return it->second;
-    const int slot = int(moe_arrived_slot_.size());
-    check(slot < c_.n_layers, "CUDA MoE: more MoE blocks than layers");
-    moe_arrived_slot_.emplace(&ffn, slot);
-    return slot;
   }
 
   // The shared expert's matrices (null where the block has none) and its gate row.
@@ -741,8 +730,7 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
-  unsigned long long* moe_arrived_ = nullptr;  // a grid counter for each layer's down + next projections
-  std::unordered_map<const FfnWeights*, int> moe_arrived_slot_;
+  unsigned* moe_arrived_ = nullptr;  // the grid counter of a down launch that computes the next projections
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;

@@ -242,7 +242,7 @@ struct NextProjections {
   int n = 0;
   StageNorm norm;
   int leave = 0;                            // multiprocessors left free for the kernel after them
-  unsigned long long* arrived = nullptr;    // a counter of the launch's own, zero at first
+  unsigned* arrived = nullptr;  // two words, zero at first, no other launch using them at the same time
 };
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w

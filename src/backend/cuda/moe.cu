@@ -656,6 +656,8 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
   if (lane == 0 && h < down.rows) write_out(out, t * out.stride + h, acc);
 }
 
+constexpr int kDownAsyncMaxRows = 64;  // output rows a down block owns
+
 // What one token's down projection reads and writes.
 struct DownArgs {
   DeviceMatrix down, s_down;
@@ -677,11 +679,13 @@ struct DownArgs {
 // meets: it copies the shared expert's rows before waiting, a routed expert's as soon as the
 // router's choice is read (on Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte
 // cp.async), stages the n activation rows while they land and keeps its lane's (row j, chunk c)
-// pairs of them in registers, PPL pairs per lane; then, after on_landed() (the whole block, once
-// every row is in), a warp per output row.
+// pairs of them in registers, PPL pairs per lane, and the residual rows it adds to; then, after
+// on_landed() (the whole block, once every row is in), a warp per output row. (A load issued after
+// on_landed's copies would wait for them: the residual is read before.)
 template <WFormat F, int PPL, typename OnLanded>
 __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLanded on_landed) {
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
+  __shared__ float resid[kDownAsyncMaxRows];
   const int n = d.k + (d.has_shared ? 1 : 0), r0 = blockIdx.x * d.per, rows = min(d.per, d.down.rows - r0);
   const ChunkMatrix<F> dm = chunk_matrix<F>(d.down);
   const int tile_bytes = d.per * async_row_bytes(dm.chunks, dm.groups);
@@ -715,6 +719,7 @@ __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLand
   cp_async_commit();
 #endif
   if (t < n) mix[t] = mix_t;
+  if (d.out.add && t < rows) resid[t] = load_act(d.out.y, d.out.elem, r0 + t);
   clear_route_sums(d.clear, d.clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), d.act, 4, d.down.cols, n,
                                      [&](int r) { return int64_t(r) * d.act_stride; });
@@ -756,7 +761,10 @@ __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLand
       acc += mr[i] * dot_x<F>(ch, xr[i]);
     }
     acc = warp_sum(acc);
-    if (lane == 0) write_out(d.out, r0 + row, acc);
+    if (lane == 0) {
+      const float v = d.out.add ? resid[row] + __bfloat162float(__float2bfloat16(acc)) : acc;  // as write_out
+      store_act(d.out.y, d.out.elem, r0 + row, v);
+    }
   }
 }
 
@@ -768,19 +776,26 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1) down_async_kernel(D
   down_block<F, PPL>(d, reinterpret_cast<char*>(smem4), [] {});
 }
 
-// Thread 0 of every block of a grid: counts the block on `arrived` (a counter that only grows: a
-// launch's blocks all arrive before the next launch's first does) and, where `wait`, returns once
-// every block of this launch has. The block's writes before it (after a block barrier) are then
-// visible to every waiting block past its own barrier.
-__device__ void grid_arrive(unsigned long long* arrived, bool wait) {
+// Thread 0 of every block of a grid: counts the block on counter[0] and, where `wait`, returns once
+// every block of this launch has. The last to arrive zeroes the count and advances the generation
+// (counter[1]) the waiting blocks watch, so launches of any grid size can share the counter as long
+// as they do not overlap. The block's writes before it (after a block barrier) are then visible to
+// every waiting block past its own barrier.
+__device__ void grid_arrive(unsigned* counter, bool wait) {
+  unsigned generation;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(generation) : "l"(counter + 1) : "memory");
   __threadfence();
-  const unsigned long long before = atomicAdd(arrived, 1ull);
+  if (atomicAdd(counter, 1u) == gridDim.x - 1) {
+    counter[0] = 0;
+    __threadfence();
+    atomicAdd(counter + 1, 1u);
+    return;
+  }
   if (!wait) return;
-  const unsigned long long all = (before / gridDim.x + 1) * gridDim.x;
-  unsigned long long seen = before + 1;
-  while (seen < all) {
+  unsigned seen = generation;
+  while (seen == generation) {
     __nanosleep(32);
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(arrived) : "memory");
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter + 1) : "memory");
   }
   __threadfence();
 }
@@ -795,7 +810,7 @@ __device__ void grid_arrive(unsigned long long* arrived, bool wait) {
 template <WFormat F, int PPL, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_then_project_kernel(DownArgs d, GemvSegments next, AsyncPlan plan, int ring_at, StageNorm norm,
-                             unsigned long long* arrived) {
+                             unsigned* arrived) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
   char* smem = reinterpret_cast<char*>(smem4);
@@ -832,7 +847,7 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
   const int align = async_row_align(down);
   const int per = div_up(div_up(down.rows, sm_count()), align) * align;
   const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
-  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
+  if (ppl == 0 || smem > kExpertAsyncMaxSmem || per > kDownAsyncMaxRows) return {};
   return {per, ppl, smem};
 }
 
