@@ -57,18 +57,6 @@ class SequenceState {
   }
 };
 
-// A layer's input norm and projections of the residual stream: rms_norm_linear_many's arguments
-// after h, for an op that computes them together with the one before.
-struct Projections {
-  const std::vector<float>* norm = nullptr;
-  float eps = 0.0f;
-  Tensor x;  // the normed rows, where the backend writes them
-  const Matrix* const* ws = nullptr;
-  const Tensor* outs = nullptr;
-  int n = 0;
-  bool for_deltanet = false;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -143,20 +131,13 @@ class Backend {
     add(h, scratch);
   }
   // linear_add(x, w, h, scratch), then rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out): a mixer's
-  // output projection and the MoE block after it; then, where `next` is given, the next layer's
-  // input projections of the new h. A backend may compute the router beside the projection (the
-  // router is linear in the normed h, whose rsqrt is one scalar) and the next projections in the
-  // MoE block's last kernel.
+  // output projection and the MoE block after it. A backend may compute the router beside the
+  // projection: the router is linear in the normed h, whose rsqrt is one scalar.
   virtual void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch,
                                   const std::vector<float>& norm, float eps, Tensor xn, const FfnWeights& ffn,
-                                  Tensor ffn_out, const Projections* next = nullptr) {
+                                  Tensor ffn_out) {
     linear_add(x, w, h, scratch);
     rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out);
-    if (next) project(h, *next);
-  }
-  // rms_norm_linear_many with the arguments in p.
-  void project(const Tensor& h, const Projections& p) {
-    rms_norm_linear_many(h, *p.norm, p.eps, p.x, p.ws, p.outs, p.n, p.for_deltanet);
   }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.

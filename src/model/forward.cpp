@@ -137,22 +137,16 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   Tensor h = ws_.h.rows_view(0, T), x = ws_.x.rows_view(0, T);
   Tensor mix = ws_.mix.rows_view(0, T), ffn = ws_.ffn.rows_view(0, T);
   backend_.embed(weights_.embed, h);
-  InputProjections in = input_projections(0, T);
-  backend_.project(h, in.view(x, c.rms_eps));
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
-    const Mixed m = L.kind == LayerKind::DeltaNet ? deltanet_mixer(i, T, st) : attention_mixer(i, T, st);
-    const bool last = i + 1 == c.n_layers;
-    if (!last) in = input_projections(i + 1, T);  // the mixer has read this layer's
-    const Projections next = in.view(x, c.rms_eps);
+    const Mixed m = L.kind == LayerKind::DeltaNet ? deltanet_mixer(i, h, x, st) : attention_mixer(i, h, x, st);
     if (L.ffn.moe) {
-      backend_.linear_add_moe_add(m.y, *m.out, h, mix, L.post_norm, c.rms_eps, x, L.ffn, ffn, last ? nullptr : &next);
+      backend_.linear_add_moe_add(m.y, *m.out, h, mix, L.post_norm, c.rms_eps, x, L.ffn, ffn);
     } else {
       backend_.linear_add(m.y, *m.out, h, mix);
       backend_.rms_norm(h, L.post_norm, c.rms_eps, x);
       backend_.mlp(x, L.ffn.dense, ffn);
       backend_.add(h, ffn);
-      if (!last) backend_.project(h, next);
     }
   }
   if (first_logit_row == T) return;
@@ -161,32 +155,16 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   backend_.rms_norm_linear_many(hs, weights_.final_norm, c.rms_eps, xs, head, &logits, 1);
 }
 
-Model::InputProjections Model::input_projections(int layer, int64_t T) const {
-  const LayerWeights& L = weights_.layers[layer];
-  InputProjections p;
-  p.norm = &L.input_norm;
-  if (L.kind == LayerKind::DeltaNet) {
-    const DeltaNetWeights& G = L.gdn;
-    p.n = 4;
-    p.for_deltanet = true;
-    const Matrix* ws[] = {&G.qkv, &G.z, &G.b, &G.a};
-    const Tensor outs[] = {ws_.qkv, ws_.z, ws_.b, ws_.a};
-    for (int i = 0; i < 4; ++i) p.ws[i] = ws[i], p.outs[i] = outs[i].rows_view(0, T);
-  } else {
-    const AttentionWeights& A = L.attn;
-    p.n = A.gate.valid() ? 4 : 3;
-    const Matrix* ws[] = {&A.q, &A.k, &A.v, &A.gate};
-    const Tensor outs[] = {ws_.q, ws_.k, ws_.v, A.gate.valid() ? ws_.gate : Tensor{}};
-    for (int i = 0; i < 4; ++i) p.ws[i] = ws[i], p.outs[i] = outs[i].rows_view(0, T);
-  }
-  return p;
-}
-
-Model::Mixed Model::attention_mixer(int layer, int64_t T, const StepStates& st) {
+Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const AttentionWeights& A = weights_.layers[layer].attn;
+  const int64_t T = x.rows;
   Tensor q = ws_.q.rows_view(0, T), k = ws_.k.rows_view(0, T), v = ws_.v.rows_view(0, T);
   Tensor attn = ws_.attn.rows_view(0, T);
   Tensor gate = A.gate.valid() ? ws_.gate.rows_view(0, T) : Tensor{};
+  const Matrix* proj[] = {&A.q, &A.k, &A.v, &A.gate};
+  const Tensor proj_out[] = {q, k, v, gate};
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
+                                A.gate.valid() ? 4 : 3);
   backend_.qk_norm_rope(q, k, A);
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
   if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
@@ -194,10 +172,15 @@ Model::Mixed Model::attention_mixer(int layer, int64_t T, const StepStates& st) 
   return {attn, &A.o};
 }
 
-Model::Mixed Model::deltanet_mixer(int layer, int64_t T, const StepStates& st) {
+Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
+  const int64_t T = x.rows;
   Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
   Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
+  const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
+  const Tensor proj_out[] = {qkv, z, b, a};
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,
+                                /*for_deltanet=*/true);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
   return {o, &G.out};

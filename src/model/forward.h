@@ -62,26 +62,15 @@ class Model {
   // The device work of one chunk (capturable for decode): layers, then logits of rows
   // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
   void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);
-  // A layer's input norm and projections of the residual stream into the workspace (T rows), as
-  // the backend's Projections: the layer before computes them (with its FFN block where the
-  // backend fuses the two), so a mixer starts from its projections.
-  struct InputProjections {
-    const Matrix* ws[4] = {};
-    Tensor outs[4];
-    int n = 0;
-    bool for_deltanet = false;
-    const std::vector<float>* norm = nullptr;
-    Projections view(Tensor x, float eps) const { return {norm, eps, x, ws, outs, n, for_deltanet}; }
-  };
-  InputProjections input_projections(int layer, int64_t T) const;
-  // A layer's mixer after its input projections, up to its output projection. The caller adds
-  // y · outᵀ to h, together with the FFN block where the backend fuses the two.
+  // A layer's mixer up to its output projection: the input norm of the residual stream h (into x
+  // where the backend writes it) and the mixer. The caller adds y · outᵀ to h, together with the
+  // FFN block where the backend fuses the two.
   struct Mixed {
     Tensor y;
     const Matrix* out;
   };
-  Mixed attention_mixer(int layer, int64_t T, const StepStates& st);
-  Mixed deltanet_mixer(int layer, int64_t T, const StepStates& st);
+  Mixed attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
+  Mixed deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;

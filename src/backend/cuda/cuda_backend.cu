@@ -140,7 +140,6 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      moe_arrived_ = alloc_raw<unsigned>(2);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -311,7 +310,7 @@ class CudaBackend final : public Backend {
 
   void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
     const cuda::TimedOp timed(timer_, stream_, "linear_many", n, ws[0]->cols);
-    const DeviceProjections p = projections(ws, outs, n);
+    const Projections p = projections(ws, outs, n);
     const Tensor xin = gemm_input(x);
     cuda::linear_many(p.mats, p.dst, n, xin.data, xin.stride, xin.elem_size, int(x.rows), stream_);
   }
@@ -319,7 +318,7 @@ class CudaBackend final : public Backend {
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
                             const Tensor* outs, int n, bool for_deltanet) override {
-    const DeviceProjections p = projections(ws, outs, n);
+    const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
@@ -487,8 +486,7 @@ class CudaBackend final : public Backend {
   // blocks scaling them by the norm's rsqrt for the weights and the shared gate once it has
   // staged h.
   void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch, const std::vector<float>& norm,
-                          float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out,
-                          const petrel::Projections* next) override {
+                          float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) override {
     const cuda::RouteSums* cols = weights_->route(ffn);
     const DeviceMatrix& m = weights_->matrix(w);
     const cuda::ExpertStacks& E = weights_->experts(ffn);
@@ -497,7 +495,7 @@ class CudaBackend final : public Backend {
                         cuda::moe_norm_stageable(weights_->matrix(ffn.router), sh.gate_row, E.gate, E.up, E.down,
                                                  sh.gate, sh.up, sh.down, c_.top_k, 1, h.stride) &&
                         cuda::gemv_route_fits(m, x.stride, *cols);
-    if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out, next);
+    if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
     {
@@ -505,31 +503,15 @@ class CudaBackend final : public Backend {
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
                              stream_);
     }
+    const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
     cuda::TopK pick;
     pick.sums = route_sums_;
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
-    // The next layer's projections ride on the down kernel where they fit (timed with it).
-    const DeviceProjections np = next ? projections(next->ws, next->outs, next->n) : DeviceProjections{};
-    cuda::NextProjections down_next;
-    if (next && h.stride % 8 == 0) {
-      down_next.ws = np.mats;
-      down_next.outs = np.dst;
-      down_next.n = next->n;
-      down_next.norm = {weights_->vec(*next->norm), next->eps};
-      down_next.leave = next->for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-      down_next.arrived = moe_arrived_;
-    }
-    bool projected = false;
-    {
-      const cuda::TimedOp timed(timer_, stream_, next ? "moe.experts + add (+ next projections)" : "moe.experts + add");
-      projected = cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1,
-                                   c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, {weights_->vec(norm), eps},
-                                   pick, {h.data, h.stride, h.elem_size, /*add=*/true}, stream_,
-                                   down_next.arrived ? &down_next : nullptr);
-    }
-    if (next && !projected) project(h, *next);
+    cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
+                     moe_w_, moe_sgate_, moe_decode_act_, {weights_->vec(norm), eps}, pick,
+                     {h.data, h.stride, h.elem_size, /*add=*/true}, stream_);
   }
 
   // Few rows: router and experts apply the norm while staging h, and the down projection adds its
@@ -553,13 +535,13 @@ class CudaBackend final : public Backend {
  private:
   // A layer's projections as device matrices and output views (no heap work per call).
   static constexpr int kMaxProjections = 8;
-  struct DeviceProjections {
+  struct Projections {
     const DeviceMatrix* mats[kMaxProjections];
     cuda::GemvOut dst[kMaxProjections];
   };
-  DeviceProjections projections(const Matrix* const* ws, const Tensor* outs, int n) const {
+  Projections projections(const Matrix* const* ws, const Tensor* outs, int n) const {
     check(n <= kMaxProjections, "CUDA linear_many: at most 8 matrices per call");
-    DeviceProjections p;
+    Projections p;
     for (int i = 0; i < n; ++i) {
       p.mats[i] = &weights_->matrix(*ws[i]);
       p.dst[i] = {outs[i].data, outs[i].stride, outs[i].elem_size};
@@ -730,7 +712,6 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
-  unsigned* moe_arrived_ = nullptr;  // the grid counter of a down launch that computes the next projections
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;

@@ -234,27 +234,14 @@ void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, 
 // softmax + top-k themselves (sparing the router its last-block round trip).
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T);
-// The next layer's input norm and projections of the residual row, which one token's MoE down
-// kernel can compute once every block has added its rows (moe_decode).
-struct NextProjections {
-  const DeviceMatrix* const* ws = nullptr;
-  const GemvOut* outs = nullptr;
-  int n = 0;
-  StageNorm norm;
-  int leave = 0;                            // multiprocessors left free for the kernel after them
-  unsigned* arrived = nullptr;  // two words, zero at first, no other launch using them at the same time
-};
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
 // set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold). With pick.logits set
-// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights. With
-// `next` (one token, out the fp32 residual row) the down launch also computes the next layer's
-// projections where they fit: returns whether it did.
-bool moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights.
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
                 int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
-                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s,
-                const NextProjections* next = nullptr);
+                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);
 // True when router and experts stage their input (router staged with its shared gate, experts
 // staged), so that both can apply the block's norm themselves.
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,

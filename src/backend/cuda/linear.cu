@@ -1,10 +1,8 @@
 // y = x · Wᵀ for every weight format: a GEMV for a few rows (decode), the tensor-core GEMM
 // (gemm.cu) for many rows (prefill), and its grouped form for MoE.
 #include "backend/cuda/gemm.cuh"
-#include "backend/cuda/gemv_async.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
-
-#include <type_traits>
 
 namespace petrel::cuda {
 namespace {
@@ -15,6 +13,25 @@ constexpr int kGemvBlocksPerSm = 3;     // registers allow 3 blocks per multipro
 constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
+// The matrix of a multi-matrix GEMV launch that this block works on, and the block's place in it.
+struct BlockSegment {
+  DeviceMatrix w;
+  GemvOut out;
+  int block = 0, blocks = 0, rows_per_block = 0;
+};
+__device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) {
+  BlockSegment b;
+#pragma unroll
+  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
+    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
+      b.w = segs.w[i];
+      b.out = segs.out[i];
+      b.block = blockIdx.x - segs.first_block[i];
+      b.blocks = segs.first_block[i + 1] - segs.first_block[i];
+      b.rows_per_block = segs.rows_per_block[i];
+    }
+  return b;
+}
 
 // The register-streaming decode GEMV, for rows that gemv_async_kernel's tiles do not take (bf16
 // rows wider than ~6K, segments of mixed group sizes): activations staged once per block, `lpr`
@@ -28,7 +45,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm)
     gemv_staged_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, StageNorm norm) {
   constexpr int U = kGemvChunksInFlight / NR;
   pdl_launch_dependents();
-  const BlockSegment seg = block_segment(segs, blockIdx.x);
+  const BlockSegment seg = block_segment(segs);
   const DeviceMatrix& w = seg.w;
   const GemvOut& out = seg.out;
   const int block = seg.block, blocks = seg.blocks;
@@ -105,6 +122,40 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
   else launch_gemv_staged<F, TMAX, 1>(segs, x, x_stride, x_elem, T, smem, lpr, norm, s);
 }
 
+// The decode GEMV with its weights copied into shared memory. A block owns one contiguous range
+// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles with
+// cp.async, the first tiles before it waits for the kernel that writes x: a kernel's weights are
+// in flight while its predecessor still runs. One block of 512 threads per multiprocessor with a
+// 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
+// room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
+// for the range's next tile. A ring has no more slots than a block has tiles (an output
+// projection's 16 rows a block need one), with kOneBlockPerSmSmem in all as the floor for a grid
+// of one wave (one block an SM). Whether the next kernel's block can start beside it is then up
+// to the registers: two 16-warp blocks of ~100 registers fill the register file.
+constexpr int kAsyncWarps = 16;
+constexpr int kAsyncStages = 4;
+constexpr size_t kAsyncRingBytes = 192 * 1024;
+
+// Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
+// `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
+// to keep[r].
+template <WFormat F, int CPL>
+__device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
+                             float scale, const GemvOut& out, int first, float* keep) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
+    const int row2 = row + kAsyncWarps;
+    const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
+    if (lane == 0) {
+      const float stored = write_out(out, first + row, v * scale);
+      if (keep) keep[row] = stored;
+    }
+    if (lane == 0 && row2 < rows) {
+      const float stored = write_out(out, first + row2, v2 * scale);
+      if (keep) keep[row2] = stored;
+    }
+  }
+}
 
 // Whole block, once its `rows` rows of h are in keep and their rows of route.cols in `cols`: adds
 // Σ_r cols[r][e]·keep[r] to route.sums[e] in fixed point.
@@ -116,52 +167,150 @@ __device__ void add_route_sums(const RouteSums& route, const bf16* cols, const f
   }
 }
 
-// The async GEMV (gemv_async.cuh). CPL > 0: one activation row whose row width is CPL·32 chunks,
-// held in registers (the batch-1 decode step); CPL = 0: up to TMAX rows read from shared memory.
-// ROUTE (one row): segs.route's router sums beside the rows (a template flag: the other launches
-// keep their registers).
+// Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row; keep as in
+// tile_rows_x1 (activation row 0).
+template <WFormat F, int TMAX>
+__device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st, int T,
+                                 int lpr, const GemvOut& out, int first, float* keep) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
+  for (int base = warp * pass; base < rows; base += kAsyncWarps * pass) {  // uniform per warp: shuffles are safe
+    const int row = base + sub;
+    float acc[TMAX] = {};
+    if (row < rows)
+      for (int c = sl; c < m.chunks; c += lpr) {
+        const Chunk ch = a.load(m, row, c);
+#pragma unroll
+        for (int t = 0; t < TMAX; ++t)
+          if (t < T) acc[t] += st.dot(ch, t, c);
+      }
+#pragma unroll
+    for (int t = 0; t < TMAX; ++t) {
+      const float v = group_sum(acc[t], lpr);
+      if (t < T && sl == 0 && row < rows) {
+        const float stored = write_out(out, t * out.stride + first + row, v * st.row_scale(t));
+        if (keep && t == 0) keep[row] = stored;
+      }
+    }
+  }
+}
+
+// CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
+// decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
+// router sums beside the rows (a template flag: the other launches keep their registers).
 template <WFormat F, int TMAX, int CPL, bool ROUTE>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
-    gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, AsyncPlan plan,
-                      StageNorm norm) {
+    gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
+                      int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
+  const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
+  const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
+  const int r0 = seg.block * seg.rows_per_block, r1 = min(seg.w.rows, r0 + seg.rows_per_block);
+  const int tiles = div_up(r1 - r0, tile_rows);
+  const int slot_bytes = tile_rows * async_row_bytes(m.chunks, m.groups);
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
-  const AsyncGemvBlock<F> b(segs, blockIdx.x, ring, plan.tile_rows);
+  auto slot = [&](int tile) { return AsyncTile<F>::at(ring + (tile % kAsyncStages) * slot_bytes, tile_rows, m); };
+  // One copy group per tile, empty past the range's end, so that the wait count stays fixed.
+  auto issue = [&](int tile) {
+    if (tile < tiles) {
+      const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
+      copy_rows_async(slot(tile), m, first, rows);
+    }
+    cp_async_commit();
+  };
   // With the router's sums: the block's rows of their columns join the first tile's copies.
   const RouteSums& route = segs.route;
   const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
   float* keep = nullptr;
   if constexpr (ROUTE) {
-    copy_async(route_cols, route.cols + int64_t(b.r0) * route.ld, (b.r1 - b.r0) * route.ld * 2);
-    keep = reinterpret_cast<float*>(ring + route.smem_at + b.seg.rows_per_block * route.ld * 2);
+    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
+    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
-  b.issue_ring();  // weights: in flight before waiting for x
+#pragma unroll
+  for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
   pdl_wait();
-  float* staged = reinterpret_cast<float*>(ring + plan.ring_slots * b.slot_bytes);
-  const Staged<F> st = stage_rows<F>(staged, x, x_elem, b.seg.w.cols, T, [&](int t) { return t * x_stride; }, norm);
-  b.template dot_tiles<TMAX, CPL>(st, T, plan.lpr, keep);
-  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, b.r1 - b.r0);
+  float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, [&](int t) { return t * x_stride; }, norm);
+  ChunkX<F> xr[CPL > 0 ? CPL : 1];
+  if constexpr (CPL > 0) load_lane_x(st, xr);
+  const float scale = st.row_scale(0);
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<kAsyncStages - 1>();
+    __syncthreads();  // every thread's copies of this tile have landed
+    const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
+    float* tile_keep = keep ? keep + (first - r0) : nullptr;
+    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
+    __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
+    issue(tile + kAsyncStages);
+  }
+  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }
 
+// Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
+inline int async_tile_rows(const DeviceMatrix& w) {
+  const int align = async_row_align(w), rows = int(kAsyncRingBytes / kAsyncStages) / async_row_bytes(w);
+  return rows - rows % align;
+}
+
+// The async GEMV takes segments whose rows share one layout (tiles are sized for the first) and
+// whose data starts 16-byte aligned, with up to 16 KB of staged activations.
+template <WFormat F>
+bool gemv_async_fits(const GemvSegments& segs, int T) {
+  for (int i = 0; i < segs.n; ++i) {
+    const DeviceMatrix& w = segs.w[i];
+    if (reinterpret_cast<uintptr_t>(w.w) % 16 || reinterpret_cast<uintptr_t>(w.scales) % 16 ||
+        reinterpret_cast<uintptr_t>(w.biases) % 16 || (F != WFormat::BF16 && w.group != segs.w[0].group))
+      return false;
+  }
+  return async_tile_rows(segs.w[0]) > 0 &&
+         staged_bytes(F, segs.w[0].cols, T) <= 16 * 1024;
+}
 
 template <WFormat F, int TMAX, int CPL>
 void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                        cudaStream_t s) {
-  AsyncPlan plan = plan_gemv_async<F, CPL>(segs, T);
-  if (plan.blocks <= sm_count()) plan.smem = std::max(plan.smem, kOneBlockPerSmSmem);
+  const DeviceMatrix& w0 = segs.w[0];
+  const int align = async_row_align(w0);
+  int64_t total = 0;
+  for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
+  segs.first_block[0] = 0;
+  const int spare = std::max(0, sm_count() - segs.leave - segs.n);
+  for (int i = 0; i < segs.n; ++i) {  // blocks in proportion to rows, one per multiprocessor in all
+    const int rows = segs.w[i].rows;
+    const int want = 1 + int(spare * rows / total);
+    const int per = div_up(div_up(rows, want), align) * align;
+    segs.rows_per_block[i] = per;
+    segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
+  }
+  // One activation row: where a block's rows fit the ring in tiles of whole two-row passes (a warp
+  // dots two rows at a time), every warp dots as many rows as the others (45-row tiles left 13 of
+  // the 16 warps a third row).
+  int per_max = 0;
+  for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
+  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
+  const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
+  const int tile_rows = CPL > 0 && even <= most ? even : most;
+  const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
+  size_t smem = size_t(ring_slots) * tile_rows * async_row_bytes(w0) + staged_bytes(F, w0.cols, T);
+  if (segs.route.sums) {  // the block's rows of the route's columns, then their values of h
+    segs.route.smem_at = div_up(int64_t(smem), 16) * 16;
+    smem = segs.route.smem_at + size_t(per_max) * (segs.route.ld * 2 + 4);
+  }
+  if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
+  const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
   if constexpr (TMAX == 1) {
     if (segs.route.sums) {
-      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(plan.smem);
-      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, plan.blocks, 32 * kAsyncWarps, plan.smem, s, segs, x, x_stride,
-                 x_elem, T, plan, norm);
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(smem);
+      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs,
+                 x, x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
       return;
     }
   }
   check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(plan.smem);
-  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, plan.blocks, 32 * kAsyncWarps, plan.smem, s, segs, x, x_stride,
-             x_elem, T, plan, norm);
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(smem);
+  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
+             x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
 }
 
 template <WFormat F>

@@ -1,7 +1,7 @@
 // Mixture of experts on the GPU with routing decided on the device: router softmax + top-k, the
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
-#include "backend/cuda/gemv_async.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 
 #include <algorithm>
@@ -656,40 +656,25 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
   if (lane == 0 && h < down.rows) write_out(out, t * out.stride + h, acc);
 }
 
-constexpr int kDownAsyncMaxRows = 64;  // output rows a down block owns
-
-// What one token's down projection reads and writes.
-struct DownArgs {
-  DeviceMatrix down, s_down;
-  bool has_shared = false;
-  int k = 0;
-  const int* ids = nullptr;
-  const float* weights = nullptr;
-  const float* sgate = nullptr;
-  const float* act = nullptr;
-  int act_stride = 0;
-  GemvOut out;
-  int per = 0;                           // output rows a block
-  unsigned long long* clear = nullptr;   // router sums to zero (block 0), clear_n of them
-  int clear_n = 0;
-};
-
-// Whole block, one token: down_staged_kernel with the weights copied into shared memory at smem,
-// its PDL wait included. The block owns `per` output rows of all n = k (+1) matrices the token
-// meets: it copies the shared expert's rows before waiting, a routed expert's as soon as the
-// router's choice is read (on Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte
-// cp.async), stages the n activation rows while they land and keeps its lane's (row j, chunk c)
-// pairs of them in registers, PPL pairs per lane, and the residual rows it adds to; then, after
-// on_landed() (the whole block, once every row is in), a warp per output row. (A load issued after
-// on_landed's copies would wait for them: the residual is read before.)
-template <WFormat F, int PPL, typename OnLanded>
-__device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLanded on_landed) {
+// grid (H / per), PDL, one token: down_staged_kernel with the weights copied into shared memory.
+// A block owns `per` output rows of all n = k (+1) matrices the token meets: it copies the shared
+// expert's rows before waiting, a routed expert's as soon as the router's choice is read (on
+// Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte cp.async), stages
+// the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
+// registers, PPL pairs per lane; then a warp per output row.
+template <WFormat F, int PPL>
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
+    down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
+                      const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
+                      int per, unsigned long long* clear, int clear_n) {
+  extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  __shared__ float resid[kDownAsyncMaxRows];
-  const int n = d.k + (d.has_shared ? 1 : 0), r0 = blockIdx.x * d.per, rows = min(d.per, d.down.rows - r0);
-  const ChunkMatrix<F> dm = chunk_matrix<F>(d.down);
-  const int tile_bytes = d.per * async_row_bytes(dm.chunks, dm.groups);
-  auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, d.per, dm); };
+  pdl_launch_dependents();
+  const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
+  const ChunkMatrix<F> dm = chunk_matrix<F>(down);
+  const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
+  char* smem = reinterpret_cast<char*>(smem4);
+  auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = threadIdx.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Bulk copies: the rows of matrix j come from thread j (the experts' rows are in L2, asked for
@@ -698,32 +683,31 @@ __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLand
   if (t == 0) {
     mbar_init(&landed, n);
     mbar_init_fence();
-    if (d.has_shared) bulk_rows(tile(d.k), with_data(dm, d.s_down), r0, rows, &landed);
+    if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
   pdl_wait();
-  const float mix_t = t < d.k ? d.weights[t] : t < n ? d.sgate[0] : 0.0f;
-  if (t < d.k) bulk_rows(tile(t), with_data(dm, d.down.entry(d.ids[t])), r0, rows, &landed);
-  prefetch_l1_rows(d.act, n, int64_t(d.act_stride) * 4, d.down.cols * 4);
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
-  if (d.has_shared) copy_rows_async(tile(d.k), with_data(dm, d.s_down), r0, rows);  // before waiting
+  if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
   // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
   // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
   // while the copies are issued.
-  const int id = lane < d.k ? d.ids[lane] : 0;
-  const float mix_t = t < d.k ? d.weights[t] : t < n ? d.sgate[0] : 0.0f;
-  prefetch_l1_rows(d.act, n, int64_t(d.act_stride) * 4, d.down.cols * 4);
-  for (int j = 0; j < d.k; ++j)
-    copy_rows_async(tile(j), with_data(dm, d.down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
+  const int id = lane < k ? ids[lane] : 0;
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  for (int j = 0; j < k; ++j)
+    copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
 #endif
   if (t < n) mix[t] = mix_t;
-  if (d.out.add && t < rows) resid[t] = load_act(d.out.y, d.out.elem, r0 + t);
-  clear_route_sums(d.clear, d.clear_n);
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), d.act, 4, d.down.cols, n,
-                                     [&](int r) { return int64_t(r) * d.act_stride; });
-  const int scales_at = d.per * dm.chunks * 16, biases_from_scales = d.per * dm.groups * 2;
+  clear_route_sums(clear, clear_n);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
+  const int scales_at = per * dm.chunks * 16, biases_from_scales = per * dm.groups * 2;
   ChunkX<F> xr[PPL];
   float mr[PPL];
   int w_at[PPL], s_at[PPL];  // byte offsets of the pair's chunk and scale in row 0 of its tile
@@ -744,7 +728,6 @@ __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLand
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  on_landed();
   for (int row = warp; row < rows; row += kExpertAsyncWarps) {
     const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
     float acc = 0.0f;
@@ -761,77 +744,8 @@ __device__ __forceinline__ void down_block(const DownArgs& d, char* smem, OnLand
       acc += mr[i] * dot_x<F>(ch, xr[i]);
     }
     acc = warp_sum(acc);
-    if (lane == 0) {
-      const float v = d.out.add ? resid[row] + __bfloat162float(__float2bfloat16(acc)) : acc;  // as write_out
-      store_act(d.out.y, d.out.elem, r0 + row, v);
-    }
+    if (lane == 0) write_out(out, r0 + row, acc);
   }
-}
-
-// grid (H / per), PDL, one token: down_block.
-template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1) down_async_kernel(DownArgs d) {
-  extern __shared__ float4 smem4[];
-  pdl_launch_dependents();
-  down_block<F, PPL>(d, reinterpret_cast<char*>(smem4), [] {});
-}
-
-// Thread 0 of every block of a grid: counts the block on counter[0] and, where `wait`, returns once
-// every block of this launch has. The last to arrive zeroes the count and advances the generation
-// (counter[1]) the waiting blocks watch, so launches of any grid size can share the counter as long
-// as they do not overlap. The block's writes before it (after a block barrier) are then visible to
-// every waiting block past its own barrier.
-__device__ void grid_arrive(unsigned* counter, bool wait) {
-  unsigned generation;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(generation) : "l"(counter + 1) : "memory");
-  __threadfence();
-  if (atomicAdd(counter, 1u) == gridDim.x - 1) {
-    counter[0] = 0;
-    __threadfence();
-    atomicAdd(counter + 1, 1u);
-    return;
-  }
-  if (!wait) return;
-  unsigned seen = generation;
-  while (seen == generation) {
-    __nanosleep(32);
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter + 1) : "memory");
-  }
-  __threadfence();
-}
-
-// grid (max(down blocks, projecting blocks)), PDL, one token: down_block (blocks below
-// d.down.rows / d.per), then the next layer's input projections (blocks below plan.blocks, as
-// gemv_async_kernel's blocks): their rows' copies go out once the block's down rows have landed
-// (issued beside them they would hold them back: a multiprocessor serves its copies in about the
-// order they were issued), so they land during down's dots and the wait for the whole grid, after
-// which the block stages the new h with its norm. Blocks that do not project leave as soon as their
-// down rows are written: the next kernel's blocks (the DeltaNet step's) start there.
-template <WFormat F, int PPL, int CPL>
-__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
-    down_then_project_kernel(DownArgs d, GemvSegments next, AsyncPlan plan, int ring_at, StageNorm norm,
-                             unsigned* arrived) {
-  extern __shared__ float4 smem4[];
-  pdl_launch_dependents();
-  char* smem = reinterpret_cast<char*>(smem4);
-  const bool projects = int(blockIdx.x) < plan.blocks;
-  auto issue_projections = [&] {
-    if (projects) AsyncGemvBlock<F>(next, blockIdx.x, smem + ring_at, plan.tile_rows).issue_ring();
-  };
-  if (int(blockIdx.x) * d.per < d.down.rows) {
-    down_block<F, PPL>(d, smem, issue_projections);
-  } else {
-    pdl_wait();
-    issue_projections();
-  }
-  __syncthreads();  // the block's rows of h are written
-  if (threadIdx.x == 0) grid_arrive(arrived, projects);
-  if (!projects) return;
-  __syncthreads();  // every block's rows of h are written and visible
-  const AsyncGemvBlock<F> b(next, blockIdx.x, smem + ring_at, plan.tile_rows);
-  float* staged = reinterpret_cast<float*>(smem + ring_at + plan.ring_slots * b.slot_bytes);
-  const Staged<F> st = stage_rows<F>(staged, d.out.y, d.out.elem, b.seg.w.cols, 1, [](int) { return int64_t(0); }, norm);
-  b.template dot_tiles<1, CPL>(st, 1, plan.lpr, nullptr);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
@@ -847,90 +761,18 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
   const int align = async_row_align(down);
   const int per = div_up(div_up(down.rows, sm_count()), align) * align;
   const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
-  if (ppl == 0 || smem > kExpertAsyncMaxSmem || per > kDownAsyncMaxRows) return {};
+  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
   return {per, ppl, smem};
 }
 
-DownArgs down_args(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids, const float* weights,
-                   const float* sgate, const float* act, int width, const GemvOut& out, int per, const TopK& pick) {
-  DownArgs d;
-  d.down = down;
-  d.s_down = s_down ? *s_down : DeviceMatrix{};
-  d.has_shared = s_down != nullptr;
-  d.k = k;
-  d.ids = ids;
-  d.weights = weights;
-  d.sgate = sgate;
-  d.act = act;
-  d.act_stride = width;
-  d.out = out;
-  d.per = per;
-  d.clear = pick.sums;
-  d.clear_n = pick.E + 1;
-  return d;
-}
-
 template <WFormat F, int PPL>
-void launch_down_async(const DownArgs& d, DownSplit split, cudaStream_t s) {
+void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
+                       const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
+                       DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(d.down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, d);
-}
-
-// How down_then_project_kernel runs the next layer's projections after a down split: their segments
-// and ring plan, where the ring starts in a block's shared memory, the launch's blocks and shared
-// memory; blocks 0 where it does not fit.
-struct DownThenProject {
-  GemvSegments segs;
-  AsyncPlan plan;
-  int ring_at = 0, blocks = 0;
-  size_t smem = 0;
-};
-template <WFormat F, int CPL>
-DownThenProject down_then_project_plan(const DeviceMatrix& down, DownSplit split, const NextProjections& next) {
-  DownThenProject f;
-  if (next.n > GemvSegments::kMax) return {};
-  for (int i = 0; i < next.n; ++i) {
-    if (next.ws[i]->format != F || next.ws[i]->cols != next.ws[0]->cols) return {};
-    f.segs.add(*next.ws[i], next.outs[i]);
-  }
-  f.segs.leave = next.leave;
-  if (!gemv_async_fits<F>(f.segs, 1)) return {};
-  f.plan = plan_gemv_async<F, CPL>(f.segs, 1);
-  f.ring_at = int(div_up(split.smem, 128) * 128);
-  f.smem = f.ring_at + f.plan.smem;
-  f.blocks = std::max(div_up(down.rows, split.per), f.plan.blocks);
-  if (f.smem > 227 * 1024 || f.blocks > sm_count()) return {};  // every block resident at once: they wait on each other
-  return f;
-}
-
-template <WFormat F, int PPL, int CPL>
-bool launch_down_then_project(const DownArgs& d, DownSplit split, const NextProjections& next, cudaStream_t s) {
-  const DownThenProject f = down_then_project_plan<F, CPL>(d.down, split, next);
-  if (f.blocks == 0) return false;
-  allow_dynamic_smem<down_then_project_kernel<F, PPL, CPL>>(f.smem);
-  launch_pdl(down_then_project_kernel<F, PPL, CPL>, f.blocks, 32 * kExpertAsyncWarps, f.smem, s, d, f.segs, f.plan,
-             f.ring_at, next.norm, next.arrived);
-  return true;
-}
-
-// One token's down projection, and the next layer's projections in the same launch where `next`
-// is set and they fit (returns whether they ran).
-template <WFormat F, int PPL>
-bool down_async(const DownArgs& d, DownSplit split, const NextProjections* next, cudaStream_t s) {
-  if constexpr (F != WFormat::BF16) {
-    if (next && d.out.elem == 4 && norm_stageable(next->ws[0]->cols, 8)) {
-      switch (lane_x_chunks(F, next->ws[0]->cols / chunk_weights(F))) {
-        case 2:
-          if (launch_down_then_project<F, PPL, 2>(d, split, *next, s)) return true;
-          break;
-        case 4:
-          if (launch_down_then_project<F, PPL, 4>(d, split, *next, s)) return true;
-          break;
-      }
-    }
-  }
-  launch_down_async<F, PPL>(d, split, s);
-  return false;
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
+             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -948,11 +790,11 @@ bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const Dev
 }
 
 template <WFormat F>
-bool moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
                        const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
                        const float* sgate, float* act, int width, StageNorm norm, TopK pick, const GemvOut& out,
-                       const NextProjections* next, cudaStream_t s) {
+                       cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
@@ -980,17 +822,15 @@ bool moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
-  bool projected = false;
-  if (down_split.ppl > 0) {
-    const DownArgs d = down_args(down, s_down, k, ids, weights, sgate, act, width, out, down_split.per, pick);
-    projected = down_split.ppl == 3 ? down_async<F, 3>(d, down_split, next, s) : down_async<F, 5>(d, down_split, next, s);
-  } else {
+  if (down_split.ppl == 3)
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
+  else if (down_split.ppl == 5)
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
+  else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
                pick.E + 1);
-  }
-  PETREL_LAUNCHED(projected ? "moe down + next projections" : "moe down");
-  return projected;
+  PETREL_LAUNCHED("moe down");
 }
 
 // Exclusive prefix sum of v over the block (blockDim.x = kPlanThreads); *total gets the sum.
@@ -1104,21 +944,23 @@ bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const De
   return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
 }
 
-bool moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                 const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
                 int k, int* ids, float* weights, const float* sgate, float* act, StageNorm norm, TopK pick,
-                const GemvOut& out, cudaStream_t s, const NextProjections* next) {
+                const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
     if (gate.format == WFormat::Q4)
-      return moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids,
-                                            weights, sgate, act, width, norm, pick, out, next, s);
-    if (gate.format == WFormat::Q8)
-      return moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids,
-                                            weights, sgate, act, width, norm, pick, out, next, s);
-    return moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids,
-                                            weights, sgate, act, width, norm, pick, out, next, s);
+      moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                     sgate, act, width, norm, pick, out, s);
+    else if (gate.format == WFormat::Q8)
+      moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                     sgate, act, width, norm, pick, out, s);
+    else
+      moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+                                       sgate, act, width, norm, pick, out, s);
+    return;
   }
   check(!norm.w && !out.add && out.elem == 2 && !pick.any(),
         "CUDA MoE: a staged norm, an added output or picking the top-k needs the staged experts");
@@ -1131,7 +973,6 @@ bool moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
                                                                           shared, T, k, ids, weights, sgate, act, width,
                                                                           static_cast<bf16*>(out.y), out.stride);
   PETREL_LAUNCHED("moe down");
-  return false;
 }
 
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
