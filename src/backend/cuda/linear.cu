@@ -194,18 +194,11 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
-// A one-row launch whose activations fit 64 registers without spilling: held to 64 registers, its
-// block leaves half the register file, so that the next kernel's block (the DeltaNet step's, 512
-// threads of 64 registers) starts beside it instead of on multiprocessors it leaves free.
-constexpr bool leaves_half_the_registers(int TMAX, int CPL, bool ROUTE) {
-  return TMAX == 1 && CPL > 0 && CPL <= 2 && !ROUTE;
-}
-
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
 // router sums beside the rows (a template flag: the other launches keep their registers).
 template <WFormat F, int TMAX, int CPL, bool ROUTE>
-__global__ void __launch_bounds__(32 * kAsyncWarps, leaves_half_the_registers(TMAX, CPL, ROUTE) ? 2 : 1)
+__global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
@@ -278,7 +271,6 @@ template <WFormat F, int TMAX, int CPL>
 void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                        cudaStream_t s) {
   const DeviceMatrix& w0 = segs.w[0];
-  if (leaves_half_the_registers(TMAX, CPL, segs.route.sums != nullptr)) segs.leave = 0;  // it starts beside
   const int align = async_row_align(w0);
   int64_t total = 0;
   for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
