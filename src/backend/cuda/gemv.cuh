@@ -404,15 +404,6 @@ __device__ __forceinline__ void bulk_copy(const void* dst, const void* src, uint
                : "memory");
 }
 
-// Warp-wide: [src, src + bytes) into dst by bulk copies of at most 1 KB, the lanes taking turns,
-// counted on bar (whose bytes the caller has announced). Small pieces from many lanes leave the
-// block's later loads waiting for little (bench/copy_rates); one whole range, or cp.async from
-// every thread, makes them wait for everything. 16-byte multiples, both ends 16-byte aligned.
-__device__ __forceinline__ void bulk_pieces(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  for (uint32_t i = (threadIdx.x % 32) * 1024u; i < bytes; i += 32 * 1024u)
-    bulk_copy(static_cast<char*>(dst) + i, static_cast<const char*>(src) + i, min(1024u, bytes - i), bar);
-}
-
 // One thread: rows [first, first + rows) of m into tile a by bulk copies counted on bar, as one
 // arrival. A scale run that does not end on 16 bytes (a matrix's last rows) has its last values
 // copied by plain loads, visible after the block's next barrier.

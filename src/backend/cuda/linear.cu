@@ -210,57 +210,22 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
   auto slot = [&](int tile) { return AsyncTile<F>::at(ring + (tile % kAsyncStages) * slot_bytes, tile_rows, m); };
-  // With the router's sums: the block's rows of their columns join the first tile's copies.
-  const RouteSums& route = segs.route;
-  bf16* route_cols = reinterpret_cast<bf16*>(ring + route.smem_at);
-  const uint32_t route_bytes = ROUTE ? uint32_t(r1 - r0) * route.ld * 2 : 0;
-  float* keep = ROUTE ? reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2) : nullptr;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies from warp 0 in 1 KB pieces, a barrier per ring slot (one arrival and the bytes):
-  // the activations' loads after the wait pass the weights still in flight, where cp.async from
-  // every thread held them behind all of a layer's input projection rows.
-  __shared__ uint64_t landed[kAsyncStages];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kAsyncStages; ++i) mbar_init(&landed[i], 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  auto issue = [&](int tile) {
-    if (threadIdx.x >= 32 || tile >= tiles) return;
-    const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-    const AsyncTile<F> a = slot(tile);
-    uint64_t* bar = &landed[tile % kAsyncStages];
-    const uint32_t w_bytes = uint32_t(rows) * m.chunks * 16;
-    const uint32_t s_all = F == WFormat::BF16 ? 0 : uint32_t(rows) * m.groups * 2, s_bytes = s_all & ~15u;
-    const uint32_t extra = tile == 0 ? route_bytes : 0;
-    if (threadIdx.x == 0) mbar_arrive_expect(bar, w_bytes + 2 * s_bytes + extra);
-    __syncwarp();
-    bulk_pieces(const_cast<uint4*>(a.w), m.w + int64_t(first) * m.chunks, w_bytes, bar);
-    if constexpr (F != WFormat::BF16) {
-      const int64_t s0 = int64_t(first) * m.groups;
-      bulk_pieces(const_cast<bf16*>(a.scales), m.scales + s0, s_bytes, bar);
-      bulk_pieces(const_cast<bf16*>(a.biases), m.biases + s0, s_bytes, bar);
-      for (uint32_t i = s_bytes / 2 + threadIdx.x; i < s_all / 2; i += 32) {  // a run not ending on 16 bytes
-        const_cast<bf16*>(a.scales)[i] = m.scales[s0 + i];
-        const_cast<bf16*>(a.biases)[i] = m.biases[s0 + i];
-      }
-    }
-    if (extra) bulk_pieces(route_cols, route.cols + int64_t(r0) * route.ld, extra, bar);
-  };
-  // Every thread, then a block barrier (which also shows the scale tails' plain stores).
-  auto wait_tile = [&](int tile) { mbar_wait(&landed[tile % kAsyncStages], (tile / kAsyncStages) & 1); };
-#else
   // One copy group per tile, empty past the range's end, so that the wait count stays fixed.
   auto issue = [&](int tile) {
-    if (tile == 0 && ROUTE) copy_async(route_cols, route.cols + int64_t(r0) * route.ld, route_bytes);
     if (tile < tiles) {
       const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
       copy_rows_async(slot(tile), m, first, rows);
     }
     cp_async_commit();
   };
-  auto wait_tile = [](int) { cp_async_wait<kAsyncStages - 1>(); };
-#endif
+  // With the router's sums: the block's rows of their columns join the first tile's copies.
+  const RouteSums& route = segs.route;
+  const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
+  float* keep = nullptr;
+  if constexpr (ROUTE) {
+    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
+    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
+  }
 #pragma unroll
   for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
   pdl_wait();
@@ -270,8 +235,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
   for (int tile = 0; tile < tiles; ++tile) {
-    wait_tile(tile);
-    __syncthreads();  // every copy of this tile has landed
+    cp_async_wait<kAsyncStages - 1>();
+    __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
