@@ -8,8 +8,8 @@
 //  - kernel:     as gemv_async_kernel's tile_rows_x1 — a warp two rows at a time, a five-step
 //                shuffle sum per row, a block barrier before and after each tile;
 //  - one-sync:   the same without the barrier after each tile (a ring that never refills a slot);
-//  - four-rows:  a warp four rows at a time over 64-row passes, their sums reduced together (7
-//                shuffles for four rows instead of 20);
+//  - four-rows:  a warp four rows at a time over 64-row passes, their sums reduced together
+//                (warp_sum4: 7 shuffles for four rows instead of 20);
 //  - one-level:  as kernel with the activations' first int8 level only (half the dp4a): what the
 //                second level costs, and the error it removes (printed against kernel's values).
 // Prints the median over blocks of ns per 32-row tile and each variant's largest deviation from
@@ -73,18 +73,6 @@ __device__ __forceinline__ float lane_dot(const AsyncTile<WFormat::Q4>& a, const
     }
     return acc;
   }
-}
-
-// Four rows' lane sums summed over the warp together: lane l ends with row ((l >> 4) & 1) * 2 +
-// ((l >> 3) & 1)'s total.
-__device__ __forceinline__ float warp_sum4(const float (&v)[4]) {
-  const int lane = threadIdx.x % 32;
-  const bool up16 = lane & 16, up8 = lane & 8;
-  const float k0 = (up16 ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, up16 ? v[0] : v[2], 16);
-  const float k1 = (up16 ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, up16 ? v[1] : v[3], 16);
-  float k = (up8 ? k1 : k0) + __shfl_xor_sync(0xffffffffu, up8 ? k0 : k1, 8);
-  for (int o = 4; o > 0; o >>= 1) k += __shfl_xor_sync(0xffffffffu, k, o);
-  return k;
 }
 
 // One block a multiprocessor: the tiles and the activation row into shared memory, then kReps
