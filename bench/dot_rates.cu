@@ -9,7 +9,8 @@
 //                shuffle sum per row, a block barrier before and after each tile;
 //  - one-sync:   the same without the barrier after each tile (a ring that never refills a slot);
 //  - four-rows:  a warp four rows at a time over 64-row passes, their sums reduced together
-//                (warp_sum4: 7 shuffles for four rows instead of 20);
+//                (warp_sum4: 7 shuffles for four rows instead of 20; linear.cu's tile_pair_rows_x1
+//                since session 14);
 //  - one-level:  as kernel with the activations' first int8 level only (half the dp4a): what the
 //                second level costs, and the error it removes (printed against kernel's values).
 // Prints the median over blocks of ns per 32-row tile and each variant's largest deviation from

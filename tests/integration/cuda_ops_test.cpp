@@ -191,7 +191,6 @@ Pair& pair() {
   return p;
 }
 
-
 Pair& qwen3_pair() {
   static Qwen3AttentionModel m;
   static Pair p(m);
