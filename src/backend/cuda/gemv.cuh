@@ -215,6 +215,40 @@ struct Staged {
   __device__ __forceinline__ float dot(const Chunk& ch, int row, int c) const { return dot_x<F>(ch, load_x(row, c)); }
 };
 
+// One thread's inputs to a pass of stage_rows: its 8 activations and, under a norm, the norm's 8
+// weights.
+struct StageInputs {
+  float v[8] = {}, w[8] = {};
+};
+
+// Thread q's inputs to stage_rows (zeros where q is past the last chunk).
+template <WFormat F, typename RowSrc>
+__device__ __forceinline__ StageInputs stage_inputs(int q, const void* x, int x_elem, int cols, int rows,
+                                                    RowSrc row_src, StageNorm norm) {
+  constexpr int cw = chunk_weights(F), per_chunk = cw / 8;
+  const int chunks = cols / cw, p = q / per_chunk, col = (p % chunks) * cw + 8 * (q % per_chunk);
+  StageInputs in;
+  if (q >= rows * chunks * per_chunk) return in;
+  load8_x(x, x_elem, row_src(p / chunks) + col, in.v);
+  if (norm.w) {
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm.w + col));
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm.w + col) + 1);
+    const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) in.w[i] = ws[i];
+  }
+  return in;
+}
+
+// The inputs of stage_rows' first pass, loaded ahead: a block that issues these loads before its
+// weight copies has them in ~1 µs, where loads issued after the copies wait for every copied
+// byte to land. Pass the result to stage_rows with the same arguments.
+template <WFormat F, typename RowSrc>
+__device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                                   StageNorm norm = {}) {
+  return stage_inputs<F>(threadIdx.x, x, x_elem, cols, rows, row_src, norm);
+}
+
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
 // Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
 // index in x (a multiple of 8). A chunk's activations are split 8 per thread; its threads
@@ -223,10 +257,10 @@ struct Staged {
 // 14 bits in all, above fp16's 11). For 4-bit weights a thread's 8 values of each level are
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of 256: a warp's lanes share a row) x·w is staged and each warp
-// adds its Σx² to the row's.
-template <WFormat F, typename RowSrc>
-__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                StageNorm norm = {}) {
+// adds its Σx² to the row's. With AHEAD the first pass takes its inputs from `ahead`.
+template <WFormat F, bool AHEAD, typename RowSrc>
+__device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                     StageNorm norm, const StageInputs& ahead) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
@@ -240,22 +274,16 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
-    const int col = (p % chunks) * cw + 8 * part;
-    float v[8] = {};
-    if (active) load8_x(x, x_elem, row_src(p / chunks) + col, v);
+    StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
+    float* v = in.v;
     if (norm.w) {
       float ss = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
       ss = warp_sum(ss);
       if (active && threadIdx.x % 32 == 0) atomicAdd(&row_ss[p / chunks], ss);
-      if (active) {
-        const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm.w + col));
-        const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm.w + col) + 1);
-        const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] *= ws[i];
-      }
+      for (int i = 0; i < 8; ++i) v[i] *= in.w[i];
     }
     float sum = 0.0f, mx = 0.0f;
 #pragma unroll
@@ -293,6 +321,18 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
   }
   __syncthreads();
   return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
+}
+
+template <WFormat F, typename RowSrc>
+__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                StageNorm norm = {}) {
+  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
+}
+// stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
+template <WFormat F, typename RowSrc>
+__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                StageNorm norm, const StageInputs& ahead) {
+  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored

@@ -134,6 +134,7 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // to the registers: two 16-warp blocks of ~100 registers fill the register file.
 constexpr int kAsyncWarps = 16;
 constexpr int kAsyncStages = 4;
+constexpr int kPreWaitTiles = 1;  // of the ring's first kAsyncStages tiles, those issued before the wait
 constexpr size_t kAsyncRingBytes = 192 * 1024;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
@@ -252,11 +253,17 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
+  // The first tiles go out before waiting for x; x's loads go out before the rest (they would
+  // queue behind them), while those tiles land.
 #pragma unroll
-  for (int i = 0; i < kAsyncStages; ++i) issue(i);  // weights: in flight before waiting for x
+  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
+  const auto x_row = [&](int t) { return t * x_stride; };
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
+#pragma unroll
+  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
-  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, [&](int t) { return t * x_stride; }, norm);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);

@@ -542,14 +542,18 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
+  // The token's activations are loaded before a routed expert's copies go out (behind them they
+  // would wait for every byte) and land during its top-k.
+  const auto x_row = [](int) { return int64_t(0); };
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
     issue();
   }
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1,
-                                     [](int) { return int64_t(0); }, norm);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
+                                     norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
@@ -561,10 +565,18 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     const int share = div_up(d.rows, gridDim.x);
     chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * share, min(d.rows, int(blockIdx.x + 1) * share));
   }
+  // A warp takes rows row and row + 16, gate and up, their four sums reduced together (warp_sum4:
+  // bench/dot_rates' faster form, the same values bit for bit): lanes 0 and 16 end with a row's
+  // gate sum, lanes 8 and 24 with its up sum.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = warp; row < n; row += kExpertAsyncWarps) {
-    const float g = warp_sum(row_dot_x1(gt, gm, row, xr)), u = warp_sum(row_dot_x1(ut, um, row, xr));
-    if (lane == 0) act[int64_t(slot) * act_stride + r0 + row] = siluf_(g * scale) * (u * scale);
+  for (int row = warp; row < n; row += 2 * kExpertAsyncWarps) {  // uniform per warp: shuffles are safe
+    const int row2 = row + kExpertAsyncWarps;
+    const bool two = row2 < n;
+    const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
+                        two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
+    const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
+    const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
+    if (mine >= 0) act[int64_t(slot) * act_stride + r0 + mine] = siluf_(total * scale) * (u * scale);
   }
 }
 
