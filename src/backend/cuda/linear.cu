@@ -253,15 +253,38 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
-  // The first tiles go out before waiting for x; x's loads go out before the rest (they would
-  // queue behind them), while those tiles land.
-#pragma unroll
-  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
+  // On Hopper, a block whose tiles all fit the ring (one activation row of <= 2 chunks a lane)
+  // sends them all before the wait, a thread a tile, by bulk copies in pieces (each tile counted
+  // on its own barrier): x's loads after the wait do not queue behind them. With cp.async the
+  // first tiles go out before the wait and the rest after x's loads (behind cp.async copies a
+  // load waits for all of them).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulk = CPL > 0 && CPL <= 2 && !ROUTE;
+#else
+  constexpr bool kBulk = false;
+#endif
+  __shared__ uint64_t landed[kAsyncStages];
+  const bool bulk = kBulk && tiles <= kAsyncStages;
+  if constexpr (kBulk) {
+    if (bulk) {
+      if (threadIdx.x == 0) {
+        for (int i = 0; i < kAsyncStages; ++i) mbar_init(&landed[i], 1);
+        mbar_init_fence();
+      }
+      __syncthreads();
+      if (int(threadIdx.x) < tiles) {
+        const int first = r0 + threadIdx.x * tile_rows;
+        bulk_rows(slot(threadIdx.x), m, first, min(tile_rows, r1 - first), &landed[threadIdx.x]);
+      }
+    }
+  }
+  if (!bulk)
+    for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-#pragma unroll
-  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
+  if (!bulk)
+    for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
@@ -270,13 +293,20 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   if constexpr (CPL > 0 && CPL <= 2) {
     if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
       for (int tile = 0; tile < tiles; tile += 2) {
-        cp_async_wait<kAsyncStages - 2>();
-        __syncthreads();  // every thread's copies of the two tiles have landed
+        if constexpr (kBulk) {
+          mbar_wait(&landed[tile], 0);
+          if (tile + 1 < tiles) mbar_wait(&landed[tile + 1], 0);
+        } else {
+          cp_async_wait<kAsyncStages - 2>();
+        }
+        __syncthreads();  // the two tiles have landed, every thread's copies of them
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
-        cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
-        cp_async_commit();
+        if constexpr (!kBulk) {
+          cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
+          cp_async_commit();
+        }
       }
       if constexpr (ROUTE) {
         __syncthreads();  // every warp's rows are in keep
