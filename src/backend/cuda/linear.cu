@@ -245,30 +245,27 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
     cp_async_commit();
   };
-  // With the router's sums: the block's rows of their columns join the first tile's copies.
-  const RouteSums& route = segs.route;
-  const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
-  float* keep = nullptr;
-  if constexpr (ROUTE) {
-    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
-    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
-  }
-  // On Hopper, a block whose tiles all fit the ring (one activation row of <= 2 chunks a lane)
-  // sends them all before the wait, a thread a tile, by bulk copies in pieces (each tile counted
-  // on its own barrier): x's loads after the wait do not queue behind them. With cp.async the
-  // first tiles go out before the wait and the rest after x's loads (behind cp.async copies a
-  // load waits for all of them).
+  // On Hopper, a one-row block whose tiles all fit the ring sends them all before the wait, a
+  // thread a tile, by bulk copies in pieces (each tile counted on its own barrier): x's loads
+  // after the wait do not queue behind them. With cp.async the first tiles go out before the wait
+  // and the rest after x's loads (behind cp.async copies a load waits for all of them).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kBulk = CPL > 0 && CPL <= 2 && !ROUTE;
+  constexpr bool kBulk = CPL > 0;
 #else
   constexpr bool kBulk = false;
 #endif
   __shared__ uint64_t landed[kAsyncStages];
   const bool bulk = kBulk && tiles <= kAsyncStages;
+  // With the router's sums: the block's rows of their columns join the first tile's copies.
+  const RouteSums& route = segs.route;
+  const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
+  const int route_bytes = (r1 - r0) * route.ld * 2;
+  float* keep = nullptr;
+  if constexpr (ROUTE) keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   if constexpr (kBulk) {
     if (bulk) {
       if (threadIdx.x == 0) {
-        for (int i = 0; i < kAsyncStages; ++i) mbar_init(&landed[i], 1);
+        for (int i = 0; i < kAsyncStages; ++i) mbar_init(&landed[i], ROUTE && i == 0 ? 2 : 1);
         mbar_init_fence();
       }
       __syncthreads();
@@ -276,8 +273,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         const int first = r0 + threadIdx.x * tile_rows;
         bulk_rows(slot(threadIdx.x), m, first, min(tile_rows, r1 - first), &landed[threadIdx.x]);
       }
+      if (ROUTE && int(threadIdx.x) == tiles) {  // the second arrival on tile 0's barrier
+        mbar_arrive_expect(&landed[0], route_bytes);
+        bulk_copy_pieces(route_cols, route.cols + int64_t(r0) * route.ld, route_bytes, &landed[0]);
+      }
     }
   }
+  if (ROUTE && !bulk) copy_async(route_cols, route.cols + int64_t(r0) * route.ld, route_bytes);
   if (!bulk)
     for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
@@ -316,14 +318,19 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
   }
   for (int tile = 0; tile < tiles; ++tile) {
-    cp_async_wait<kAsyncStages - 1>();
-    __syncthreads();  // every thread's copies of this tile have landed
+    if constexpr (kBulk) {
+      if (bulk) mbar_wait(&landed[tile], 0);
+      else cp_async_wait<kAsyncStages - 1>();
+    } else {
+      cp_async_wait<kAsyncStages - 1>();
+    }
+    __syncthreads();  // this tile has landed, every thread's copies of it
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
-    issue(tile + kAsyncStages);
+    if (!bulk) issue(tile + kAsyncStages);
   }
   if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }
