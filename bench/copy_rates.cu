@@ -7,7 +7,8 @@
 // and records %globaltimer at its start, when one warp's load of an 8 KB L2-resident vector
 // (the activations a GEMV stages after its weight copies are issued) came back, and when every
 // byte has landed. Mechanisms:
-//  - cp.async: 16-byte cp.async.cg by all 512 threads (Petrel's GEMV ring today);
+//  - cp.async: 16-byte cp.async.cg by all 512 threads (Petrel's GEMV ring today), or by the block's
+//    last N threads only, so that the warp loading x issues no copies (do its loads pass them?);
 //  - bulk xN: cp.async.bulk (TMA) pieces of `piece` bytes issued by N threads, one mbarrier;
 //  - ld/st: 16-byte ld.global by all threads (8 in flight each), stored to shared memory.
 // Then the L2 prefetch a kernel could issue for its successor: how long a grid of such blocks takes
@@ -41,13 +42,16 @@ __device__ __forceinline__ uint32_t shared_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Issues this thread's part of the block's copy of [src, src + bytes) into smem.
+// Issues this thread's part of the block's copy of [src, src + bytes) into smem (cp.async: the last
+// `issuers` threads, all where 0).
 template <Method M>
 __device__ void issue(char* smem, const char* src, int bytes, int piece, int issuers, uint64_t* bar) {
   const int t = threadIdx.x;
   if constexpr (M == kCpAsync) {
-    for (int i = t * 16; i < bytes; i += kThreads * 16)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_addr(smem + i)), "l"(src + i) : "memory");
+    const int n = issuers > 0 ? issuers : kThreads, first = kThreads - n;
+    if (t >= first)
+      for (int i = (t - first) * 16; i < bytes; i += n * 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_addr(smem + i)), "l"(src + i) : "memory");
     asm volatile("cp.async.commit_group;" ::: "memory");
   } else if constexpr (M == kBulk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -247,6 +251,8 @@ int main() {
                   r.block_us, r.x_us);
     };
     row("cp.async 16B x512", measure<kCpAsync>(src, sms, bytes, 0, 0, x, stamps, sink));
+    row("cp.async 16B last 256", measure<kCpAsync>(src, sms, bytes, 0, 256, x, stamps, sink));
+    row("cp.async 16B last 64", measure<kCpAsync>(src, sms, bytes, 0, 64, x, stamps, sink));
     row("ld/st 16B x512", measure<kLoadStore>(src, sms, bytes, 0, 0, x, stamps, sink));
     row("bulk whole x1", measure<kBulk>(src, sms, bytes, bytes, 1, x, stamps, sink));
     row("bulk 16KB x1", measure<kBulk>(src, sms, bytes, 16384, 1, x, stamps, sink));

@@ -6,8 +6,8 @@
 # replace the tree's files in turn (no git or patch needed there), and the tree as it is runs first
 # as "base". Each variant is built incrementally in build-gpu (only the files it changes recompile)
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
-# the tree's files are put back before the next. Ends with a table: tok/s at each context and the
-# kernels' shares of the step.
+# the tree's files are put back before the next. Ends with a table: tok/s at each context, the
+# kernels' shares of the step, and when each kernel of a DeltaNet layer ends after the one before.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
 # how many passed: an unmeasured variant is checked and timed in one call.
 # Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] [--tests FILTER] VARIANT_DIR...
@@ -90,4 +90,18 @@ for name in names:
         short = lambda k: k.replace("(petrel::cuda::WFormat)", "F").replace("_kernel", "")[:24]
         top = ", ".join(f"{short(r['kernel'])} {r['us']:.0f}" for r in g["kernels"][:6])
         print(f"{'':28s} step {g['step_us']:.0f} us: {top}")
+        # A DeltaNet layer's kernels (down, then input projections, the step, output projection,
+        # gate+up, down): how long each ends after the one before, medians over the layers.
+        tl, phases = g.get("timeline", []), {}
+        names = ["in-proj", "deltanet", "out-proj", "gate+up", "down"]
+        for i, k in enumerate(tl):
+            if k["kernel"].startswith("deltanet_decode") and i >= 2 and i + 3 < len(tl) \
+                    and tl[i - 2]["kernel"].startswith("down"):
+                ends = [tl[j]["end_us"] for j in range(i - 2, i + 4)]
+                for n, a, b in zip(names + ["layer"], ends[:-1] + [ends[0]], ends[1:] + [ends[-1]]):
+                    phases.setdefault(n, []).append(b - a)
+        if phases:
+            med = lambda v: sorted(v)[len(v) // 2]
+            print(f"{'':28s} DeltaNet layer {med(phases['layer']):.1f} us: " +
+                  ", ".join(f"{n} +{med(phases[n]):.1f}" for n in names))
 PY
