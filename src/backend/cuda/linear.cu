@@ -327,7 +327,9 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // this tile has landed, every thread's copies of it
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
-    if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
+      tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
+    else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     if (!bulk) issue(tile + kAsyncStages);
