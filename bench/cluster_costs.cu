@@ -36,15 +36,11 @@ __device__ __forceinline__ unsigned sm_id() {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned cluster_blocks() {
-  unsigned n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
+// This block's rank in its cluster and the cluster's block count.
+__device__ __forceinline__ uint2 cluster_place() {
+  uint2 p;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n\tmov.u32 %1, %%cluster_nctarank;" : "=r"(p.x), "=r"(p.y));
+  return p;
 }
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -65,7 +61,8 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel() {}
 __global__ void __launch_bounds__(kThreads, 1) gather_kernel(float* sink, uint64_t* out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float smem[];  // kGatherFloats from each block of the cluster
-  const unsigned rank = cluster_rank(), n = cluster_blocks();
+  const uint2 place = cluster_place();
+  const unsigned rank = place.x, n = place.y;
   cluster_sync();
   const uint64_t t0 = now_ns();
   for (int r = 0; r < kRounds; ++r) cluster_sync();
