@@ -123,9 +123,10 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 }
 
 // The decode GEMV with its weights copied into shared memory. A block owns one contiguous range
-// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles with
-// cp.async, the first tiles before it waits for the kernel that writes x: a kernel's weights are
-// in flight while its predecessor still runs. One block of 512 threads per multiprocessor with a
+// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles (cp.async,
+// or on Hopper bulk copies where one activation row's tiles all fit), some before it waits for the
+// kernel that writes x: a kernel's weights are in flight while its predecessor still runs. One
+// block of 512 threads per multiprocessor with a
 // 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
 // room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
 // for the range's next tile. A ring has no more slots than a block has tiles (an output
