@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: scripts/make-variant.sh NAME REV" >&2; exit 2; }
 name="$1" rev="$2"
 git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "make-variant: no revision $rev" >&2; exit 2; }
-files=$(git diff --name-only "$rev" -- src include tests bench)
+files=$(git diff --name-only "$rev" -- src include tests)
 [ -n "$files" ] || { echo "make-variant: the tree's sources equal $rev" >&2; exit 2; }
 for f in $files; do
   [ -f "$f" ] || { echo "make-variant: $f is in $rev but not in the tree" >&2; exit 2; }
