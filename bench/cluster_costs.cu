@@ -84,17 +84,14 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(float* sink, uint64
 #endif
 }
 
-// The predecessor: one block an SM, each busy until 3-8 us after the grid's first start (a hash of
-// its index), then it records its SM and end. It lets its dependents launch at once.
-__global__ void __launch_bounds__(kThreads, 1) busy_kernel(uint64_t* start0, uint64_t* end_of_sm) {
+// The predecessor: one block an SM, each busy for 3-8 us after its start (a hash of its index),
+// then it records its SM and end. It lets its dependents launch at once.
+__global__ void __launch_bounds__(kThreads, 1) busy_kernel(uint64_t* end_of_sm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   __shared__ uint64_t begin;
-  if (threadIdx.x == 0) {
-    begin = now_ns();
-    atomicMin(reinterpret_cast<unsigned long long*>(start0), static_cast<unsigned long long>(begin));
-  }
+  if (threadIdx.x == 0) begin = now_ns();
   __syncthreads();
   const uint64_t until = begin + 3000 + (blockIdx.x * 2654435761u) % 5000;
   while (now_ns() < until) {
@@ -162,11 +159,10 @@ int main() {
   }
 
   float* sink = nullptr;
-  uint64_t *out = nullptr, *start0 = nullptr, *end_of_sm = nullptr, *start_of_block = nullptr;
+  uint64_t *out = nullptr, *end_of_sm = nullptr, *start_of_block = nullptr;
   unsigned* sm_of_block = nullptr;
   CHECK(cudaMalloc(&sink, sizeof(float) * sms));
   CHECK(cudaMalloc(&out, sizeof(uint64_t) * 2 * sms));
-  CHECK(cudaMalloc(&start0, sizeof(uint64_t)));
   CHECK(cudaMalloc(&end_of_sm, sizeof(uint64_t) * kMaxSms));
   CHECK(cudaMalloc(&start_of_block, sizeof(uint64_t) * sms));
   CHECK(cudaMalloc(&sm_of_block, sizeof(unsigned) * sms));
@@ -200,11 +196,9 @@ int main() {
   for (int size : {1, 4, 8}) {
     std::vector<float> med, worst, last;
     for (int l = 0; l < 11; ++l) {
-      const uint64_t big = ~0ull;
-      CHECK(cudaMemcpy(start0, &big, sizeof(uint64_t), cudaMemcpyHostToDevice));
       CHECK(cudaMemset(end_of_sm, 0, sizeof(uint64_t) * kMaxSms));
       cudaLaunchConfig_t a = config(sms, 1, attrs, false);
-      CHECK(cudaLaunchKernelEx(&a, busy_kernel, start0, end_of_sm));
+      CHECK(cudaLaunchKernelEx(&a, busy_kernel, end_of_sm));
       cudaLaunchConfig_t b = config(128, size, attrs, true);
       CHECK(cudaLaunchKernelEx(&b, follow_kernel, start_of_block, sm_of_block));
       CHECK(cudaDeviceSynchronize());
