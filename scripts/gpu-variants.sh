@@ -92,16 +92,14 @@ for name in names:
         print(f"{'':28s} step {g['step_us']:.0f} us: {top}")
         # A DeltaNet layer's kernels (down, then input projections, the step, output projection,
         # gate+up, down): how long each ends after the one before, medians over the layers.
-        tl, phases = g.get("timeline", []), {}
+        tl = g.get("timeline", [])
         names = ["in-proj", "deltanet", "out-proj", "gate+up", "down"]
-        for i, k in enumerate(tl):
-            if k["kernel"].startswith("deltanet_decode") and i >= 2 and i + 3 < len(tl) \
-                    and tl[i - 2]["kernel"].startswith("down"):
-                ends = [tl[j]["end_us"] for j in range(i - 2, i + 4)]
-                for n, a, b in zip(names + ["layer"], ends[:-1] + [ends[0]], ends[1:] + [ends[-1]]):
-                    phases.setdefault(n, []).append(b - a)
-        if phases:
+        layers = [[tl[j]["end_us"] for j in range(i - 2, i + 4)] for i, k in enumerate(tl)
+                  if k["kernel"].startswith("deltanet_decode") and 2 <= i < len(tl) - 3
+                  and tl[i - 2]["kernel"].startswith("down")]
+        if layers:
             med = lambda v: sorted(v)[len(v) // 2]
-            print(f"{'':28s} DeltaNet layer {med(phases['layer']):.1f} us: " +
-                  ", ".join(f"{n} +{med(phases[n]):.1f}" for n in names))
+            steps = [med([e[p + 1] - e[p] for e in layers]) for p in range(len(names))]
+            print(f"{'':28s} DeltaNet layer {med([e[-1] - e[0] for e in layers]):.1f} us: " +
+                  ", ".join(f"{n} +{s:.1f}" for n, s in zip(names, steps)))
 PY

@@ -126,8 +126,8 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 // of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles (cp.async,
 // or on Hopper bulk copies where one activation row's tiles all fit), some before it waits for the
 // kernel that writes x: a kernel's weights are in flight while its predecessor still runs. One
-// block of 512 threads per multiprocessor with a
-// 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
+// block of 512 threads per multiprocessor with a 192 KB ring: a layer's input projections are in
+// flight whole (a 96 KB ring, which would leave
 // room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
 // for the range's next tile. A ring has no more slots than a block has tiles (an output
 // projection's 16 rows a block need one), with kOneBlockPerSmSmem in all as the floor for a grid

@@ -513,8 +513,9 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
 // memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
 // at once (on Hopper by bulk copies from two threads, elsewhere by cp.async; the shared expert's
-// before waiting for the router, a routed expert's as soon as its id is read), stages its token's activations while they land and keeps its
-// lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
+// before waiting for the router, a routed expert's as soon as its id is read), stages its token's
+// activations while they land and keeps its lane's chunks of them in registers; a warp takes two
+// rows of gate and up at once. Once its rows are
 // in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
 // With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
