@@ -444,20 +444,9 @@ __device__ __forceinline__ void bulk_copy(const void* dst, const void* src, uint
                : "memory");
 }
 
-// Largest piece of one bulk copy. Loads a block issues after its bulk copies queue behind them
-// unless they go out in pieces (bench/copy_rates, 96 KB a block: an 8 KB load came back after
-// 3.4 us behind one whole-range copy, 1.4 us behind 4 KB pieces), which land as fast.
-constexpr uint32_t kBulkPiece = 4096;
-
-// `bytes` as bulk copies of at most kBulkPiece, counted on bar (same alignment rules).
-__device__ __forceinline__ void bulk_copy_pieces(const void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  for (uint32_t i = 0; i < bytes; i += kBulkPiece)
-    bulk_copy(static_cast<const char*>(dst) + i, static_cast<const char*>(src) + i, min(kBulkPiece, bytes - i), bar);
-}
-
-// One thread: rows [first, first + rows) of m into tile a by bulk copies in pieces counted on bar,
-// as one arrival. A scale run that does not end on 16 bytes (a matrix's last rows) has its last
-// values copied by plain loads, visible after the block's next barrier.
+// One thread: rows [first, first + rows) of m into tile a by bulk copies counted on bar, as one
+// arrival. A scale run that does not end on 16 bytes (a matrix's last rows) has its last values
+// copied by plain loads, visible after the block's next barrier.
 template <WFormat F>
 __device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows, uint64_t* bar) {
   const uint32_t w_bytes = uint32_t(rows) * m.chunks * 16;
@@ -467,12 +456,12 @@ __device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_
     s_bytes = s_all & ~15u;
   }
   mbar_arrive_expect(bar, w_bytes + 2 * s_bytes);
-  bulk_copy_pieces(a.w, m.w + first * m.chunks, w_bytes, bar);
+  bulk_copy(a.w, m.w + first * m.chunks, w_bytes, bar);
   if constexpr (F != WFormat::BF16) {
     const int64_t s0 = first * m.groups;
     if (s_bytes > 0) {
-      bulk_copy_pieces(a.scales, m.scales + s0, s_bytes, bar);
-      bulk_copy_pieces(a.biases, m.biases + s0, s_bytes, bar);
+      bulk_copy(a.scales, m.scales + s0, s_bytes, bar);
+      bulk_copy(a.biases, m.biases + s0, s_bytes, bar);
     }
     for (uint32_t i = s_bytes / 2; i < s_all / 2; ++i) {
       const_cast<bf16*>(a.scales)[i] = m.scales[s0 + i];

@@ -123,11 +123,10 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 }
 
 // The decode GEMV with its weights copied into shared memory. A block owns one contiguous range
-// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles (cp.async,
-// or on Hopper bulk copies where one activation row's tiles all fit), some before it waits for the
-// kernel that writes x: a kernel's weights are in flight while its predecessor still runs. One
-// block of 512 threads per multiprocessor with a 192 KB ring: a layer's input projections are in
-// flight whole (a 96 KB ring, which would leave
+// of rows and copies them (weights, scales, biases) through a ring of kAsyncStages tiles with
+// cp.async, the first tiles before it waits for the kernel that writes x: a kernel's weights are
+// in flight while its predecessor still runs. One block of 512 threads per multiprocessor with a
+// 192 KB ring: a layer's input projections are in flight whole (a 96 KB ring, which would leave
 // room for the next kernel's block, measured slower). Tiles whose rows are dotted free their slot
 // for the range's next tile. A ring has no more slots than a block has tiles (an output
 // projection's 16 rows a block need one), with kOneBlockPerSmSmem in all as the floor for a grid
@@ -246,48 +245,23 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
     cp_async_commit();
   };
-  // On Hopper, a one-row block whose tiles all fit the ring sends them all before the wait, a
-  // thread a tile, by bulk copies in pieces (each tile counted on its own barrier): x's loads
-  // after the wait do not queue behind them. With cp.async the first tiles go out before the wait
-  // and the rest after x's loads (behind cp.async copies a load waits for all of them).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kBulk = CPL > 0;
-#else
-  constexpr bool kBulk = false;
-#endif
-  __shared__ uint64_t landed[kAsyncStages];
-  const bool bulk = kBulk && tiles <= kAsyncStages;
   // With the router's sums: the block's rows of their columns join the first tile's copies.
   const RouteSums& route = segs.route;
   const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
-  const int route_bytes = (r1 - r0) * route.ld * 2;
   float* keep = nullptr;
-  if constexpr (ROUTE) keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
-  if constexpr (kBulk) {
-    if (bulk) {
-      if (threadIdx.x == 0) {
-        for (int i = 0; i < kAsyncStages; ++i) mbar_init(&landed[i], ROUTE && i == 0 ? 2 : 1);
-        mbar_init_fence();
-      }
-      __syncthreads();
-      if (int(threadIdx.x) < tiles) {
-        const int first = r0 + threadIdx.x * tile_rows;
-        bulk_rows(slot(threadIdx.x), m, first, min(tile_rows, r1 - first), &landed[threadIdx.x]);
-      }
-      if (ROUTE && int(threadIdx.x) == tiles) {  // the second arrival on tile 0's barrier
-        mbar_arrive_expect(&landed[0], route_bytes);
-        bulk_copy_pieces(route_cols, route.cols + int64_t(r0) * route.ld, route_bytes, &landed[0]);
-      }
-    }
+  if constexpr (ROUTE) {
+    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
+    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
-  if (ROUTE && !bulk) copy_async(route_cols, route.cols + int64_t(r0) * route.ld, route_bytes);
-  if (!bulk)
-    for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
+  // The first tiles go out before waiting for x; x's loads go out before the rest (they would
+  // queue behind them), while those tiles land.
+#pragma unroll
+  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-  if (!bulk)
-    for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
+#pragma unroll
+  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
@@ -296,20 +270,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   if constexpr (CPL > 0 && CPL <= 2) {
     if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
       for (int tile = 0; tile < tiles; tile += 2) {
-        if constexpr (kBulk) {
-          mbar_wait(&landed[tile], 0);
-          if (tile + 1 < tiles) mbar_wait(&landed[tile + 1], 0);
-        } else {
-          cp_async_wait<kAsyncStages - 2>();
-        }
-        __syncthreads();  // the two tiles have landed, every thread's copies of them
+        cp_async_wait<kAsyncStages - 2>();
+        __syncthreads();  // every thread's copies of the two tiles have landed
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
-        if constexpr (!kBulk) {
-          cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
-          cp_async_commit();
-        }
+        cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
+        cp_async_commit();
       }
       if constexpr (ROUTE) {
         __syncthreads();  // every warp's rows are in keep
@@ -319,13 +286,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
   }
   for (int tile = 0; tile < tiles; ++tile) {
-    if constexpr (kBulk) {
-      if (bulk) mbar_wait(&landed[tile], 0);
-      else cp_async_wait<kAsyncStages - 1>();
-    } else {
-      cp_async_wait<kAsyncStages - 1>();
-    }
-    __syncthreads();  // this tile has landed, every thread's copies of it
+    cp_async_wait<kAsyncStages - 1>();
+    __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -333,7 +295,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
-    if (!bulk) issue(tile + kAsyncStages);
+    issue(tile + kAsyncStages);
   }
   if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }

@@ -512,10 +512,9 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 
 // grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
 // memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
-// at once (on Hopper by bulk copies from two threads, elsewhere by cp.async; the shared expert's
-// before waiting for the router, a routed expert's as soon as its id is read), stages its token's
-// activations while they land and keeps its lane's chunks of them in registers; a warp takes two
-// rows of gate and up at once. Once its rows are
+// at once with cp.async (the shared expert's before waiting for the router, a routed expert's
+// as soon as its id is read), stages its token's activations while they land and keeps its
+// lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
 // in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
 // With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
@@ -536,27 +535,11 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies in pieces, gate's rows from thread 0 and up's from thread 1, counted on `landed`:
-  // the other threads go on to stage the activations at once (cp.async would hold every thread
-  // while it issues ~80 KB).
-  __shared__ uint64_t landed;
-  if (threadIdx.x == 0) {
-    mbar_init(&landed, 2);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  auto issue = [&]() {
-    if (threadIdx.x == 0) bulk_rows(gt, gm, r0, n, &landed);
-    if (threadIdx.x == 1) bulk_rows(ut, um, r0, n, &landed);
-  };
-#else
   auto issue = [&]() {
     copy_rows_async(gt, gm, r0, n);
     copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
-#endif
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
   // The token's activations are loaded before a routed expert's copies go out (behind them they
@@ -575,12 +558,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
   const float scale = st.row_scale(0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  mbar_wait(&landed, 0);
-#else
   cp_async_wait<0>();
-#endif
-  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
+  __syncthreads();  // every thread's copies have landed
   if (threadIdx.x == 0) {
     const DeviceMatrix d = routed ? down.entry(expert) : s_down;
     const int share = div_up(d.rows, gridDim.x);
