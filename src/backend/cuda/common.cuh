@@ -260,27 +260,6 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   PETREL_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-// launch_pdl with the grid's x dimension in thread-block clusters of `cluster` blocks (Hopper:
-// the caller checks that the kernel was built for it); cluster 1 is launch_pdl.
-template <typename... Params, typename... Args>
-void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, int cluster, cudaStream_t s,
-                          Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = unsigned(cluster);
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 2 : pdl_supported() ? 1 : 0;
-  PETREL_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
 __host__ __device__ inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 // Lets kernel K launch with `bytes` of dynamic shared memory (beyond 48 KB needs an opt-in); the

@@ -322,8 +322,9 @@ class CudaBackend final : public Backend {
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
-    // One token's DeltaNet step starts beside its input projections and loads its states while they run.
-    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_sms(gdn_shape()) : 0;
+    // One token's DeltaNet step (a block per value head) starts beside its input projections and
+    // loads its states while they run.
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }

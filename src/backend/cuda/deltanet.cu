@@ -443,90 +443,47 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
 
 constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, rows interleaved
 constexpr int kDecodeMaxTaps = 4;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
-constexpr int kDecodeSplitPasses = 3;  // conv channels a thread of a split head's block takes at most
-constexpr int kDecodeMaxSplit = 8;  // blocks a value head may be split over (a portable cluster)
-constexpr int kDecodeSplitThreads = 128;  // at most, in a split head's block
 
-// How the decode kernel lays out one value head: `split` blocks (a thread-block cluster on Hopper)
-// of `cols` value columns each, kDecodeParts threads per column and enough threads for the block's
-// conv channels (q and k of its key head, its own v columns) in `passes` passes.
-struct DecodeLayout {
-  int split = 1, cols = 0, threads = 0, passes = 1;
-};
-
-// Split heads are blocks small enough (a quarter of the registers of an input-projection block)
-// to sit beside the input projections, which then take every multiprocessor; the Σo² of a head's
-// gated norm crosses its cluster through distributed shared memory.
-DecodeLayout decode_layout(const DeltaNetShape& d, bool clusters) {
-  DecodeLayout l;
-  l.cols = d.dv;
-  if (clusters) l.cols = d.dv % 32 == 0 ? 32 : d.dv % 8 == 0 ? 8 : d.dv;
-  l.split = d.dv / l.cols;
-  if (l.split > kDecodeMaxSplit) l = {1, d.dv};
-  const int channels = 2 * d.dk + l.cols;
-  l.passes = l.split > 1 ? kDecodeSplitPasses : 1;
-  l.threads = div_up(std::max(l.cols * kDecodeParts, div_up(channels, l.passes)), 32) * 32;
-  return l;
+// Threads of the decode kernel: kDecodeParts per value column and one per conv channel the block
+// reads (2·dk + dv), whichever is more, in whole warps.
+int decode_threads(const DeltaNetShape& d) {
+  return div_up(std::max(d.dv * kDecodeParts, 2 * d.dk + d.dv), 32) * 32;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Stores v at the address of `p` in the shared memory of block `rank` of this cluster.
-__device__ __forceinline__ void store_cluster(float* p, unsigned rank, float v) {
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(unsigned(__cvta_generic_to_shared(p))), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-}
-#endif
-
-// The whole decode step of one DeltaNet layer for a value head, or for `cols` columns of it
-// (kDecodeParts adjacent threads per value column, each holding every kDecodeParts-th row of the
-// fp32 state column in registers): conv + SiLU of its key head's q and k channels and of its own v
-// channels (continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated
-// RMSNorm. Latency decides its time, so it is laid out as one round trip of loads (weights before
-// the PDL wait, everything else at once after it) and two block barriers; the norms are block sums
-// of per-warp partials applied as scalars.
-// grid (Hv · split, rows), clusters of `split` blocks (one value head) where split > 1: the blocks
-// of a key head all read its q/k conv state; the last of them to finish reading (counted in
-// readers[row·Hk + key head], left at zero) shifts it. A batched step's row blockIdx.y first moves
-// to its operand rows and, from the tables, its sequence's states.
-// P: conv channels a thread takes (1, or kDecodeSplitPasses in a split head's small block, whose
-// registers are bounded so that it fits beside an input-projection block).
-template <int DK, int P>
-__global__ void __launch_bounds__(P == 1 ? 512 : kDecodeSplitThreads, P == 1 ? 1 : 5)
-    deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, int split, const bf16* x, const float* conv_w,
-                           float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
-                           float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers) {
+// The whole decode step of one DeltaNet layer for one value head (kDecodeParts adjacent threads per
+// value column, each holding every kDecodeParts-th row of the fp32 state column in registers):
+// conv + SiLU of its key head's q and k channels and of its own v channels (a thread per channel,
+// continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm.
+// Latency decides its time, so it is laid out as one round trip of loads (weights before the PDL
+// wait, everything else at once after it) and two block barriers; the norms are block sums of
+// per-warp partials applied as scalars.
+// grid (Hv, rows): the Hv/Hk blocks of a key head all read its q/k conv state; the last of them to
+// finish reading (counted in readers[row·Hk + key head], left at zero) shifts it. A batched
+// step's row blockIdx.y first moves to its operand rows and, from the tables, its sequence's states.
+template <int DK>
+__global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
+                                                               const float* conv_w, float* conv_state, const float* b,
+                                                               const float* a, const float* A_log, const float* dt_bias,
+                                                               float* state, const float* norm_w, const bf16* z,
+                                                               float eps, bf16* out, int* readers) {
   constexpr int kRows = DK / kDecodeParts, kMaxWarps = 16;
   __shared__ float qs[DK], ks[DK], vs[512 / kDecodeParts], q_sq[kMaxWarps], k_sq[kMaxWarps], o_sq[kMaxWarps];
-  __shared__ float o_parts[kDecodeMaxSplit];  // each block's Σo² over its columns, by rank
   __shared__ bool last_reader;
-  const int row = blockIdx.y, j = blockIdx.x / split, rank = blockIdx.x % split, tid = threadIdx.x;
-  const int warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32, ratio = d.Hv / d.Hk, kh = j / ratio;
-  const int cols = d.dv / split, col0 = rank * cols;
-  const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1, channels = 2 * DK + cols;
+  const int row = blockIdx.y, j = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int warps = blockDim.x / 32, ratio = d.Hv / d.Hk, kh = j / ratio;
+  const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
   const int e = tid / kDecodeParts, part = tid % kDecodeParts;
-  const bool active = e < cols;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (split > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // this block has started
-#else
-  if (split > 1) __trap();  // the host splits heads only where this code was built for clusters
-#endif
-  // This thread's conv channels, blockDim apart: q (ch < DK) or k (ch < 2·DK), shared by the key
-  // head's blocks, or one of this block's v columns.
-  int c[P];
-  bool has_ch[P], shared_qk[P];
-  float taps[P][kDecodeMaxTaps];
+  const bool active = e < d.dv;
+  // This thread's conv channel: q (ch < DK) or k (ch < 2·DK), shared by the key head's blocks, or
+  // one of this head's v channels.
+  const int ch = tid;
+  const bool has_ch = ch < 2 * DK + d.dv, shared_qk = ch < 2 * DK;
+  const int c = ch < DK ? kh * DK + ch : shared_qk ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + ch - 2 * DK;
+  // Weights: written by nothing earlier in the stream, so loaded before the wait.
+  float taps[kDecodeMaxTaps];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int ch = tid + p * blockDim.x;
-    has_ch[p] = ch < channels;
-    shared_qk[p] = ch < 2 * DK;
-    c[p] = ch < DK ? kh * DK + ch : shared_qk[p] ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + col0 + ch - 2 * DK;
-    // Weights: written by nothing earlier in the stream, so loaded before the wait.
-#pragma unroll
-    for (int t = 0; t < kDecodeMaxTaps; ++t) taps[p][t] = has_ch[p] && t < d.K ? conv_w[int64_t(c[p]) * d.K + t] : 0.0f;
-  }
-  const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[col0 + e] : 0.0f;
+  for (int t = 0; t < kDecodeMaxTaps; ++t) taps[t] = has_ch && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
+  const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[e] : 0.0f;
   pdl_launch_dependents();
   x += row * rows.x_stride;
   b += row * rows.b_stride;
@@ -537,21 +494,18 @@ __global__ void __launch_bounds__(P == 1 ? 512 : kDecodeSplitThreads, P == 1 ? 1
   // read and written once a step through L2 (global space: the pointer may come from a table).
   const int row_step = kDecodeParts * d.dv;
   float* S = nullptr;
-  float col[kRows], h[P][kDecodeMaxTaps - 1];
+  float col[kRows], h[kDecodeMaxTaps - 1];
   auto load_states = [&] {
-    S = state + int64_t(j) * DK * d.dv + part * d.dv + col0 + e;
+    S = state + int64_t(j) * DK * d.dv + part * d.dv + e;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * row_step) : 0.0f;
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-#pragma unroll
-      for (int t = 0; t < kDecodeMaxTaps - 1; ++t)
-        h[p][t] = has_ch[p] && t < hist ? conv_state[int64_t(t) * C + c[p]] : 0.0f;
+    for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
   };
   // Settled states load before the wait, while the input projections still run; otherwise L2 is
   // asked for them (a hint, safe to issue early). One load site (a loop kept rolled) keeps the
   // kernel within its registers.
-  if (tid == 0 && rank == 0 && !rows.states && !rows.states_settled)
+  if (tid == 0 && !rows.states && !rows.states_settled)
     prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
 #pragma unroll 1
   for (int after_wait = 0; after_wait < 2; ++after_wait) {
@@ -564,42 +518,25 @@ __global__ void __launch_bounds__(P == 1 ? 512 : kDecodeSplitThreads, P == 1 ? 1
     }
     if (bool(after_wait) != rows.states_settled) load_states();
   }
-  float xc[P], u[P];
-#pragma unroll
-  for (int p = 0; p < P; ++p) xc[p] = has_ch[p] ? __bfloat162float(x[c[p]]) : 0.0f;
-  const float av = a[j] + dt, bj = b[j];
-  const float zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + col0 + e]) : 0.0f;
+  const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
+  const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
 
-  float q2 = 0.0f, k2 = 0.0f;
+  float acc = 0.0f;
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kDecodeMaxTaps; ++t) acc += taps[p][t] * (t < hist ? h[p][t] : t == hist ? xc[p] : 0.0f);
-    u[p] = has_ch[p] ? siluf_(acc) : 0.0f;
-    const int ch = tid + p * blockDim.x;
-    if (ch < DK) {
-      qs[ch] = u[p];
-      q2 += u[p] * u[p];
-    } else if (shared_qk[p]) {
-      ks[ch - DK] = u[p];
-      k2 += u[p] * u[p];
-    } else if (has_ch[p]) {
-      vs[ch - 2 * DK] = u[p];
-    }
-  }
-  // Shifts channel p's history one step (from registers: the values were just read).
-  auto shift_history = [&](int p) {
+  for (int t = 0; t < kDecodeMaxTaps; ++t) acc += taps[t] * (t < hist ? h[t] : t == hist ? xc : 0.0f);
+  const float u = has_ch ? siluf_(acc) : 0.0f;
+  // Shifts the channel's history one step (from registers: the values were just read).
+  auto shift_history = [&] {
 #pragma unroll
     for (int t = 1; t < kDecodeMaxTaps - 1; ++t)
-      if (t < hist) conv_state[int64_t(t - 1) * C + c[p]] = h[p][t];
-    if (hist > 0) conv_state[int64_t(hist - 1) * C + c[p]] = xc[p];
+      if (t < hist) conv_state[int64_t(t - 1) * C + c] = h[t];
+    if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
   };
-#pragma unroll
-  for (int p = 0; p < P; ++p)
-    if (has_ch[p] && !shared_qk[p]) shift_history(p);
-  q2 = warp_sum(q2);
-  k2 = warp_sum(k2);
+  if (has_ch && !shared_qk) shift_history();
+  if (ch < DK) qs[ch] = u;
+  else if (shared_qk) ks[ch - DK] = u;
+  else if (has_ch) vs[ch - 2 * DK] = u;
+  const float q2 = warp_sum(ch < DK ? u * u : 0.0f), k2 = warp_sum(shared_qk && ch >= DK ? u * u : 0.0f);
   if (lane == 0) {
     q_sq[warp] = q2;
     k_sq[warp] = k2;
@@ -608,7 +545,7 @@ __global__ void __launch_bounds__(P == 1 ? 512 : kDecodeSplitThreads, P == 1 ? 1
   if (tid == 0) {  // this block has read the q/k window; the key head's last reader shifts it below
     __threadfence();
     int* count = readers + row * d.Hk + kh;
-    last_reader = atomicAdd(count, 1) == ratio * split - 1;
+    last_reader = atomicAdd(count, 1) == ratio - 1;
     if (last_reader) *count = 0;
   }
   float qq = 0.0f, kk = 0.0f;
@@ -645,64 +582,33 @@ __global__ void __launch_bounds__(P == 1 ? 512 : kDecodeSplitThreads, P == 1 ? 1
   const float o2 = warp_sum(active && part == 0 ? o * o : 0.0f);
   if (lane == 0) o_sq[warp] = o2;
   __syncthreads();
-  if (last_reader) {
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (shared_qk[p]) shift_history(p);
-  }
+  if (last_reader && shared_qk) shift_history();
   float oo = 0.0f;
   for (int w = 0; w < warps; ++w) oo += o_sq[w];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (split > 1) {  // every block of the head gets every block's Σo², then sums them in rank order
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block has started: its shared memory exists
-    if (tid < split) store_cluster(&o_parts[rank], unsigned(tid), oo);
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    oo = 0.0f;
-    for (int r = 0; r < split; ++r) oo += o_parts[r];
-  }
-#endif
   if (active && part == 0)
-    out[int64_t(j) * d.dv + col0 + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
-}
-
-// True where the decode kernel was built for Hopper's clusters (sm_90a code rather than the
-// portable PTX compiled for a newer chip), so that heads may be split across a cluster.
-bool decode_clusters() {
-  static const bool yes = [] {
-    if (!pdl_supported()) return false;
-    cudaFuncAttributes attr{};
-    PETREL_CUDA(cudaFuncGetAttributes(&attr, deltanet_decode_kernel<128, kDecodeSplitPasses>));
-    return attr.ptxVersion >= 90;
-  }();
-  return yes;
+    out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
 template <int DK>
-void launch_deltanet_decode(const DeltaNetShape& d, const DecodeLayout& l, const DeltaNetRows& rows, const bf16* x,
+void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  const dim3 grid(d.Hv * l.split, rows.B);
-  if (l.passes == 1)
-    launch_pdl_clustered(deltanet_decode_kernel<DK, 1>, grid, l.threads, l.split, s, d, rows, l.split, x, conv_w,
-                         conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
-  else
-    launch_pdl_clustered(deltanet_decode_kernel<DK, kDecodeSplitPasses>, grid, l.threads, l.split, s, d, rows, l.split,
-                         x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
+  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
+             conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
 bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                  float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
                  float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
-  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0;
-  const DecodeLayout l = decode_layout(d, decode_clusters());
-  if (ratio < 1 || d.Hv != ratio * d.Hk || l.threads > 512 || d.K < 1 || d.K > kDecodeMaxTaps) return false;
+  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = decode_threads(d);
+  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 512 || d.K < 1 || d.K > kDecodeMaxTaps) return false;
   switch (d.dk) {
-    case 16: launch_deltanet_decode<16>(d, l, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
-    case 32: launch_deltanet_decode<32>(d, l, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
-    case 64: launch_deltanet_decode<64>(d, l, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
-    case 128: launch_deltanet_decode<128>(d, l, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
     default: return false;
   }
   PETREL_LAUNCHED("deltanet_decode");
@@ -778,9 +684,7 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
   }
 }
 
-int deltanet_decode_sms(const DeltaNetShape& d) {
-  return decode_layout(d, decode_clusters()).split > 1 ? 0 : d.Hv;
-}
+int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,

@@ -185,10 +185,8 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
-// Multiprocessors one token's deltanet_decode needs to itself, which the kernel before it leaves
-// free: a block per value head that fits beside no input-projection block, or none where heads
-// are split over clusters of small blocks (Hopper).
-int deltanet_decode_sms(const DeltaNetShape& d);
+// Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
+int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
 // and writes out at r times their row strides, and continues the states conv_states[r] ([K-1, C])
 // and states[r] ([Hv, dk, dv]). The default is one sequence whose states are passed directly.
