@@ -226,6 +226,13 @@ void measure_prefetch(const char* name, const char* src, int blocks, int bytes, 
   std::printf("%-22s %8d %9.2f %9.2f\n", name, bytes / 1024, median(grid_us), bytes ? median(span_us) : 0.0f);
 }
 
+// Fills [p, p + n) with a hash of the word index: no run of equal words that a compressing memory
+// path could shortcut (the 64-issuer rows once exceeded the HBM peak over a memset source).
+__global__ void fill_hash(uint32_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = uint32_t(i * 2654435761u) ^ uint32_t(i >> 7);
+}
+
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -234,7 +241,8 @@ int main() {
   uint64_t* stamps = nullptr;
   uint32_t* sink = nullptr;
   CHECK(cudaMalloc(&src, kSourceBytes));
-  CHECK(cudaMemset(src, 1, kSourceBytes));
+  fill_hash<<<1024, 256>>>(reinterpret_cast<uint32_t*>(src), kSourceBytes / 4);
+  CHECK(cudaGetLastError());
   CHECK(cudaMalloc(&x, kXBytes));
   CHECK(cudaMemset(x, 2, kXBytes));
   CHECK(cudaMalloc(&stamps, 3 * sizeof(uint64_t) * sms));
