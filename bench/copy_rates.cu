@@ -125,11 +125,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   land<M>(smem, mine, bytes, &bar);
   const uint64_t t1 = now_ns();
+  // What landed, checked by the host: the XOR of every copied word.
+  __shared__ uint32_t landed_xor;
+  if (threadIdx.x == 0) landed_xor = 0;
+  __syncthreads();
+  uint32_t words = 0;
+  for (int i = threadIdx.x; i < bytes / 4; i += kThreads) words ^= reinterpret_cast<const uint32_t*>(smem)[i];
+  words = __reduce_xor_sync(0xffffffffu, words);
+  if (threadIdx.x % 32 == 0) atomicXor(&landed_xor, words);
+  __syncthreads();
   if (threadIdx.x == 32) {
     stamps[3 * blockIdx.x] = t0;
     stamps[3 * blockIdx.x + 1] = tx;
     stamps[3 * blockIdx.x + 2] = t1;
-    sink[blockIdx.x] = xs ^ reinterpret_cast<const uint32_t*>(smem)[blockIdx.x % (bytes / 4)];
+    sink[2 * blockIdx.x] = xs;
+    sink[2 * blockIdx.x + 1] = landed_xor;
   }
 }
 
@@ -156,9 +166,27 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Word i of the source: a mixing hash of i (murmur3's finaliser), incompressible to any memory path.
+__host__ __device__ inline uint32_t source_word(size_t i) {
+  uint32_t h = uint32_t(i) ^ uint32_t(i >> 32) * 0x9e3779b9u;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  return h ^ (h >> 16);
+}
+
 struct Result {
   float span_us, block_us, x_us;
+  int wrong;  // blocks of the last launch whose shared memory does not hold their range
 };
+
+// The XOR of the source's words [w, w + n).
+uint32_t source_xor(size_t w, size_t n) {
+  uint32_t v = 0;
+  for (size_t i = w; i < w + n; ++i) v ^= source_word(i);
+  return v;
+}
 
 template <Method M>
 Result measure(const char* src, int blocks, int bytes, int piece, int issuers, const uint4* x, uint64_t* stamps,
@@ -185,7 +213,13 @@ Result measure(const char* src, int blocks, int bytes, int piece, int issuers, c
     block.push_back(median(per));
     xlat.push_back(median(xs));
   }
-  return {median(span), median(block), median(xlat)};
+  std::vector<uint32_t> got(2 * blocks);
+  CHECK(cudaMemcpy(got.data(), sink, got.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  const size_t last_from = (size_t(kLaunches) % regions) * grid_bytes;
+  int wrong = 0;
+  for (int b = 0; b < blocks; ++b)
+    wrong += got[2 * b + 1] != source_xor((last_from + size_t(b) * bytes) / 4, size_t(bytes) / 4);
+  return {median(span), median(block), median(xlat), wrong};
 }
 
 // Median time of a prefetch grid (events around each launch, fresh DRAM each time), and the bulk
@@ -230,7 +264,7 @@ void measure_prefetch(const char* name, const char* src, int blocks, int bytes, 
 // path could shortcut (the 64-issuer rows once exceeded the HBM peak over a memset source).
 __global__ void fill_hash(uint32_t* p, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = uint32_t(i * 2654435761u) ^ uint32_t(i >> 7);
+    p[i] = source_word(i);
 }
 
 int main() {
@@ -246,17 +280,18 @@ int main() {
   CHECK(cudaMalloc(&x, kXBytes));
   CHECK(cudaMemset(x, 2, kXBytes));
   CHECK(cudaMalloc(&stamps, 3 * sizeof(uint64_t) * sms));
-  CHECK(cudaMalloc(&sink, sizeof(uint32_t) * sms));
+  CHECK(cudaMalloc(&sink, 2 * sizeof(uint32_t) * sms));
   std::printf("%d blocks (one a multiprocessor) x 512 threads, each copying its own DRAM range into shared memory;\n"
               "median of %d launches. span: first start to last landed; block: a block's start to landed;\n"
-              "x: one warp's 8 KB L2 load issued after the copies, start to back.\n\n",
+              "x: one warp's 8 KB L2 load issued after the copies, start to back; wrong: blocks whose shared memory\n"
+              "does not hold their range after the last launch (should be 0).\n\n",
               sms, kLaunches);
-  std::printf("%-22s %8s %9s %9s %9s %9s\n", "mechanism", "KB/block", "span us", "TB/s", "block us", "x us");
+  std::printf("%-22s %8s %9s %9s %9s %9s %6s\n", "mechanism", "KB/block", "span us", "TB/s", "block us", "x us", "wrong");
   for (int kb : {48, 96, 192}) {
     const int bytes = kb * 1024;
     auto row = [&](const char* name, Result r) {
-      std::printf("%-22s %8d %9.2f %9.2f %9.2f %9.2f\n", name, kb, r.span_us, 1e-6 * double(bytes) * sms / r.span_us,
-                  r.block_us, r.x_us);
+      std::printf("%-22s %8d %9.2f %9.2f %9.2f %9.2f %6d\n", name, kb, r.span_us, 1e-6 * double(bytes) * sms / r.span_us,
+                  r.block_us, r.x_us, r.wrong);
     };
     row("cp.async 16B x512", measure<kCpAsync>(src, sms, bytes, 0, 0, x, stamps, sink));
     row("cp.async 16B last 256", measure<kCpAsync>(src, sms, bytes, 0, 256, x, stamps, sink));
