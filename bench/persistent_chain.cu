@@ -8,10 +8,12 @@
 // fraction of the copy bandwidth it reaches. "Routed" runs copy gate+up's and down's rows only once
 // the router stage is done, as the experts' addresses are known only then.
 //
-// Weights are int8 (rows of 2048 bytes: a stage of R rows holds R x 2048 bytes, the bytes of a
+// Weights are bytes (rows of 2048 bytes: a stage of R rows holds R x 2048 bytes, the bytes of a
 // 4-bit matrix of twice the columns), activations int8 with a fixed scale, dot products by dp4a:
-// exact integer sums, so the device's last activations must equal the host's bit for bit. (Half
-// the dot instructions a byte of 4-bit weights takes: the figure is the copies' and the chain's.)
+// exact integer sums, so the device's last activations must equal the host's bit for bit. Each
+// mode runs twice: with int8 weights (one dp4a a word) and with each byte as two 4-bit weights
+// (lo + hi - 15: zero-mean, both against the byte's activation: a mask, a shift and two dp4a a word, the
+// integer work of the decode kernels' 4-bit dots less their per-group scales).
 // Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/persistent_chain (Hopper or later: bulk copies).
 #include <cuda_runtime.h>
@@ -54,10 +56,10 @@ __host__ __device__ inline void block_rows(int R, int b, int blocks, int* r0, in
 __device__ inline bool expert_stage(int s) { return s % kStagesPerLayer >= kGateUpStage; }
 
 // A dot product -> the next stage's int8 activation (the same formula on the host). Weights of
-// std ~73 over 2048 columns give sums of std ~3300x the activations' std: /3000 keeps it from
-// fading, the clamp from growing.
-__host__ __device__ inline int8_t quantize(int32_t acc) {
-  return int8_t(fminf(127.0f, fmaxf(-127.0f, rintf(float(acc) * (1.0f / 3000.0f)))));
+// std ~73 over 2048 columns give sums of std ~3300x the activations' std (~290x for two nibbles
+// of std ~4.6 a byte): the divisor keeps it from fading, the clamp from growing.
+__host__ __device__ inline int8_t quantize(int32_t acc, bool nibbles) {
+  return int8_t(fminf(127.0f, fmaxf(-127.0f, rintf(float(acc) * (nibbles ? 1.0f / 270.0f : 1.0f / 3000.0f)))));
 }
 
 // ahead = 2: a stage's copies start as soon as the stage two back is done (the persistent form);
@@ -66,7 +68,8 @@ __host__ __device__ inline int8_t quantize(int32_t acc) {
 // input is complete. after_x: a stage's copies start once the stage before has its activations
 // (a copy issued earlier delays that load: bench/copy_rates), not when the one before that is done.
 // wait = false skips the dependency waits: the chain's streaming floor (its outputs are then
-// wrong, and not checked).
+// wrong, and not checked). NIBBLES: each weight byte is two 4-bit weights (see the top).
+template <bool NIBBLES>
 __global__ void __launch_bounds__(kThreads, 1)
     chain_kernel(Chain c, int ahead, bool routed, bool after_x, bool wait) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -115,8 +118,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0 && after_x && !expert(s + 1)) issue(s + 1);  // into the half stage s - 1 freed
     // Lane l holds x's bytes [16l + 512j, +16) for j < 4: the weight loads below are conflict-free.
     int4 xr[4];
+    int32_t x_sum = 0;  // Σ of the lane's activations: the nibbles' offset, applied once a row
 #pragma unroll
-    for (int j = 0; j < 4; ++j) xr[j] = reinterpret_cast<const int4*>(x)[lane + 32 * j];
+    for (int j = 0; j < 4; ++j) {
+      xr[j] = reinterpret_cast<const int4*>(x)[lane + 32 * j];
+      if constexpr (NIBBLES) {
+        x_sum = __dp4a(xr[j].x, 0x01010101, x_sum);
+        x_sum = __dp4a(xr[j].y, 0x01010101, x_sum);
+        x_sum = __dp4a(xr[j].z, 0x01010101, x_sum);
+        x_sum = __dp4a(xr[j].w, 0x01010101, x_sum);
+      }
+    }
     asm volatile(
         "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         " @!done bra WAIT_%=;\n}" ::"r"(shared_addr(&landed[s % 2])),
@@ -126,17 +138,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     block_rows(c.rows[s], blockIdx.x, gridDim.x, &r0, &r1);
     const char* half = window + (s % 2) * kHalfBytes;
     for (int r = warp; r < r1 - r0; r += kThreads / 32) {
-      int32_t acc = 0;
+      int32_t acc = NIBBLES ? -15 * x_sum : 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int4 w = reinterpret_cast<const int4*>(half + int64_t(r) * kCols)[lane + 32 * j];
-        acc = __dp4a(w.x, xr[j].x, acc);
-        acc = __dp4a(w.y, xr[j].y, acc);
-        acc = __dp4a(w.z, xr[j].z, acc);
-        acc = __dp4a(w.w, xr[j].w, acc);
+        if constexpr (NIBBLES) {
+          const int words[4] = {w.x, w.y, w.z, w.w}, xs[4] = {xr[j].x, xr[j].y, xr[j].z, xr[j].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            acc = __dp4a(words[q] & 0x0F0F0F0F, xs[q], acc);
+            acc = __dp4a((words[q] >> 4) & 0x0F0F0F0F, xs[q], acc);
+          }
+        } else {
+          acc = __dp4a(w.x, xr[j].x, acc);
+          acc = __dp4a(w.y, xr[j].y, acc);
+          acc = __dp4a(w.z, xr[j].z, acc);
+          acc = __dp4a(w.w, xr[j].w, acc);
+        }
       }
       acc = __reduce_add_sync(0xffffffffu, acc);
-      if (lane == 0) c.act[int64_t(s + 1) * c.act_stride + r0 + r] = quantize(acc);
+      if (lane == 0) c.act[int64_t(s + 1) * c.act_stride + r0 + r] = quantize(acc, NIBBLES);
     }
     __syncthreads();  // this half is read, and the block's outputs are written
     if (t == 0) {
@@ -181,19 +202,21 @@ int main() {
   std::vector<int8_t> x0(kCols);
   for (auto& v : x0) v = int8_t(int(next() % 255) - 127);
   CHECK(cudaMemcpy(c.act, x0.data(), kCols, cudaMemcpyHostToDevice));
-  CHECK(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kHalfBytes));
+  CHECK(cudaFuncSetAttribute(chain_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kHalfBytes));
+  CHECK(cudaFuncSetAttribute(chain_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kHalfBytes));
 
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   // Median us of 5 runs (after a warm-up) with the given lookahead.
-  auto time_chain = [&](int ahead, bool routed, bool after_x, bool wait) {
+  auto time_chain = [&](bool nibbles, int ahead, bool routed, bool after_x, bool wait) {
     std::vector<float> us;
     for (int run = 0; run < 6; ++run) {
       CHECK(cudaMemset(c.done, 0, kStages * sizeof(unsigned)));
       CHECK(cudaMemset(c.act + c.act_stride, 0, size_t(kStages) * c.act_stride));
       CHECK(cudaEventRecord(e0));
-      chain_kernel<<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, after_x, wait);
+      if (nibbles) chain_kernel<true><<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, after_x, wait);
+      else chain_kernel<false><<<sms, kThreads, 2 * kHalfBytes>>>(c, ahead, routed, after_x, wait);
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(e1));
       CHECK(cudaEventSynchronize(e1));
@@ -206,48 +229,58 @@ int main() {
   };
 
   // The host's chain, exact: the device's last activations must match.
-  std::vector<std::vector<int8_t>> outputs(kStages + 1);
-  outputs[0] = x0;
-  std::vector<int8_t> y;
-  for (int s = 0; s < kStages; ++s) {
-    const std::vector<int8_t>& x = outputs[c.input[s]];
-    y.assign(c.rows[s], 0);
-    for (int r = 0; r < c.rows[s]; ++r) {
-      int32_t acc = 0;
-      const int8_t* w = host_w[s].data() + size_t(r) * kCols;
-      for (int k = 0; k < kCols; ++k) acc += int32_t(w[k]) * x[k];
-      y[r] = quantize(acc);
+  auto host_chain = [&](bool nibbles) {
+    std::vector<std::vector<int8_t>> outputs(kStages + 1);
+    outputs[0] = x0;
+    for (int s = 0; s < kStages; ++s) {
+      const std::vector<int8_t>& x = outputs[c.input[s]];
+      std::vector<int8_t>& y = outputs[s + 1];
+      y.assign(c.rows[s], 0);
+      for (int r = 0; r < c.rows[s]; ++r) {
+        int32_t acc = 0;
+        const int8_t* w = host_w[s].data() + size_t(r) * kCols;
+        for (int k = 0; k < kCols; ++k) {
+          const int b = uint8_t(w[k]);
+          acc += (nibbles ? (b & 15) + (b >> 4) - 15 : int(w[k])) * x[k];
+        }
+        y[r] = quantize(acc, nibbles);
+      }
     }
-    outputs[s + 1] = y;
-  }
-  int nonzero = 0;
-  for (int8_t v : y) nonzero += v != 0;
+    return outputs[kStages];
+  };
   std::printf("persistent chain: %d layers x %d stages (%.1f MB a layer), %d blocks of %d threads, "
-              "2 x %d KB windows; median of 5 runs; the host's last activations have %d of %zu nonzero\n",
-              kLayers, kStagesPerLayer, 1e-6 * double(total) / kLayers, sms, kThreads, kHalfBytes / 1024, nonzero,
-              y.size());
+              "2 x %d KB windows; median of 5 runs\n",
+              kLayers, kStagesPerLayer, 1e-6 * double(total) / kLayers, sms, kThreads, kHalfBytes / 1024);
   int failed = 0;
   struct Mode {
     int ahead;
     bool routed, after_x;
     const char* what;
   };
-  for (const Mode& mode : {Mode{2, false, false, "copies 2 stages ahead, experts too"},
-                           Mode{2, true, false, "copies 2 stages ahead, experts' after the router"},
-                           Mode{2, true, true, "as above, each once the stage before has its x"},
-                           Mode{1, true, false, "copies 1 stage ahead, experts' after the router"}}) {
-    const float median = time_chain(mode.ahead, mode.routed, mode.after_x, true);
-    std::vector<int8_t> dev(y.size());
-    CHECK(cudaMemcpy(dev.data(), c.act + int64_t(kStages) * c.act_stride, dev.size(), cudaMemcpyDeviceToHost));
-    int wrong = 0;
-    for (size_t i = 0; i < dev.size(); ++i) wrong += dev[i] != y[i];
-    failed += wrong != 0;
-    std::printf("  %-50s %.1f us, %.2f us a layer, %.2f TB/s (%.0f%% of 4.23 TB/s); %d wrong\n", mode.what,
-                median, median / kLayers, 1e-6 * double(total) / median,
-                100.0 * 1e-6 * double(total) / median / 4.23, wrong);
+  for (bool nibbles : {false, true}) {
+    const std::vector<int8_t> y = host_chain(nibbles);
+    int nonzero = 0;
+    for (int8_t v : y) nonzero += v != 0;
+    std::printf("%s dots (the host's last activations: %d of %zu nonzero):\n",
+                nibbles ? "4-bit (two nibbles a byte)" : "int8", nonzero, y.size());
+    for (const Mode& mode : {Mode{2, false, false, "copies 2 stages ahead, experts too"},
+                             Mode{2, true, false, "copies 2 stages ahead, experts' after the router"},
+                             Mode{2, true, true, "as above, each once the stage before has its x"},
+                             Mode{1, true, false, "copies 1 stage ahead, experts' after the router"}}) {
+      const float median = time_chain(nibbles, mode.ahead, mode.routed, mode.after_x, true);
+      std::vector<int8_t> dev(y.size());
+      CHECK(cudaMemcpy(dev.data(), c.act + int64_t(kStages) * c.act_stride, dev.size(), cudaMemcpyDeviceToHost));
+      int wrong = 0;
+      for (size_t i = 0; i < dev.size(); ++i) wrong += dev[i] != y[i];
+      failed += wrong != 0;
+      std::printf("  %-50s %.1f us, %.2f us a layer, %.2f TB/s (%.0f%% of 4.23 TB/s); %d wrong\n", mode.what,
+                  median, median / kLayers, 1e-6 * double(total) / median,
+                  100.0 * 1e-6 * double(total) / median / 4.23, wrong);
+    }
+    const float floor_us = time_chain(nibbles, 2, false, false, false);
+    std::printf("  without the dependency waits (streaming floor): %.1f us, %.2f us a layer, %.2f TB/s (%.0f%%)\n",
+                floor_us, floor_us / kLayers, 1e-6 * double(total) / floor_us,
+                100.0 * 1e-6 * double(total) / floor_us / 4.23);
   }
-  const float floor_us = time_chain(2, false, false, false);
-  std::printf("  without the dependency waits (streaming floor): %.1f us, %.2f us a layer, %.2f TB/s (%.0f%%)\n",
-              floor_us, floor_us / kLayers, 1e-6 * double(total) / floor_us, 100.0 * 1e-6 * double(total) / floor_us / 4.23);
   return failed;
 }
