@@ -12,7 +12,7 @@
 // 4-bit matrix of twice the columns), activations int8 with a fixed scale, dot products by dp4a:
 // exact integer sums, so the device's last activations must equal the host's bit for bit. Each
 // mode runs twice: with int8 weights (one dp4a a word) and with each byte as two 4-bit weights
-// (lo + hi - 15: zero-mean, both against the byte's activation: a mask, a shift and two dp4a a word, the
+// against the byte's activation (lo + hi - 15, zero-mean: a mask, a shift and two dp4a a word, the
 // integer work of the decode kernels' 4-bit dots less their per-group scales).
 // Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/persistent_chain (Hopper or later: bulk copies).
