@@ -31,6 +31,7 @@
 
 enum Method { kCpAsync, kBulk, kLoadStore };
 constexpr int kThreads = 512, kLaunches = 30, kXBytes = 8192;
+constexpr int kProbes = 8, kSinkWords = 2 + kProbes;  // a block's sink: x's XOR, the landed XOR, the probes
 constexpr size_t kSourceBytes = size_t(3) << 30, kMaxBlockBytes = 192 * 1024;
 
 __device__ __forceinline__ uint64_t now_ns() {
@@ -38,6 +39,9 @@ __device__ __forceinline__ uint64_t now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// Word index of probe p: the last word of the p-th eighth of a `bytes` range.
+__host__ __device__ inline int probe_word(int bytes, int p) { return (p + 1) * (bytes / 4) / kProbes - 1; }
+
 __device__ __forceinline__ uint32_t shared_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -124,6 +128,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     tx = now_ns();
   }
   land<M>(smem, mine, bytes, &bar);
+  // The last word of each eighth of the range, read as soon as the copy counts as landed: had
+  // the wait returned before the bytes arrived, these would be the previous launch's.
+  uint32_t probe[kProbes];
+  if (threadIdx.x == 32)
+    for (int p = 0; p < kProbes; ++p) probe[p] = reinterpret_cast<const uint32_t*>(smem)[probe_word(bytes, p)];
   const uint64_t t1 = now_ns();
   // What landed, checked by the host: the XOR of every copied word.
   __shared__ uint32_t landed_xor;
@@ -138,8 +147,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     stamps[3 * blockIdx.x] = t0;
     stamps[3 * blockIdx.x + 1] = tx;
     stamps[3 * blockIdx.x + 2] = t1;
-    sink[2 * blockIdx.x] = xs;
-    sink[2 * blockIdx.x + 1] = landed_xor;
+    uint32_t* mine_sink = sink + kSinkWords * blockIdx.x;
+    mine_sink[0] = xs;
+    mine_sink[1] = landed_xor;
+    for (int p = 0; p < kProbes; ++p) mine_sink[2 + p] = probe[p];
   }
 }
 
@@ -213,12 +224,17 @@ Result measure(const char* src, int blocks, int bytes, int piece, int issuers, c
     block.push_back(median(per));
     xlat.push_back(median(xs));
   }
-  std::vector<uint32_t> got(2 * blocks);
+  std::vector<uint32_t> got(size_t(kSinkWords) * blocks);
   CHECK(cudaMemcpy(got.data(), sink, got.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
   const size_t last_from = (size_t(kLaunches) % regions) * grid_bytes;
   int wrong = 0;
-  for (int b = 0; b < blocks; ++b)
-    wrong += got[2 * b + 1] != source_xor((last_from + size_t(b) * bytes) / 4, size_t(bytes) / 4);
+  for (int b = 0; b < blocks; ++b) {
+    const uint32_t* g = got.data() + size_t(kSinkWords) * b;
+    const size_t w0 = (last_from + size_t(b) * bytes) / 4;
+    bool bad = g[1] != source_xor(w0, size_t(bytes) / 4);
+    for (int p = 0; p < kProbes; ++p) bad |= g[2 + p] != source_word(w0 + probe_word(bytes, p));
+    wrong += bad;
+  }
   return {median(span), median(block), median(xlat), wrong};
 }
 
@@ -280,11 +296,12 @@ int main() {
   CHECK(cudaMalloc(&x, kXBytes));
   CHECK(cudaMemset(x, 2, kXBytes));
   CHECK(cudaMalloc(&stamps, 3 * sizeof(uint64_t) * sms));
-  CHECK(cudaMalloc(&sink, 2 * sizeof(uint32_t) * sms));
+  CHECK(cudaMalloc(&sink, kSinkWords * sizeof(uint32_t) * sms));
   std::printf("%d blocks (one a multiprocessor) x 512 threads, each copying its own DRAM range into shared memory;\n"
               "median of %d launches. span: first start to last landed; block: a block's start to landed;\n"
-              "x: one warp's 8 KB L2 load issued after the copies, start to back; wrong: blocks whose shared memory\n"
-              "does not hold their range after the last launch (should be 0).\n\n",
+              "x: one warp's 8 KB L2 load issued after the copies, start to back; wrong: blocks of the last launch\n"
+              "whose shared memory does not hold their range, in all or at eight probes read as the copy counted\n"
+              "as landed (should be 0).\n\n",
               sms, kLaunches);
   std::printf("%-22s %8s %9s %9s %9s %9s %6s\n", "mechanism", "KB/block", "span us", "TB/s", "block us", "x us", "wrong");
   for (int kb : {48, 96, 192}) {
