@@ -258,37 +258,20 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of 256: a warp's lanes share a row) x·w is staged and each warp
 // adds its Σx² to the row's. With AHEAD the first pass takes its inputs from `ahead`.
-// The Staged view of `rows` activation rows staged at smem (what stage_rows returns, for threads
-// that did not stage them: read it only after a barrier that follows the staging).
-template <WFormat F>
-__device__ Staged<F> staged_view(float* smem, int cols, int rows, StageNorm norm) {
-  const int chunks = cols / chunk_weights(F), n = rows * chunks;
-  float* sums = smem + int64_t(n) * chunk_pitch(F);
-  return Staged<F>{smem, sums, sums + n, norm.w ? sums + 2 * n : nullptr, chunks, 1.0f / float(cols), norm.eps};
-}
-
-// Threads [0, stagers) meet at a barrier: the whole block's where stagers is blockDim.x, else
-// named barrier 1 (the others are busy issuing copies: copy_issuers).
-__device__ __forceinline__ void stagers_sync(int stagers) {
-  if (stagers == int(blockDim.x)) __syncthreads();
-  else asm volatile("bar.sync 1, %0;" ::"r"(stagers) : "memory");
-}
-
 template <WFormat F, bool AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                     StageNorm norm, const StageInputs& ahead, int stagers) {
+                                     StageNorm norm, const StageInputs& ahead) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
-  const Staged<F> view = staged_view<F>(smem, cols, rows, norm);
   float* xs = smem;
-  float* sums = const_cast<float*>(view.sums);
-  float* level_scale = const_cast<float*>(view.level_scale);
-  float* row_ss = const_cast<float*>(view.row_ss);
+  float* sums = xs + int64_t(n) * pitch;
+  float* level_scale = sums + n;
+  float* row_ss = level_scale + n;
   if (norm.w) {
-    for (int r = threadIdx.x; r < rows; r += stagers) row_ss[r] = 0.0f;
-    stagers_sync(stagers);
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) row_ss[r] = 0.0f;
+    __syncthreads();
   }
-  for (int first = 0; first < n * per_chunk; first += stagers) {  // uniform trip count: shuffles are safe
+  for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
     StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
@@ -336,22 +319,20 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     }
     if (part == 0) sums[p] = sum;
   }
-  stagers_sync(stagers);
-  return view;
+  __syncthreads();
+  return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm = {}) {
-  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{}, int(blockDim.x));
+  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
 }
-// stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments), by
-// threads [0, stagers) alone (all where 0); the others see the rows after the next block barrier.
+// stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                StageNorm norm, const StageInputs& ahead, int stagers = 0) {
-  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead,
-                                  stagers > 0 ? stagers : int(blockDim.x));
+                                StageNorm norm, const StageInputs& ahead) {
+  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored
@@ -415,31 +396,21 @@ inline int async_row_align(const DeviceMatrix& m) {
   return m.format == WFormat::BF16 ? 1 : 8 / std::gcd(m.cols / m.group, 8);
 }
 
-// Threads of a 512-thread block that issue its weight copies where the others have activations
-// to load meanwhile: the last two warps. bench/copy_rates (session 17): the copies land no later
-// than from all 512 threads, and a load from another warp comes back in ~2 us instead of after
-// every copied byte (6.7 us behind 192 KB).
-constexpr int kCopyIssuers = 64;
-__device__ __forceinline__ int first_copy_issuer() { return int(blockDim.x) - kCopyIssuers; }
-
-// Threads [from, blockDim.x): start copying `bytes` from src to dst in 16-byte pieces (the last one
-// zero-filled); the other threads do nothing.
-__device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes, int from = 0) {
+// Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
+__device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes) {
   const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
-  const int t = int(threadIdx.x) - from, n = int(blockDim.x) - from;
-  if (t < 0) return;
-  for (int i = 16 * t; i < bytes; i += 16 * n) cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x)
+    cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
 }
 
-// Threads [from, blockDim.x) (the whole block by default): start copying rows [first, first +
-// rows) of m into tile a. The scales' start must be 16-byte aligned: first·groups a multiple of 8.
+// Whole block: starts copying rows [first, first + rows) of m into tile a. The scales' start must
+// be 16-byte aligned: first·groups a multiple of 8.
 template <WFormat F>
-__device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows,
-                                int from = 0) {
-  copy_async(a.w, m.w + first * m.chunks, rows * m.chunks * 16, from);
+__device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows) {
+  copy_async(a.w, m.w + first * m.chunks, rows * m.chunks * 16);
   if constexpr (F != WFormat::BF16) {
-    copy_async(a.scales, m.scales + first * m.groups, rows * m.groups * 2, from);
-    copy_async(a.biases, m.biases + first * m.groups, rows * m.groups * 2, from);
+    copy_async(a.scales, m.scales + first * m.groups, rows * m.groups * 2);
+    copy_async(a.biases, m.biases + first * m.groups, rows * m.groups * 2);
   }
 }
 

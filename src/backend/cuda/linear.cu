@@ -237,15 +237,11 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   extern __shared__ float4 smem4[];
   char* ring = reinterpret_cast<char*>(smem4);
   auto slot = [&](int tile) { return AsyncTile<F>::at(ring + (tile % kAsyncStages) * slot_bytes, tile_rows, m); };
-  // One copy group per tile, empty past the range's end, so that the wait count stays fixed. The
-  // ring's first tiles come from the copy issuers alone (the other warps stage x meanwhile), the
-  // refills, issued once the dots are under way, from every thread.
-  const int issuers_from = first_copy_issuer();
-  const bool issuer = int(threadIdx.x) >= issuers_from;
-  auto issue = [&](int tile, int from) {
+  // One copy group per tile, empty past the range's end, so that the wait count stays fixed.
+  auto issue = [&](int tile) {
     if (tile < tiles) {
       const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-      copy_rows_async(slot(tile), m, first, rows, from);
+      copy_rows_async(slot(tile), m, first, rows);
     }
     cp_async_commit();
   };
@@ -254,38 +250,28 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
   float* keep = nullptr;
   if constexpr (ROUTE) {
-    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2, issuers_from);
+    copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   }
-  // The first tiles go out before waiting for x, the rest after it, beside x's loads.
+  // The first tiles go out before waiting for x; x's loads go out before the rest (they would
+  // queue behind them), while those tiles land.
 #pragma unroll
-  for (int i = 0; i < kPreWaitTiles; ++i) issue(i, issuers_from);
+  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
-  float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
-  Staged<F> st = staged_view<F>(staged, seg.w.cols, T, norm);
-  ChunkX<F> xr[CPL > 0 ? CPL : 1];
-  if (!issuer) {
-    const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-    st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead, issuers_from);
-    if constexpr (CPL > 0) load_lane_x(st, xr);
-  }
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
-  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i, issuers_from);
-  // Once the first block barrier has followed the staging: the issuers' lane chunks of x, and
-  // every thread's scale.
-  float scale = 0.0f;
-  auto take_x = [&]() {
-    if constexpr (CPL > 0)
-      if (issuer) load_lane_x(st, xr);
-    scale = st.row_scale(0);
-  };
+  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
+  float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
+  ChunkX<F> xr[CPL > 0 ? CPL : 1];
+  if constexpr (CPL > 0) load_lane_x(st, xr);
+  const float scale = st.row_scale(0);
   if constexpr (CPL > 0 && CPL <= 2) {
     if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
       for (int tile = 0; tile < tiles; tile += 2) {
         cp_async_wait<kAsyncStages - 2>();
         __syncthreads();  // every thread's copies of the two tiles have landed
-        if (tile == 0) take_x();
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
@@ -302,7 +288,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
-    if (tile == 0) take_x();
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -310,7 +295,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
-    issue(tile + kAsyncStages, 0);
+    issue(tile + kAsyncStages);
   }
   if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }

@@ -535,18 +535,15 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
-  // The copy issuers send the rows; the other warps stage the token's activations meanwhile.
-  const int issuers_from = first_copy_issuer();
-  const bool issuer = int(threadIdx.x) >= issuers_from;
   auto issue = [&]() {
-    copy_rows_async(gt, gm, r0, n, issuers_from);
-    copy_rows_async(ut, um, r0, n, issuers_from);
+    copy_rows_async(gt, gm, r0, n);
+    copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  // The token's activations are loaded before a routed expert's copies go out and land during
-  // its top-k.
+  // The token's activations are loaded before a routed expert's copies go out (behind them they
+  // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, ids, weights) : ids[slot];
@@ -555,21 +552,14 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     um = with_data(um, up.entry(expert));
     issue();
   }
-  float* staged = reinterpret_cast<float*>(smem + 2 * tile_bytes);
-  Staged<F> st = staged_view<F>(staged, gate.cols, 1, norm);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
+                                     norm, ahead);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   ChunkX<F> xr[CPL];
-  if (!issuer) {
-    st = stage_rows<F>(staged, x, x_elem, gate.cols, 1, x_row, norm, ahead, issuers_from);
-    load_lane_x(st, xr);
-  }
-  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) {
-    __syncthreads();  // the staged norm, for every thread (this block's copies went out long ago)
-    weigh_route(pick, k, st.row_scale(0), weights);
-  }
+  load_lane_x(st, xr);
+  const float scale = st.row_scale(0);
   cp_async_wait<0>();
   __syncthreads();  // every thread's copies have landed
-  if (issuer) load_lane_x(st, xr);
-  const float scale = st.row_scale(0);
   if (threadIdx.x == 0) {
     const DeviceMatrix d = routed ? down.entry(expert) : s_down;
     const int share = div_up(d.rows, gridDim.x);
