@@ -142,13 +142,6 @@ class Backend {
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
   virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;
-  // rms_norm_linear_many(h, ...) into outs (q, k, v and, where n is 4, the output gate), then
-  // qk_norm_rope(q, k, attn): an attention layer's input projections, which a backend may fuse.
-  virtual void attention_projections(const Tensor& h, const std::vector<float>& norm, float eps, Tensor x,
-                                     const Matrix* const* ws, const Tensor* outs, int n, const AttentionWeights& attn) {
-    rms_norm_linear_many(h, norm, eps, x, ws, outs, n);
-    qk_norm_rope(outs[0], outs[1], attn);
-  }
   // Appends k, v to attention layer `layer`'s cache at st.n_past.., then causal GQA attention of q
   // over the whole cache; out = softmax(q·kᵀ/√D)·v, times sigmoid(gate) when gate is given.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,

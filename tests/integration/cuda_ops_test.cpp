@@ -131,16 +131,6 @@ struct RealShapeModel : RandomWeights {
     A.o = affine("o", H, 4096);
     A.q_norm = vec(256, 0.8f, 1.2f);
     A.k_norm = vec(256, 0.8f, 1.2f);
-    // Layer 2's attention projections all 4-bit in groups of 64, as --weights int4 stores them: one
-    // launch, which folds the q/k norm + RoPE in at one token.
-    AttentionWeights& A2 = w.layers[2].attn;
-    A2.q = affine("q", 4096, H);
-    A2.gate = affine("gate", 4096, H);
-    A2.k = affine("k", 512, H);
-    A2.v = affine("v", 512, H);
-    A2.o = affine("o", H, 4096);
-    A2.q_norm = vec(256, 0.8f, 1.2f);
-    A2.k_norm = vec(256, 0.8f, 1.2f);
   }
 };
 
@@ -425,54 +415,6 @@ TEST(CudaOps, NormFoldedIntoProjectionsMatchesCpu) {
       pair().cpu.rms_norm_linear_many(h.cpu, *norms[l], 1e-6f, x.cpu, ws.data(), cpu.data(), int(ws.size()));
       pair().gpu->rms_norm_linear_many(h.gpu, *norms[l], 1e-6f, x.gpu, ws.data(), gpu.data(), int(ws.size()));
       for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kLinearTol) << ws[i]->name << " T=" << T;
-    }
-  }
-}
-
-// One token's attention projections with the q/k norm + RoPE folded in (layer 2: one launch,
-// the last block to write a head's rows normalises and rotates it): one op where the GPU runs it
-// fused, the values of the CPU, and the bits of the projections and qk_norm_rope run apart, at
-// three positions (the rotation), outputs poisoned first.
-TEST(CudaOps, AttentionProjectionsFoldQkNormRope) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  const AttentionWeights& A = m.w.layers[2].attn;
-  const std::vector<float>& norm = m.w.layers[2].input_norm;
-  const Matrix* ws[] = {&A.q, &A.k, &A.v, &A.gate};
-  Backend& gpu = *pair().gpu;
-  auto cs = pair().cpu.new_sequence(1024);
-  auto gs = gpu.new_sequence(1024);
-  for (int pos : {0, 300, 777}) {
-    cs->n_past = gs->n_past = pos;
-    stage({1}, *cs, *gs);
-    Input h(1, m.c.hidden, 300 + pos, 3.0f, /*fp32=*/true);
-    Output x(1, m.c.hidden, /*fp32=*/true);
-    std::vector<Output> fused, apart;
-    std::vector<Tensor> cpu_outs, fused_outs, apart_outs;
-    fused.reserve(4);
-    apart.reserve(4);
-    for (const Matrix* w : ws) {
-      fused.emplace_back(1, w->rows);
-      apart.emplace_back(1, w->rows);
-      cpu_outs.push_back(fused.back().cpu);
-      fused_outs.push_back(fused.back().gpu);
-      apart_outs.push_back(apart.back().gpu);
-    }
-    pair().cpu.attention_projections(h.cpu, norm, 1e-6f, x.cpu, ws, cpu_outs.data(), 4, A);
-    ASSERT_TRUE(gpu.time_ops(true));
-    gpu.attention_projections(h.gpu, norm, 1e-6f, x.gpu, ws, fused_outs.data(), 4, A);
-    const auto ops = gpu.take_op_times();
-    gpu.time_ops(false);
-    ASSERT_TRUE(ops.size() == 1 && ops[0].first.find("qk_norm_rope") != std::string::npos)
-        << "the fused path was not taken: " << ops.size() << " ops, the first " << ops[0].first;
-    gpu.rms_norm_linear_many(h.gpu, norm, 1e-6f, x.gpu, ws, apart_outs.data(), 4);
-    gpu.qk_norm_rope(apart_outs[0], apart_outs[1], A);
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_LT(fused[i].rel_error(), i < 2 ? kAttentionTol : kLinearTol) << ws[i]->name << " at " << pos;
-      std::vector<float> a(size_t(ws[i]->rows)), b(a.size());
-      gpu.to_host(fused_outs[i], a.data());
-      gpu.to_host(apart_outs[i], b.data());
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << ws[i]->name << " at " << pos;
     }
   }
 }

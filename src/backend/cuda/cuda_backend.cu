@@ -111,7 +111,6 @@ class CudaBackend final : public Backend {
     d_row_pos_ = alloc_raw<int>(T);
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
     d_token_ = alloc_raw<int>(1);
-    head_counts_ = alloc_raw<int>(c.n_heads + c.n_kv_heads);
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
@@ -328,32 +327,6 @@ class CudaBackend final : public Backend {
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
-  }
-
-  // One token: the projections normalise and rotate q and k themselves (the last block to write a
-  // head's rows), so the partial attention waits on one kernel instead of two.
-  void attention_projections(const Tensor& h, const std::vector<float>& norm, float eps, Tensor x,
-                             const Matrix* const* ws, const Tensor* outs, int n, const AttentionWeights& attn) override {
-    const ModelConfig& c = c_;
-    const Projections p = projections(ws, outs, n);
-    if (batch_ || h.rows != 1 || !cuda::head_norm_fits(p.mats, n, h.stride, c.head_dim))
-      return Backend::attention_projections(h, norm, eps, x, ws, outs, n, attn);
-    const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many + qk_norm_rope", n, ws[0]->cols);
-    cuda::HeadNormRope heads;
-    heads.seg[0] = 0;
-    heads.seg[1] = 1;
-    heads.w[0] = weights_->vec(attn.q_norm);
-    heads.w[1] = weights_->vec(attn.k_norm);
-    heads.heads[0] = c.n_heads;
-    heads.heads[1] = c.n_kv_heads;
-    heads.D = c.head_dim;
-    heads.rotary = c.rotary_dim;
-    heads.eps = c.rms_eps;
-    heads.theta = c.rope_theta;
-    heads.pos = d_pos_;
-    heads.counts = head_counts_;
-    cuda::linear_many_head_norm(p.mats, p.dst, n, h.data, h.stride, h.elem_size, {weights_->vec(norm), eps}, heads,
-                                stream_);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
@@ -725,7 +698,6 @@ class CudaBackend final : public Backend {
   int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has copied the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
-  int* head_counts_ = nullptr;  // rows written per q/k head by a one-token attention projection (HeadNormRope)
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)

@@ -44,20 +44,6 @@ struct RouteSums {
   int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
 };
 constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
-// One token's q/k RMSNorm + RoPE (qk_norm_rope) done by the projections that write q and k
-// (segments seg[0] and seg[1], heads of D rows, norm weights w[0], w[1]): a block that writes rows
-// of a head adds their count to the head's counter (counts: q's heads, then k's; zero between
-// launches), and the block that completes it normalises and rotates the head, then clears the
-// counter. The partial attention then waits on one kernel instead of two.
-struct HeadNormRope {
-  int seg[2] = {-1, -1};
-  const float* w[2] = {};
-  int heads[2] = {};  // q's, k's
-  int D = 0, rotary = 0;
-  float eps = 0.0f, theta = 0.0f;
-  const int* pos = nullptr;  // the token's position
-  int* counts = nullptr;     // null: no norm
-};
 struct GemvSegments {
   static constexpr int kMax = 4;
   DeviceMatrix w[kMax];
@@ -67,7 +53,6 @@ struct GemvSegments {
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
-  HeadNormRope head_norm;  // one token: q/k norm + RoPE folded in (linear_many_head_norm)
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -85,13 +70,6 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // (PDL) and can fetch what no earlier kernel writes while it runs.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
                         int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
-// True where linear_many_head_norm takes these matrices (one token; q and k, D-row heads, among
-// them) in one launch.
-bool head_norm_fits(const DeviceMatrix* const* ws, int n, int64_t x_stride, int D);
-// linear_many_staged for one token's attention projections (ws[heads.seg[0]] writes q,
-// ws[heads.seg[1]] k) with qk_norm_rope folded in (HeadNormRope); head_norm_fits must hold.
-void linear_many_head_norm(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                           int x_elem, StageNorm norm, const HeadNormRope& heads, cudaStream_t s);
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);

@@ -3,7 +3,6 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/norm_rope.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -18,14 +17,13 @@ constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 struct BlockSegment {
   DeviceMatrix w;
   GemvOut out;
-  int index = 0, block = 0, blocks = 0, rows_per_block = 0;
+  int block = 0, blocks = 0, rows_per_block = 0;
 };
 __device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) {
   BlockSegment b;
 #pragma unroll
   for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
     if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
-      b.index = i;
       b.w = segs.w[i];
       b.out = segs.out[i];
       b.block = blockIdx.x - segs.first_block[i];
@@ -196,35 +194,6 @@ __device__ void add_route_sums(const RouteSums& route, const bf16* cols, const f
   }
 }
 
-// Whole block, once its rows [r0, r1) of segment `seg` are written (scratch: shared memory no
-// longer read, D floats a warp): counts q's or k's rows into their heads and normalises and rotates
-// each head this block completes (HeadNormRope).
-__device__ void finish_heads(const HeadNormRope& hn, int seg, int r0, int r1, const GemvOut& out, float* scratch) {
-  const int which = seg == hn.seg[0] ? 0 : seg == hn.seg[1] ? 1 : -1;
-  if (which < 0) return;  // the same for the whole block
-  __shared__ int done[kAsyncWarps];  // heads this block completed (at most kAsyncWarps: checked at launch)
-  __shared__ int n_done;
-  __syncthreads();  // every warp's rows are written
-  if (threadIdx.x == 0) {
-    n_done = 0;
-    __threadfence();  // this block's rows are visible before they count
-    int* counts = hn.counts + (which == 1 ? hn.heads[0] : 0);
-    for (int h = r0 / hn.D; h * hn.D < r1; ++h) {
-      const int n = min(r1, (h + 1) * hn.D) - max(r0, h * hn.D);
-      if (atomicAdd(counts + h, n) + n == hn.D) {
-        counts[h] = 0;  // the last arrival: ready for the next launch
-        done[n_done++] = h;
-      }
-    }
-    __threadfence();  // the rows counted before ours are read after
-  }
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
-  if (warp < n_done)
-    norm_rope_head(static_cast<bf16*>(out.y) + int64_t(done[warp]) * hn.D, hn.w[which], hn.D, hn.eps, hn.rotary,
-                   hn.theta, float(*hn.pos), scratch + warp * hn.D);
-}
-
 // Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row; keep as in
 // tile_rows_x1 (activation row 0).
 template <WFormat F, int TMAX>
@@ -252,17 +221,13 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
-// What a one-row launch does beside its rows: segs.route's router sums, or segs.head_norm's q/k
-// norm + RoPE (a template flag: the other launches keep their registers and code).
-enum class GemvExtra { kNone, kRouteSums, kHeadNorm };
-
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
-// decode step); CPL = 0: up to TMAX rows read from shared memory. EXTRA: see GemvExtra.
-template <WFormat F, int TMAX, int CPL, GemvExtra EXTRA>
+// decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
+// router sums beside the rows (a template flag: the other launches keep their registers).
+template <WFormat F, int TMAX, int CPL, bool ROUTE>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  constexpr bool ROUTE = EXTRA == GemvExtra::kRouteSums, HEADS = EXTRA == GemvExtra::kHeadNorm;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -317,7 +282,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         __syncthreads();  // every warp's rows are in keep
         add_route_sums(route, route_cols, keep, r1 - r0);
       }
-      if constexpr (HEADS) finish_heads(segs.head_norm, seg.index, r0, r1, seg.out, reinterpret_cast<float*>(ring));
       return;
     }
   }
@@ -334,7 +298,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     issue(tile + kAsyncStages);
   }
   if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
-  if constexpr (HEADS) finish_heads(segs.head_norm, seg.index, r0, r1, seg.out, reinterpret_cast<float*>(ring));
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
@@ -389,28 +352,18 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
   }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
-  auto launch = [&]<GemvExtra EXTRA>() {
-    constexpr auto kernel = gemv_async_kernel<F, TMAX, CPL, EXTRA>;
-    allow_dynamic_smem<kernel>(smem);
-    launch_pdl(kernel, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr,
-               tile_rows, ring_slots, norm);
-  };
   if constexpr (TMAX == 1) {
-    if (segs.route.sums) return launch.template operator()<GemvExtra::kRouteSums>();
-  }
-  if constexpr (TMAX == 1 && CPL > 0) {
-    if (segs.head_norm.counts) {
-      const HeadNormRope& hn = segs.head_norm;
-      // Every head a block completes gets a warp, and the ring holds each warp's head.
-      check(per_max <= (kAsyncWarps - 2) * hn.D && size_t(ring_slots) * tile_rows * async_row_bytes(w0) >=
-                                                        size_t(kAsyncWarps) * hn.D * sizeof(float),
-            "CUDA GEMV: the folded q/k norm needs blocks of at most " + std::to_string((kAsyncWarps - 2) * hn.D) +
-                " rows and a ring of " + std::to_string(kAsyncWarps * hn.D * 4) + " bytes");
-      return launch.template operator()<GemvExtra::kHeadNorm>();
+    if (segs.route.sums) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(smem);
+      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs,
+                 x, x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+      return;
     }
   }
-  check(!segs.route.sums && !segs.head_norm.counts, "CUDA GEMV: router sums and head norms ride on one-row launches only");
-  launch.template operator()<GemvExtra::kNone>();
+  check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(smem);
+  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
+             x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
 }
 
 template <WFormat F>
@@ -590,37 +543,6 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
                         int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
   staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
-}
-
-bool head_norm_fits(const DeviceMatrix* const* ws, int n, int64_t x_stride, int D) {
-  if (n > GemvSegments::kMax || D % 32 != 0 || D > 32 * kMaxNormRopePerLane ||
-      !gemv_stageable(ws, n, 1, x_stride, /*norm=*/true))
-    return false;
-  GemvSegments segs;
-  for (int i = 0; i < n; ++i) {
-    if (ws[i]->format != ws[0]->format) return false;  // one launch
-    segs.add(*ws[i], {});
-  }
-  const WFormat f = ws[0]->format;
-  const bool async = f == WFormat::Q4   ? gemv_async_fits<WFormat::Q4>(segs, 1)
-                     : f == WFormat::Q8 ? gemv_async_fits<WFormat::Q8>(segs, 1)
-                                        : gemv_async_fits<WFormat::BF16>(segs, 1);
-  return async && lane_x_chunks(f, ws[0]->cols / chunk_weights(f)) > 0;
-}
-
-void linear_many_head_norm(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                           int x_elem, StageNorm norm, const HeadNormRope& heads, cudaStream_t s) {
-  check(head_norm_fits(ws, n, x_stride, heads.D) && outs[heads.seg[0]].elem == 2 && outs[heads.seg[1]].elem == 2,
-        "CUDA linear_many_head_norm: needs one launch's matrices and bf16 q and k");
-  GemvSegments segs;
-  for (int i = 0; i < n; ++i) segs.add(*ws[i], outs[i]);
-  segs.head_norm = heads;
-  switch (ws[0]->format) {
-    case WFormat::Q4: gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, norm, s); break;
-    case WFormat::Q8: gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, norm, s); break;
-    case WFormat::BF16: gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, norm, s); break;
-  }
-  PETREL_LAUNCHED("gemv + q/k norm and rope");
 }
 
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route) {
