@@ -514,16 +514,16 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
 // at once with cp.async (the shared expert's before waiting for the router, a routed expert's
 // as soon as its id is read), stages its token's activations while they land and keeps its
-// lane's chunks of them in registers; a warp per row, gate and up side by side. Once its rows are
-// in, a block asks L2 for a slice of its expert's down projection (the next kernel's weights).
-// With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
+// lane's chunks of them in registers; a warp per row, gate and up side by side. It asks L2 for
+// none of down's rows: that traffic met other blocks' expert copies in HBM (session 17: gate+up
+// 0.6 us a layer faster without it, down unchanged). With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
 // (0, 0) writes the ids and weights for the down kernel.
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
-    gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix down, DeviceMatrix s_gate, DeviceMatrix s_up,
-                         DeviceMatrix s_down, bool has_shared, const void* x, int x_elem, int k, int* ids,
-                         float* weights, float* act, int act_stride, int per, StageNorm norm, TopK pick) {
+    gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
+                         const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
+                         int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
   const int slot = blockIdx.y;
@@ -560,11 +560,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const float scale = st.row_scale(0);
   cp_async_wait<0>();
   __syncthreads();  // every thread's copies have landed
-  if (threadIdx.x == 0) {
-    const DeviceMatrix d = routed ? down.entry(expert) : s_down;
-    const int share = div_up(d.rows, gridDim.x);
-    chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * share, min(d.rows, int(blockIdx.x + 1) * share));
-  }
   // A warp takes rows row and row + 16, gate and up, their four sums reduced together (warp_sum4:
   // bench/dot_rates' faster form, the same values bit for bit): lanes 0 and 16 end with a row's
   // gate sum, lanes 8 and 24 with its up sum.
@@ -596,16 +591,15 @@ GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
 }
 
 template <WFormat F, int CPL>
-void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                          const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
-                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int width,
+void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix* s_gate,
+                          const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights, float* act, int width,
                           GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
   launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
-             gate, up, down, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared ? *s_down : DeviceMatrix{}, shared, x, x_elem, k, ids, weights, act, width, split.per, norm, pick);
+             gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
+             weights, act, width, split.per, norm, pick);
 }
 
 // Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
@@ -689,8 +683,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = threadIdx.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies: the rows of matrix j come from thread j (the experts' rows are in L2, asked for
-  // by gate+up), each one arrival on `landed`; the shared expert's from thread 0 before waiting.
+  // Bulk copies: the rows of matrix j come from thread j, each one arrival on `landed`; the shared
+  // expert's from thread 0 before waiting.
   __shared__ uint64_t landed;
   if (t == 0) {
     mbar_init(&landed, n);
@@ -813,8 +807,8 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
-      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
-                                                    act, width, split, norm, pick, s);
+      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
+                                                    split, norm, pick, s);
     };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
       case 1: launch(std::integral_constant<int, 1>{}); break;
