@@ -72,8 +72,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const CudaOptions& o) : opt_(o) {
     PETREL_CUDA(cudaSetDevice(o.device));
     PETREL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    PETREL_CUDA(cudaMallocHost(&h_pos_, sizeof(int)));
-    PETREL_CUDA(cudaMallocHost(&h_token_, sizeof(int)));
+    h_pos_ = alloc_mapped(1, &m_pos_);
+    token_ = std::make_unique<cuda::TokenMailbox>();  // after cudaSetDevice: its memory is mapped for that device
     PETREL_CUDA(cudaEventCreateWithFlags(&inputs_read_, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
@@ -84,7 +84,6 @@ class CudaBackend final : public Backend {
     if (h_row_pos_) cudaFreeHost(h_row_pos_);
     if (h_row_states_) cudaFreeHost(h_row_states_);
     cudaFreeHost(h_pos_);
-    cudaFreeHost(h_token_);
     cudaEventDestroy(inputs_read_);
     cudaStreamDestroy(stream_);
   }
@@ -103,14 +102,13 @@ class CudaBackend final : public Backend {
     max_tokens_ = max_tokens;
     const ModelConfig& c = c_;
     const int64_t T = max_tokens;
-    PETREL_CUDA(cudaMallocHost(&h_ids_, sizeof(int) * T));
+    h_ids_ = alloc_mapped(T, &m_ids_);
     PETREL_CUDA(cudaMallocHost(&h_row_pos_, sizeof(int) * T));
     PETREL_CUDA(cudaMallocHost(&h_row_states_, sizeof(void*) * row_state_slots(int(T))));
     d_ids_ = alloc_raw<int>(T);
     d_pos_ = alloc_raw<int>(1);
     d_row_pos_ = alloc_raw<int>(T);
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
-    d_token_ = alloc_raw<int>(1);
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
@@ -274,16 +272,24 @@ class CudaBackend final : public Backend {
   int32_t argmax(const Tensor& logits) override {
     check(logits.elem_size == 4, "argmax needs fp32 logits");
     const cuda::TimedOp timed(timer_, stream_, "argmax");
-    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, d_token_, stream_);
-    PETREL_CUDA(cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    PETREL_CUDA(cudaStreamSynchronize(stream_));
-    return *h_token_;
+    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr, token_->next(),
+                 stream_);
+    return token_->wait(stream_);
   }
 
   std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
 
+  // A recorded step has no copy nodes: embed reads the id and the position from mapped pinned memory
+  // and copies the position for the later kernels. Those read it before their PDL wait, so they
+  // start only once embed has ended (end_programmatic_chain). Other steps copy their inputs first.
   void embed(const Matrix& table, Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "embed");
+    if (capturing()) {
+      cuda::embed(weights_->matrix(table), m_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
+                  {m_pos_, d_pos_});
+      end_programmatic_chain();
+      return;
+    }
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
     if (batch_) {
@@ -291,7 +297,7 @@ class CudaBackend final : public Backend {
       PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(n_tokens_),
                                   cudaMemcpyHostToDevice, stream_));
     }
-    if (!capturing()) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
+    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
@@ -596,11 +602,25 @@ class CudaBackend final : public Backend {
     return capture != cudaStreamCaptureStatusNone;
   }
 
+  // While capturing: an empty node after the last captured kernel, so that the next kernel's edge is
+  // an ordinary one (it starts after that kernel's end and sees its writes) rather than programmatic.
+  void end_programmatic_chain() {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    const cudaGraphNode_t* deps = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;  // queried only so that any edge data is accepted
+    size_t n = 0;
+    PETREL_CUDA(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, &deps, &edges, &n));
+    cudaGraphNode_t barrier = nullptr;
+    PETREL_CUDA(cudaGraphAddEmptyNode(&barrier, graph, deps, n));
+    PETREL_CUDA(cudaStreamUpdateCaptureDependencies(stream_, &barrier, nullptr, 1, cudaStreamSetCaptureDependencies));
+  }
+
   void stage_ids(const int32_t* ids, int n) {
     check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
                                 std::to_string(max_tokens_));
-    // The previous chunk's copies may still read the pinned inputs: wait only then (never in a
-    // decode loop, whose previous step ended by reading its token).
+    // The previous chunk's copies, or a replayed step's embed, may still read the pinned inputs:
+    // wait only then (not in a decode loop: a step's token is posted after its graph has ended).
     const cudaError_t read = cudaEventQuery(inputs_read_);
     if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
     else PETREL_CUDA(read);
@@ -678,6 +698,14 @@ class CudaBackend final : public Backend {
   static bf16* bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
   static float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 
+  // Pinned host memory the device reads in place; *device gets its device address.
+  static int* alloc_mapped(int64_t n, int** device) {
+    int* p = nullptr;
+    PETREL_CUDA(cudaHostAlloc(&p, sizeof(int) * size_t(n), cudaHostAllocMapped));
+    PETREL_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(device), p, 0));
+    return p;
+  }
+
   template <typename T>
   T* alloc_raw(size_t n) {
     void* p = nullptr;
@@ -695,9 +723,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::vector<void*> allocations_;
   int max_tokens_ = 0, n_tokens_ = 0;
-  int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_token_ = nullptr;
-  cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has copied the pinned inputs
-  int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_token_ = nullptr;
+  int *h_ids_ = nullptr, *h_pos_ = nullptr;  // pinned, mapped: a recorded step's embed reads them in place
+  int *m_ids_ = nullptr, *m_pos_ = nullptr;  // their device addresses
+  cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
+  int *d_ids_ = nullptr, *d_pos_ = nullptr;
+  std::unique_ptr<cuda::TokenMailbox> token_;  // where argmax posts the greedy token
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)

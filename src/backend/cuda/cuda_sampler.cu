@@ -1,6 +1,7 @@
 // The device sampler: the CPU Sampler's steps as kernels (sampling.cu) over preallocated scratch.
 // Per sample: penalties and bias into `adjusted`, the argmax (greedy ends here), relative logits z,
-// top-k / top-p as cuts found by radix selection, the draw; only the token id is read back.
+// top-k / top-p as cuts found by radix selection, the draw; only the token id is read back (posted
+// to mapped memory by the last kernel).
 #include "backend/cuda/cuda_sampler.h"
 
 #include <cmath>
@@ -35,17 +36,14 @@ class CudaSampler final : public DeviceSampler {
     partial_ = device_alloc<double>(size_t(blocks));
     state_ = device_alloc<SelectState>(1);
     top_ = device_alloc<int>(1);
-    token_ = device_alloc<int>(1);
     deltas_ = device_alloc<CountDelta>(kPendingDeltas);
     PETREL_CUDA(cudaMallocHost(&h_deltas_, sizeof(CountDelta) * kPendingDeltas));
-    PETREL_CUDA(cudaMallocHost(&h_token_, sizeof(int)));
   }
 
   ~CudaSampler() override {
     cudaStreamSynchronize(stream_);
     for (void* p : allocations_) cudaFree(p);
     cudaFreeHost(h_deltas_);
-    cudaFreeHost(h_token_);
   }
 
   void reset(const SamplingParams& params) override {
@@ -93,13 +91,16 @@ class CudaSampler final : public DeviceSampler {
     const PenaltyParams pp{params_.repetition_penalty, params_.presence_penalty, params_.frequency_penalty};
     adjust_logits(logits, vocab_, params_.has_penalties() ? &counts_ : nullptr, pp, bias_ids_, bias_, n_bias_,
                   adjusted_, stream_);
-    argmax(adjusted_, vocab_, argmax_scratch_, params_.greedy() ? token_ : top_, stream_);
-    if (!params_.greedy()) filter_and_draw(position);
-    PETREL_CUDA(cudaMemcpyAsync(h_token_, token_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    PETREL_CUDA(cudaStreamSynchronize(stream_));
-    check(*h_token_ >= 0 && *h_token_ < vocab_,
+    const TokenPost post = token_.next();
+    if (params_.greedy()) argmax(adjusted_, vocab_, argmax_scratch_, nullptr, post, stream_);
+    else {
+      argmax(adjusted_, vocab_, argmax_scratch_, top_, TokenPost{}, stream_);
+      filter_and_draw(position, post);
+    }
+    const int32_t token = token_.wait(stream_);
+    check(token >= 0 && token < vocab_,
           "sampling: no token has a finite logit (is every token banned by the logit bias? are the logits NaN?)");
-    return *h_token_;
+    return token;
   }
 
  private:
@@ -113,13 +114,13 @@ class CudaSampler final : public DeviceSampler {
 
   // Temperature, the cuts of top-k and top-p, then the draw with min-p's threshold; the same
   // constants the CPU Sampler computes (1/T, ln min_p) so the kernels round as it does.
-  void filter_and_draw(uint64_t position) {
+  void filter_and_draw(uint64_t position, TokenPost post) {
     relative_logits(adjusted_, top_, vocab_, 1.0f / params_.temperature, z_, stream_);
     PETREL_CUDA(cudaMemsetAsync(state_, 0, sizeof(SelectState), stream_));  // cut 0: all kept
     if (params_.top_k > 0) select_top_k(z_, vocab_, params_.top_k, state_, hist_, stream_);
     if (params_.top_p < 1.0f) select_top_p(z_, vocab_, params_.top_p, state_, hist_, stream_);
     const float min_z = params_.min_p > 0.0f ? std::log(params_.min_p) : -INFINITY;
-    draw_token(z_, vocab_, state_, min_z, uniform01(params_.seed, position), partial_, token_, stream_);
+    draw_token(z_, vocab_, state_, min_z, uniform01(params_.seed, position), partial_, post, stream_);
   }
 
   void queue(CountDelta d) {
@@ -130,7 +131,8 @@ class CudaSampler final : public DeviceSampler {
     h_deltas_[n_pending_++] = d;
   }
 
-  // Sends the queued history changes; sample() synchronises before the buffer is written again.
+  // Sends the queued history changes; sample() waits for its token, posted by a kernel that runs
+  // after the copy, before the buffer is written again.
   void flush() {
     if (n_pending_ == 0) return;
     PETREL_CUDA(cudaMemcpyAsync(deltas_, h_deltas_, sizeof(CountDelta) * size_t(n_pending_), cudaMemcpyHostToDevice,
@@ -151,11 +153,11 @@ class CudaSampler final : public DeviceSampler {
   unsigned long long* hist_ = nullptr;
   double* partial_ = nullptr;
   SelectState* state_ = nullptr;
-  int *top_ = nullptr, *token_ = nullptr;
+  int* top_ = nullptr;
   CountDelta* deltas_ = nullptr;
   CountDelta* h_deltas_ = nullptr;  // pinned
   int n_pending_ = 0;
-  int* h_token_ = nullptr;  // pinned
+  TokenMailbox token_;
 };
 
 }  // namespace

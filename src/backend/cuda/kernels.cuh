@@ -85,8 +85,13 @@ void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
 
 // ---- norm_rope.cu --------------------------------------------------------------------------------
 // The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
+// ids may be mapped pinned host memory. With pos.from set, *pos.from is also copied to *pos.to.
+struct PosCopy {
+  const int* from = nullptr;
+  int* to = nullptr;
+};
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
-           cudaStream_t s);
+           cudaStream_t s, PosCopy pos = {});
 void rms_norm(const void* x, int64_t x_stride, int x_elem, const float* w, int T, int n, float eps, void* out,
               int64_t out_stride, int out_elem, cudaStream_t s);
 void add_inplace(void* h, int64_t h_stride, int h_elem, const bf16* a, int64_t a_stride, int T, int n, cudaStream_t s);
@@ -257,10 +262,35 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
                  cudaStream_t s);
 
 // ---- sampling.cu ---------------------------------------------------------------------------------
-// Index of the largest of n fp32 logits (lowest index on ties) -> *out.
+// Where a final kernel posts its token for the host: (seq << 32) | token, one 8-byte store into
+// mapped pinned memory that the host spins on (TokenMailbox); word null: nothing posted.
+struct TokenPost {
+  unsigned long long* word = nullptr;
+  unsigned int seq = 0;
+};
+// The host end of a TokenPost: a copy and a stream sync per token cost more than the host spinning
+// on the word's sequence number.
+class TokenMailbox {
+ public:
+  TokenMailbox();
+  ~TokenMailbox();
+  TokenMailbox(const TokenMailbox&) = delete;
+  TokenMailbox& operator=(const TokenMailbox&) = delete;
+  // The post of the next token: a fresh sequence number.
+  TokenPost next();
+  // Spins until the token of the last next() is posted. A stream error (its kernel then never
+  // posts) throws: the stream is queried every so often while spinning.
+  int32_t wait(cudaStream_t s) const;
+
+ private:
+  unsigned long long *host_ = nullptr, *device_ = nullptr;
+  unsigned int seq_ = 0;
+};
+
+// Index of the largest of n fp32 logits (lowest index on ties) -> *out where out is set, and posted.
 // scratch: 2·kArgmaxBlocks floats of device memory for the per-block candidates.
 constexpr int kArgmaxBlocks = 128;
-void argmax(const float* logits, int n, float* scratch, int* out, cudaStream_t s);
+void argmax(const float* logits, int n, float* scratch, int* out, TokenPost post, cudaStream_t s);
 
 // The device sampler's steps, in the order cuda_sampler.cu runs them (semantics: the CPU Sampler).
 // Penalty history: per token id, its occurrences in the window and among generated tokens in it.
@@ -298,10 +328,10 @@ void select_top_k(const float* z, int n, int k, SelectState* st, unsigned long l
 // Raises the cut to the key where the kept weight, summed from the largest key down, first
 // reaches top_p of the kept total (the crossing token stays).
 void select_top_p(const float* z, int n, float top_p, SelectState* st, unsigned long long* hist, cudaStream_t s);
-// *out = the kept token (key >= cut and z >= min_z) at which the weights exp(z), summed in id
+// Posts the kept token (key >= cut and z >= min_z) at which the weights exp(z), summed in id
 // order, first exceed u · their total (the last kept token if rounding leaves none); -1 when
 // nothing is kept. partial: sample_blocks(n) doubles of scratch.
-void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, int* out,
+void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, TokenPost post,
                 cudaStream_t s);
 
 // ---- weights.cu ----------------------------------------------------------------------------------

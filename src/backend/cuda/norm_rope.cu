@@ -6,10 +6,14 @@
 namespace petrel::cuda {
 namespace {
 
-__global__ void embed_kernel(DeviceMatrix table, const int* ids, void* out, int64_t out_stride, int out_elem) {
+// ids and pos.from may be mapped pinned memory the host rewrote since the last replay: volatile
+// loads fetch them anew.
+__global__ void embed_kernel(DeviceMatrix table, const int* ids, PosCopy pos, void* out, int64_t out_stride,
+                             int out_elem) {
   pdl_enter();
   const int t = blockIdx.x;
-  const int64_t row = ids[t];
+  const int64_t row = *static_cast<const volatile int*>(ids + t);
+  if (pos.from && t == 0 && threadIdx.x == 0) *pos.to = *static_cast<const volatile int*>(pos.from);
   for (int c8 = threadIdx.x; c8 < table.cols / 8; c8 += blockDim.x) {
     float f[8];
     load8(table, row, c8, f);
@@ -136,8 +140,8 @@ void launch_qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf
 }  // namespace
 
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
-           cudaStream_t s) {
-  launch_pdl(embed_kernel, T, 128, 0, s, table, ids, out, out_stride, out_elem);
+           cudaStream_t s, PosCopy pos) {
+  launch_pdl(embed_kernel, T, 128, 0, s, table, ids, pos, out, out_stride, out_elem);
   PETREL_LAUNCHED("embed");
 }
 

@@ -3,6 +3,10 @@
 // over the float bits, the draw by a blocked CDF in token-id order; docs/generation.md).
 #include "backend/cuda/kernels.cuh"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace petrel::cuda {
 namespace {
 
@@ -42,13 +46,21 @@ __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, 
   }
 }
 
-__global__ void argmax_final_kernel(const float* cand_v, const int* cand_i, int blocks, int* out) {
+// One system-scope 8-byte store: the host sees the token and its sequence number together.
+__device__ __forceinline__ void post_token(TokenPost post, int token) {
+  const unsigned long long word = static_cast<unsigned long long>(post.seq) << 32 | static_cast<unsigned int>(token);
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(post.word), "l"(word) : "memory");
+}
+
+__global__ void argmax_final_kernel(const float* cand_v, const int* cand_i, int blocks, int* out, TokenPost post) {
   pdl_enter();
   float v = -INFINITY;
   int idx = 0x7fffffff;
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) keep_better(v, idx, cand_v[b], cand_i[b]);
   block_argmax(v, idx);
-  if (threadIdx.x == 0) *out = idx;
+  if (threadIdx.x != 0) return;
+  if (out) *out = idx;
+  if (post.word) post_token(post, idx);
 }
 
 
@@ -218,7 +230,7 @@ __device__ int crossing(const double* weight, int count, double target, double c
 
 // One block: the block, then the thread run, then the token where the CDF crosses u · total.
 __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, float min_z, double u,
-                                 const double* partial, int blocks, int* out) {
+                                 const double* partial, int blocks, TokenPost post) {
   __shared__ double w[kDrawThreads];
   __shared__ int block;
   __shared__ double target, before;
@@ -228,7 +240,7 @@ __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, f
     target = u * total;
     before = 0.0;
     block = crossing(partial, blocks, target, 0.0, &before);
-    if (block < 0) *out = -1;  // nothing kept
+    if (block < 0) post_token(post, -1);  // nothing kept
   }
   __syncthreads();
   if (block < 0) return;
@@ -248,18 +260,51 @@ __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, f
       if (target < cum) break;
     }
   }
-  *out = pick;
+  post_token(post, pick);
 }
 
 }  // namespace
 
-void argmax(const float* logits, int n, float* scratch, int* out, cudaStream_t s) {
+void argmax(const float* logits, int n, float* scratch, int* out, TokenPost post, cudaStream_t s) {
   const int blocks = std::min(kArgmaxBlocks, div_up(n, 1024));
   int* cand_i = reinterpret_cast<int*>(scratch + kArgmaxBlocks);
   launch_pdl(argmax_blocks_kernel, blocks, 256, 0, s, logits, n, scratch, cand_i);
   PETREL_LAUNCHED("argmax blocks");
-  launch_pdl(argmax_final_kernel, 1, 256, 0, s, scratch, cand_i, blocks, out);
+  launch_pdl(argmax_final_kernel, 1, 256, 0, s, scratch, cand_i, blocks, out, post);
   PETREL_LAUNCHED("argmax");
+}
+
+TokenMailbox::TokenMailbox() {
+  PETREL_CUDA(cudaHostAlloc(&host_, sizeof(*host_), cudaHostAllocMapped));
+  *host_ = 0;  // sequence numbers start at 1
+  PETREL_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+}
+
+TokenMailbox::~TokenMailbox() { cudaFreeHost(host_); }
+
+TokenPost TokenMailbox::next() { return {device_, ++seq_}; }
+
+int32_t TokenMailbox::wait(cudaStream_t s) const {
+  constexpr unsigned kSpinsPerQuery = 1024;  // tens of microseconds; a step takes a millisecond or more
+  const volatile unsigned long long* word = host_;
+  for (unsigned spin = 1;; ++spin) {
+    const unsigned long long w = *word;
+    if (static_cast<unsigned int>(w >> 32) == seq_) return static_cast<int32_t>(static_cast<uint32_t>(w));
+    if (spin % kSpinsPerQuery == 0) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) {  // an idle stream's writes are all visible: the post is there or lost
+        const unsigned long long last = *word;
+        check(static_cast<unsigned int>(last >> 32) == seq_, "CUDA token readback: the stream ended without posting");
+        return static_cast<int32_t>(static_cast<uint32_t>(last));
+      }
+      if (e != cudaErrorNotReady) check_cuda(e, "the kernels before a token readback");
+    }
+#if defined(__x86_64__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
 }
 
 void apply_count_deltas(PenaltyCounts counts, const CountDelta* deltas, int n, cudaStream_t s) {
@@ -307,12 +352,12 @@ void select_top_p(const float* z, int n, float top_p, SelectState* st, unsigned 
   radix_select(z, n, SelectBy::Weight, 0, top_p, st, hist, s);
 }
 
-void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, int* out,
+void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, TokenPost post,
                 cudaStream_t s) {
   const int blocks = sample_blocks(n);
   draw_blocks_kernel<<<blocks, kDrawThreads, 0, s>>>(z, n, st, min_z, partial);
   PETREL_LAUNCHED("sampler draw blocks");
-  draw_find_kernel<<<1, kDrawThreads, 0, s>>>(z, n, st, min_z, u, partial, blocks, out);
+  draw_find_kernel<<<1, kDrawThreads, 0, s>>>(z, n, st, min_z, u, partial, blocks, post);
   PETREL_LAUNCHED("sampler draw");
 }
 
