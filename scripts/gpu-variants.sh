@@ -64,7 +64,7 @@ for v in "${variants[@]}"; do
   run_variant "$name"
   for f in $files; do cp "$backup/$f" "$f"; done  # a fresh time stamp: ninja rebuilds what it built from the variant
 done
-scripts/gpu-build.sh "$logs" > /dev/null  # leave build-gpu matching the tree
+scripts/gpu-build.sh "$logs" petrel petrel_tests > /dev/null  # leave build-gpu matching the tree (what the variants built)
 
 echo
 echo "== Petrel variants ($weights, median of 5) =="
