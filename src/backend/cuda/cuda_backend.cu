@@ -110,8 +110,6 @@ class CudaBackend final : public Backend {
     d_row_pos_ = alloc_raw<int>(T);
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
-    d_step_ = alloc_raw<unsigned>(1);
-    ids_ready_ = alloc_raw<unsigned>(c.n_layers);
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
     attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
@@ -288,9 +286,8 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     if (capturing()) {
       cuda::embed(weights_->matrix(table), m_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
-                  {m_pos_, d_pos_, d_step_});
+                  {m_pos_, d_pos_});
       end_programmatic_chain();
-      moe_layer_ = 0;
       return;
     }
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
@@ -518,11 +515,6 @@ class CudaBackend final : public Backend {
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
-    if (capturing()) {  // a recorded step: down copies its experts' rows as soon as the ids are out
-      check(moe_layer_ < c_.n_layers, "CUDA MoE: more MoE layers in a step than the model has");
-      pick.ids_ready = ids_ready_ + moe_layer_++;
-      pick.step = d_step_;
-    }
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
                      moe_w_, moe_sgate_, moe_decode_act_, {weights_->vec(norm), eps}, pick,
                      {h.data, h.stride, h.elem_size, /*add=*/true}, stream_);
@@ -735,9 +727,6 @@ class CudaBackend final : public Backend {
   int *m_ids_ = nullptr, *m_pos_ = nullptr;  // their device addresses
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr;
-  unsigned* d_step_ = nullptr;     // recorded steps run, counted by their embed (TopK::step)
-  unsigned* ids_ready_ = nullptr;  // per MoE layer of a recorded step: the epoch of its published ids
-  int moe_layer_ = 0;              // MoE layers recorded so far in the step being recorded
   std::unique_ptr<cuda::TokenMailbox> token_;  // where argmax posts the greedy token
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)

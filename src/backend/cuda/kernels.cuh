@@ -85,13 +85,10 @@ void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
 
 // ---- norm_rope.cu --------------------------------------------------------------------------------
 // The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
-// ids may be mapped pinned host memory. With pos.from set (a recorded step), *pos.from is also
-// copied to *pos.to and *pos.step counts the step: the epoch of the MoE ids published early
-// (TopK::ids_ready).
+// ids may be mapped pinned host memory. With pos.from set, *pos.from is also copied to *pos.to.
 struct PosCopy {
   const int* from = nullptr;
   int* to = nullptr;
-  unsigned* step = nullptr;
 };
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
            cudaStream_t s, PosCopy pos = {});
@@ -233,11 +230,6 @@ struct TopK {
   float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;
-  // A recorded step (*step, counted by its embed, is settled before the step's other kernels
-  // start): the block that writes the ids then stores *step into *ids_ready, and the down
-  // kernel's blocks, which wait for that value, copy their experts' rows before their PDL wait.
-  unsigned* ids_ready = nullptr;
-  const unsigned* step = nullptr;
   __host__ __device__ bool any() const { return logits || sums; }
 };
 // cols of RouteSums for a router, its shared-expert gate row (null: none) and the norm's weights.

@@ -275,13 +275,6 @@ __device__ int pick_expert(const TopK& pick, int k, int slot, int* ids, float* w
     ids[threadIdx.x] = picked[threadIdx.x];
     if (weigh) weights[threadIdx.x] = picked_w[threadIdx.x];
   }
-  if (writer && pick.ids_ready && threadIdx.x < 32) {  // k <= 32: the ids came from warp 0
-    __syncwarp();
-    if (threadIdx.x == 0) {
-      __threadfence();  // the ids are visible before their epoch
-      *static_cast<volatile unsigned*>(pick.ids_ready) = *pick.step;
-    }
-  }
   return picked[slot];
 }
 
@@ -679,8 +672,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, const unsigned* ids_ready,
-                      const unsigned* step) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -700,21 +692,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
-  // Where gate+up publishes its ids (TopK::ids_ready), the routed rows go out as soon as they are
-  // known, before the wait: lane 0 polls the epoch, then warp 0's lanes read the ids through L2.
-  const bool early = ids_ready != nullptr;
-  if (early && warp == 0) {
-    if (lane == 0) {
-      const unsigned want = *step;
-      while (*static_cast<const volatile unsigned*>(ids_ready) != want) __nanosleep(64);
-      __threadfence();  // the ids, published before the epoch, are read after it
-    }
-    __syncwarp();
-    if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(__ldcg(ids + t))), r0, rows, &landed);
-  }
   pdl_wait();
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-  if (!early && t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
@@ -798,7 +778,7 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, pick.ids_ready, pick.step);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.

@@ -13,10 +13,7 @@ __global__ void embed_kernel(DeviceMatrix table, const int* ids, PosCopy pos, vo
   pdl_enter();
   const int t = blockIdx.x;
   const int64_t row = *static_cast<const volatile int*>(ids + t);
-  if (pos.from && t == 0 && threadIdx.x == 0) {
-    *pos.to = *static_cast<const volatile int*>(pos.from);
-    if (pos.step) *pos.step += 1;
-  }
+  if (pos.from && t == 0 && threadIdx.x == 0) *pos.to = *static_cast<const volatile int*>(pos.from);
   for (int c8 = threadIdx.x; c8 < table.cols / 8; c8 += blockDim.x) {
     float f[8];
     load8(table, row, c8, f);
