@@ -592,8 +592,8 @@ GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
 
 template <WFormat F, int CPL>
 void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix* s_gate,
-                          const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights, float* act, int width,
-                          GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
+                          const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights,
+                          float* act, int width, GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);

@@ -287,17 +287,15 @@ TokenPost TokenMailbox::next() { return {device_, ++seq_}; }
 int32_t TokenMailbox::wait(cudaStream_t s) const {
   constexpr unsigned kSpinsPerQuery = 1024;  // tens of microseconds; a step takes a millisecond or more
   const volatile unsigned long long* word = host_;
+  const auto posted = [&](unsigned long long w) { return static_cast<unsigned int>(w >> 32) == seq_; };
   for (unsigned spin = 1;; ++spin) {
     const unsigned long long w = *word;
-    if (static_cast<unsigned int>(w >> 32) == seq_) return static_cast<int32_t>(static_cast<uint32_t>(w));
+    if (posted(w)) return static_cast<int32_t>(static_cast<uint32_t>(w));
     if (spin % kSpinsPerQuery == 0) {
       const cudaError_t e = cudaStreamQuery(s);
-      if (e == cudaSuccess) {  // an idle stream's writes are all visible: the post is there or lost
-        const unsigned long long last = *word;
-        check(static_cast<unsigned int>(last >> 32) == seq_, "CUDA token readback: the stream ended without posting");
-        return static_cast<int32_t>(static_cast<uint32_t>(last));
-      }
-      if (e != cudaErrorNotReady) check_cuda(e, "the kernels before a token readback");
+      // An idle stream's writes are all visible: the next read finds the post, or it was lost.
+      if (e == cudaSuccess) check(posted(*word), "CUDA token readback: the stream ended without posting");
+      else if (e != cudaErrorNotReady) check_cuda(e, "the kernels before a token readback");
     }
 #if defined(__x86_64__)
     _mm_pause();
