@@ -139,6 +139,17 @@ class Backend {
     linear_add(x, w, h, scratch);
     rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out);
   }
+  // The tensors a DeltaNet mixer writes on its way (its projections' outputs and the step's).
+  struct DeltaNetScratch {
+    Tensor qkv, z, b, a, o;
+  };
+  // One token's whole DeltaNet MoE layer `layer`: h += the mixer of rms_norm(h)·input_norm, then
+  // h += the MoE block of rms_norm(h)·post_norm, as one fused operation of the backend's own;
+  // false, doing nothing, where it has none for these shapes (the caller runs the ops one by one).
+  virtual bool deltanet_moe_layer(int /*layer*/, const LayerWeights& /*w*/, float /*eps*/, Tensor /*h*/,
+                                  const DeltaNetScratch& /*scratch*/, SequenceState& /*st*/) {
+    return false;
+  }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
   virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;

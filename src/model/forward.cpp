@@ -139,6 +139,9 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   backend_.embed(weights_.embed, h);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& L = weights_.layers[i];
+    if (T == 1 && st.chunk && L.kind == LayerKind::DeltaNet && L.ffn.moe &&
+        backend_.deltanet_moe_layer(i, L, c.rms_eps, h, deltanet_scratch(1), *st.chunk))
+      continue;
     const Mixed m = L.kind == LayerKind::DeltaNet ? deltanet_mixer(i, h, x, st) : attention_mixer(i, h, x, st);
     if (L.ffn.moe) {
       backend_.linear_add_moe_add(m.y, *m.out, h, mix, L.post_norm, c.rms_eps, x, L.ffn, ffn);
@@ -172,11 +175,14 @@ Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepSta
   return {attn, &A.o};
 }
 
+Backend::DeltaNetScratch Model::deltanet_scratch(int64_t T) const {
+  return {ws_.qkv.rows_view(0, T), ws_.z.rows_view(0, T), ws_.b.rows_view(0, T), ws_.a.rows_view(0, T),
+          ws_.gdn.rows_view(0, T)};
+}
+
 Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
-  const int64_t T = x.rows;
-  Tensor qkv = ws_.qkv.rows_view(0, T), z = ws_.z.rows_view(0, T);
-  Tensor b = ws_.b.rows_view(0, T), a = ws_.a.rows_view(0, T), o = ws_.gdn.rows_view(0, T);
+  const auto [qkv, z, b, a, o] = deltanet_scratch(x.rows);
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,

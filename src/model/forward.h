@@ -71,6 +71,8 @@ class Model {
   };
   Mixed attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
   Mixed deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
+  // Views of the DeltaNet mixer's workspace tensors for T rows.
+  Backend::DeltaNetScratch deltanet_scratch(int64_t T) const;
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;

@@ -124,6 +124,7 @@ class CudaBackend final : public Backend {
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
       gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
+      layer_counters_ = alloc_raw<int>(size_t(c.n_layers) * cuda::kDeltaNetLayerCounters);
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
@@ -520,6 +521,69 @@ class CudaBackend final : public Backend {
                      {h.data, h.stride, h.elem_size, /*add=*/true}, stream_);
   }
 
+  // One token, where the persistent layer takes the shapes: the whole layer in one launch, its
+  // tensors written as the ops one by one write them.
+  bool deltanet_moe_layer(int layer, const LayerWeights& L, float eps, Tensor h, const DeltaNetScratch& s,
+                          SequenceState& st) override {
+    const cuda::RouteSums* cols = weights_->route(L.ffn);
+    if (!opt_.persistent_layers || batch_ || h.rows != 1 || h.elem_size != 4 || !cols || !L.ffn.has_shared ||
+        s.b.elem_size != 4 || s.a.elem_size != 4)
+      return false;
+    auto& seq = dynamic_cast<CudaSequence&>(st);
+    const DeltaNetWeights& G = L.gdn;
+    cuda::DeltaNetLayer D;
+    const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
+    const Tensor* outs[] = {&s.qkv, &s.z, &s.b, &s.a};
+    for (int i = 0; i < 4; ++i) {
+      D.in[i] = weights_->matrix(*proj[i]);
+      D.in_out[i] = {outs[i]->data, outs[i]->stride, outs[i]->elem_size};
+    }
+    D.input_norm = {weights_->vec(L.input_norm), eps};
+    D.post_norm = {weights_->vec(L.post_norm), eps};
+    D.out = weights_->matrix(G.out);
+    D.d = gdn_shape();
+    D.conv_w = weights_->vec(G.conv);
+    D.A_log = weights_->vec(G.A_log);
+    D.dt_bias = weights_->vec(G.dt_bias);
+    D.gdn_norm = weights_->vec(G.norm);
+    D.conv_state = seq.conv[layer];
+    D.state = seq.S[layer];
+    D.states_settled = capturing();
+    D.readers = gdn_readers_;
+    D.eps = c_.rms_eps;
+    D.qkv = bf(s.qkv);
+    D.z = bf(s.z);
+    D.b = f32(s.b);
+    D.a = f32(s.a);
+    D.o = bf(s.o);
+    D.h = f32(h);
+    D.route = *cols;
+    D.route.sums = route_sums_;
+    D.pick.sums = route_sums_;
+    D.pick.sgate = moe_sgate_;
+    D.pick.E = c_.n_experts;
+    D.pick.renorm = c_.norm_topk_prob;
+    D.k = c_.top_k;
+    const cuda::ExpertStacks& E = weights_->experts(L.ffn);
+    const Shared sh = shared_of(L.ffn);
+    D.gate = E.gate;
+    D.up = E.up;
+    D.down = E.down;
+    D.s_gate = *sh.gate;
+    D.s_up = *sh.up;
+    D.s_down = *sh.down;
+    D.ids = moe_ids_;
+    D.weights = moe_w_;
+    D.sgate = moe_sgate_;
+    D.act = moe_decode_act_;
+    D.act_stride = std::max(E.gate.rows, sh.gate->rows);
+    D.counters = layer_counters_ + size_t(layer) * cuda::kDeltaNetLayerCounters;
+    if (!cuda::deltanet_layer_fits(D)) return false;
+    const cuda::TimedOp timed(timer_, stream_, "deltanet layer (persistent)");
+    cuda::deltanet_layer(D, stream_);
+    return true;
+  }
+
   // Few rows: router and experts apply the norm while staging h, and the down projection adds its
   // rows to h (x and scratch are not written).
   void rms_norm_moe_add(Tensor h, const std::vector<float>& norm, float eps, Tensor x, const FfnWeights& w,
@@ -737,6 +801,7 @@ class CudaBackend final : public Backend {
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel
+  int* layer_counters_ = nullptr;  // the persistent DeltaNet layers' counters, a set per layer
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
