@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
   __shared__ uint64_t bar[5];  // landed: input projections (two halves), output projection, gate+up, down
   __shared__ float mix[33];
   enum { kIn0, kIn1, kOut, kGu, kDown };
-  const int b = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int b = blockIdx.x, tid = threadIdx.x;
   const int k = L.k, n_down = k + 1;
   int* counters = L.counters;
   // Roles.
@@ -217,15 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     const float scale = st.row_scale(0);
     mbar_wait(&bar[kGu], 0);
     __syncthreads();
-    for (int row = warp; row < gu_rows; row += 2 * kAsyncWarps) {  // as gate_up_async_kernel: uniform per warp
-      const int row2 = row + kAsyncWarps;
-      const bool two = row2 < gu_rows;
-      const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
-                          two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
-      const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
-      const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
-      if (mine >= 0) L.act[int64_t(slot) * L.act_stride + gu_r0 + mine] = siluf_(total * scale) * (u * scale);
-    }
+    gate_up_rows<F, CH, kAsyncWarps>(gt, ut, gm, um, gu_rows, xr, scale, L.act + int64_t(slot) * L.act_stride + gu_r0);
     signal_count(counters + kGateUpDone);
   }
   // Phase 5: h += Σ_j w_j·down_j·act_j + sgate·shared_down·act_shared, as down_async_kernel.
@@ -237,41 +229,10 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     if (tid < n_down) mix[tid] = tid < k ? L.weights[tid] : L.sgate[0];
     const Staged<F> st = stage_rows<F>(stage, L.act, 4, L.down.cols, n_down,
                                        [&](int r) { return int64_t(r) * L.act_stride; });
-    const int scales_at = P.dn_per * dm.chunks * 16, biases_from_scales = P.dn_per * dm.groups * 2;
-    ChunkX<F> xr[PPL];
-    float mr[PPL];
-    int w_at[PPL], s_at[PPL];  // byte offsets of the pair's chunk and scale in row 0 of its tile
-#pragma unroll
-    for (int i = 0; i < PPL; ++i) {
-      const int p = lane + 32 * i, j = p / dm.chunks, c = p % dm.chunks;
-      mr[i] = 0.0f;
-      w_at[i] = dn_at(min(j, k)) + c * 16;
-      s_at[i] = dn_at(min(j, k)) + scales_at + (c >> dm.group_shift) * 2;
-      if (j < n_down) {
-        xr[i] = st.load_x(j, c);
-        mr[i] = mix[j];
-      }
-    }
+    const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n_down, P.dn_per, mix, dn_at);
     mbar_wait(&bar[kDown], 0);
     __syncthreads();
-    for (int row = warp; row < dn_rows; row += kAsyncWarps) {
-      const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
-      float acc = 0.0f;
-#pragma unroll
-      for (int i = 0; i < PPL; ++i) {
-        if (lane + 32 * i >= n_down * dm.chunks) continue;
-        Chunk ch;
-        ch.raw = *reinterpret_cast<const uint4*>(smem + w_at[i] + row_w);
-        if constexpr (F != WFormat::BF16) {
-          const char* sp = smem + s_at[i] + row_s;
-          ch.scale = __bfloat162float(*reinterpret_cast<const bf16*>(sp));
-          ch.bias = __bfloat162float(*reinterpret_cast<const bf16*>(sp + biases_from_scales));
-        }
-        acc += mr[i] * dot_x<F>(ch, xr[i]);
-      }
-      acc = warp_sum(acc);
-      if (lane == 0) write_out(GemvOut{L.h, 0, 4, true}, dn_r0 + row, acc);
-    }
+    down_rows<F, PPL, kAsyncWarps>(smem, pairs, dm, n_down, P.dn_per, dn_rows, GemvOut{L.h, 0, 4, true}, dn_r0);
   }
   // The last block out leaves the counters at zero for the layer's next step.
   __syncthreads();

@@ -569,4 +569,80 @@ __device__ inline void add_route_sums(const RouteSums& route, const bf16* cols, 
 }
 
 
+// Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
+// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
+// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
+template <WFormat F, int CPL, int WARPS>
+__device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
+                                             const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
+                                             float scale, float* act) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
+    const int row2 = row + WARPS;
+    const bool two = row2 < rows;
+    const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
+                        two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
+    const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
+    const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
+    if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
+  }
+}
+
+// ---- The one-token down projection's dots: n staged activation rows (the experts' and the shared
+// expert's act rows), row j meeting the `per`-row tile of its own matrix in shared memory ----
+
+// A lane's (row j, chunk c) pairs p = lane + 32i: their activations, routing weights mix[j] and the
+// byte offsets of their chunk and scale in row 0 of tile j (which starts tile_at(j) bytes in).
+template <WFormat F, int PPL>
+struct DownPairs {
+  ChunkX<F> xr[PPL];
+  float mr[PPL];
+  int w_at[PPL], s_at[PPL];
+};
+template <WFormat F, int PPL, typename TileAt>
+__device__ __forceinline__ DownPairs<F, PPL> down_pairs(const Staged<F>& st, const ChunkMatrix<F>& dm, int n, int per,
+                                                        const float* mix, TileAt tile_at) {
+  const int lane = threadIdx.x % 32, scales_at = per * dm.chunks * 16;
+  DownPairs<F, PPL> d;
+#pragma unroll
+  for (int i = 0; i < PPL; ++i) {  // pair p = lane + 32i is (row j = p / chunks, chunk c = p % chunks)
+    const int p = lane + 32 * i, j = p / dm.chunks, c = p % dm.chunks, at = tile_at(min(j, n - 1));
+    d.mr[i] = 0.0f;
+    d.w_at[i] = at + c * 16;
+    d.s_at[i] = at + scales_at + (c >> dm.group_shift) * 2;
+    if (j < n) {
+      d.xr[i] = st.load_x(j, c);
+      d.mr[i] = mix[j];
+    }
+  }
+  return d;
+}
+
+// Whole block of WARPS warps, once every tile has landed: out[r0 + row] = Σ over the pairs of mr ·
+// (tile row · activations) for rows [0, rows), a warp per row.
+template <WFormat F, int PPL, int WARPS>
+__device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, PPL>& d, const ChunkMatrix<F>& dm,
+                                          int n, int per, int rows, const GemvOut& out, int r0) {
+  const int lane = threadIdx.x % 32, biases_from_scales = per * dm.groups * 2;
+  for (int row = threadIdx.x / 32; row < rows; row += WARPS) {
+    const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PPL; ++i) {
+      if (lane + 32 * i >= n * dm.chunks) continue;
+      Chunk ch;
+      ch.raw = *reinterpret_cast<const uint4*>(smem + d.w_at[i] + row_w);
+      if constexpr (F != WFormat::BF16) {
+        const char* sp = smem + d.s_at[i] + row_s;
+        ch.scale = __bfloat162float(*reinterpret_cast<const bf16*>(sp));
+        ch.bias = __bfloat162float(*reinterpret_cast<const bf16*>(sp + biases_from_scales));
+      }
+      acc += d.mr[i] * dot_x<F>(ch, d.xr[i]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) write_out(out, r0 + row, acc);
+  }
+}
+
 }  // namespace petrel::cuda

@@ -435,19 +435,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const float scale = st.row_scale(0);
   cp_async_wait<0>();
   __syncthreads();  // every thread's copies have landed
-  // A warp takes rows row and row + 16, gate and up, their four sums reduced together (warp_sum4:
-  // bench/dot_rates' faster form, the same values bit for bit): lanes 0 and 16 end with a row's
-  // gate sum, lanes 8 and 24 with its up sum.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = warp; row < n; row += 2 * kExpertAsyncWarps) {  // uniform per warp: shuffles are safe
-    const int row2 = row + kExpertAsyncWarps;
-    const bool two = row2 < n;
-    const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
-                        two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
-    const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
-    const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
-    if (mine >= 0) act[int64_t(slot) * act_stride + r0 + mine] = siluf_(total * scale) * (u * scale);
-  }
+  gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, n, xr, scale, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -556,7 +544,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = threadIdx.x;
+  const int t = threadIdx.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Bulk copies: the rows of matrix j come from thread j, each one arrival on `landed`; the shared
   // expert's from thread 0 before waiting.
@@ -577,7 +565,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
   // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
   // while the copies are issued.
-  const int id = lane < k ? ids[lane] : 0;
+  const int lane = t % 32, id = lane < k ? ids[lane] : 0;
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   for (int j = 0; j < k; ++j)
@@ -588,45 +576,14 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   clear_route_sums(clear, clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
-  const int scales_at = per * dm.chunks * 16, biases_from_scales = per * dm.groups * 2;
-  ChunkX<F> xr[PPL];
-  float mr[PPL];
-  int w_at[PPL], s_at[PPL];  // byte offsets of the pair's chunk and scale in row 0 of its tile
-#pragma unroll
-  for (int i = 0; i < PPL; ++i) {  // pair p = lane + 32i is (row j = p / chunks, chunk c = p % chunks)
-    const int p = lane + 32 * i, j = p / dm.chunks, c = p % dm.chunks;
-    mr[i] = 0.0f;
-    w_at[i] = j * tile_bytes + c * 16;
-    s_at[i] = j * tile_bytes + scales_at + (c >> dm.group_shift) * 2;
-    if (j < n) {
-      xr[i] = st.load_x(j, c);
-      mr[i] = mix[j];
-    }
-  }
+  const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   mbar_wait(&landed, 0);
 #else
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  for (int row = warp; row < rows; row += kExpertAsyncWarps) {
-    const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < PPL; ++i) {
-      if (lane + 32 * i >= n * dm.chunks) continue;
-      Chunk ch;
-      ch.raw = *reinterpret_cast<const uint4*>(smem + w_at[i] + row_w);
-      if constexpr (F != WFormat::BF16) {
-        const char* sp = smem + s_at[i] + row_s;
-        ch.scale = __bfloat162float(*reinterpret_cast<const bf16*>(sp));
-        ch.bias = __bfloat162float(*reinterpret_cast<const bf16*>(sp + biases_from_scales));
-      }
-      acc += mr[i] * dot_x<F>(ch, xr[i]);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) write_out(out, r0 + row, acc);
-  }
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
