@@ -138,7 +138,7 @@ class CudaBackend final : public Backend {
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
-      route_sums_ = alloc_raw<unsigned long long>(size_t(cuda::kRouteSumCopies) * cuda::route_sums_stride(c.n_experts));
+      route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -505,7 +505,6 @@ class CudaBackend final : public Backend {
     if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
-    route.stride = cuda::route_sums_stride(c_.n_experts);
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
@@ -514,7 +513,6 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
     cuda::TopK pick;
     pick.sums = route_sums_;
-    pick.sums_stride = cuda::route_sums_stride(c_.n_experts);
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
@@ -561,9 +559,7 @@ class CudaBackend final : public Backend {
     D.h = f32(h);
     D.route = *cols;
     D.route.sums = route_sums_;
-    D.route.stride = cuda::route_sums_stride(c_.n_experts);
     D.pick.sums = route_sums_;
-    D.pick.sums_stride = D.route.stride;
     D.pick.sgate = moe_sgate_;
     D.pick.E = c_.n_experts;
     D.pick.renorm = c_.norm_topk_prob;

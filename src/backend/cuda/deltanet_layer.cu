@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     __syncthreads();
     tile_rows_x1<F, CV>(out_tile, out_m, out_rows, xr, st.row_scale(0), GemvOut{L.h, 0, 4, true}, out_r0, keep);
     __syncthreads();  // every warp's rows are in keep
-    add_route_sums(L.route, route_cols, keep, out_rows, b);
+    add_route_sums(L.route, route_cols, keep, out_rows);
     signal_count(counters + kOutDone);
   }
   // Phase 4: the top-k from the sums, then silu(gate·x)·(up·x) of the normed new h for a slot's rows.
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
   if (dn_block) {
     wait_count(counters + kGateUpDone, P.gu_blocks);
     if (b == 0)  // every block has picked from the sums: clear them for the next layer
-      for (int i = tid; i < kRouteSumCopies * L.pick.sums_stride; i += blockDim.x) L.pick.sums[i] = 0;
+      for (int i = tid; i < L.pick.E + 1; i += blockDim.x) L.pick.sums[i] = 0;
     if (tid < k) bulk_rows(dn_tile(tid), with_data(dm, L.down.entry(L.ids[tid])), dn_r0, dn_rows, &bar[kDown]);
     if (tid < n_down) mix[tid] = tid < k ? L.weights[tid] : L.sgate[0];
     const Staged<F> st = stage_rows<F>(stage, L.act, 4, L.down.cols, n_down,
@@ -325,8 +325,7 @@ bool deltanet_layer_fits(const DeltaNetLayer& L) {
   if (L.in[0].cols != H || L.gate.cols != H || L.down.rows != H || L.s_gate.rows != L.gate.rows ||
       L.s_down.cols != L.down.cols || L.down.cols != L.gate.rows || L.act_stride < L.gate.rows ||
       !norm_stageable(H, 8) || L.k + 1 > 33 || !L.route.cols || L.route.ld % 8 || !L.pick.sums ||
-      L.route.n > L.pick.E + 1 || L.route.stride != L.pick.sums_stride || L.route.stride < L.route.n ||
-      L.pick.E > kMaxExperts)
+      L.route.n != L.pick.E + 1 || L.pick.E > kMaxExperts)
     return false;
   const LayerPlan P = plan_layer(L);
   if (P.in_blocks + d.Hv > P.blocks || P.gu_blocks > P.blocks) return false;

@@ -35,20 +35,14 @@ inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % 256 =
 // the router's rows times the norm's weights, transposed ([H][ld] bf16: the products carry 8-bit
 // mantissas, as the bf16 logits of the reference implementation do; column E the shared-expert
 // gate's). A block that owns rows [r0, r1) of h adds its share to sums[0..n) in 2^-32 fixed point:
-// integer atomics make the total independent of the order blocks arrive in. The sums live in
-// kRouteSumCopies copies `stride` values apart, block b adding to copy b % kRouteSumCopies: a few
-// times fewer atomics meet at one address, and a reader adds the copies up (the same integer total).
-// The experts read the sums (TopK::sums) and the MoE's down kernel clears them for the next layer.
-constexpr int kRouteSumCopies = 8;
+// integer atomics make the total independent of the order blocks arrive in. The experts read the
+// sums (TopK::sums) and the MoE's down kernel clears them for the next layer.
 struct RouteSums {
   const bf16* cols = nullptr;
   int ld = 0, n = 0;
   unsigned long long* sums = nullptr;
-  int stride = 0;   // between the copies of the sums
   int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
 };
-// Values between the sums' copies for a router of `experts` rows (+1: the shared gate's).
-inline int route_sums_stride(int experts) { return (experts + 1 + 15) / 16 * 16; }
 constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
 struct GemvSegments {
   static constexpr int kMax = 4;
@@ -233,7 +227,6 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
 struct TopK {
   const float* logits = nullptr;
   unsigned long long* sums = nullptr;
-  int sums_stride = 0;     // between the sums' copies (RouteSums::stride)
   float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
       }
       if constexpr (ROUTE) {
         __syncthreads();  // every warp's rows are in keep
-        add_route_sums(route, route_cols, keep, r1 - r0, blockIdx.x);
+        add_route_sums(route, route_cols, keep, r1 - r0);
       }
       return;
     }
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0, blockIdx.x);
+  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.

@@ -610,7 +610,7 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, kRouteSumCopies * pick.sums_stride);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -667,7 +667,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
-               kRouteSumCopies * pick.sums_stride);
+               pick.E + 1);
   PETREL_LAUNCHED("moe down");
 }
 

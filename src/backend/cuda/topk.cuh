@@ -17,11 +17,8 @@ __device__ __forceinline__ float key_float(unsigned u) {
 
 // The router's value for expert e: a logit, or its fixed-point sum (a positive multiple of it).
 __device__ __forceinline__ float router_value(const TopK& src, int e) {
-  if (!src.sums) return __ldcg(src.logits + e);
-  unsigned long long total = 0;  // wraps as the single sum would: the copies add to the same integer
-#pragma unroll
-  for (int c = 0; c < kRouteSumCopies; ++c) total += __ldcg(src.sums + c * src.sums_stride + e);
-  return __ll2float_rn(static_cast<long long>(total)) * (1.0f / kRouteFixedOne);
+  return src.sums ? __ll2float_rn(static_cast<long long>(__ldcg(src.sums + e))) * (1.0f / kRouteFixedOne)
+                  : __ldcg(src.logits + e);
 }
 
 // Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
