@@ -65,7 +65,6 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-
 template <WFormat F, int CH, int CV, int PPL>
 __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLayer L, LayerPlan P) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -341,9 +340,9 @@ bool deltanet_layer_fits(const DeltaNetLayer& L) {
 }
 
 void deltanet_layer(const DeltaNetLayer& L, cudaStream_t s) {
-  check(deltanet_layer_fits(L), "CUDA deltanet_layer: the persistent layer does not take these shapes");
+  const LayerKernel kernel = layer_kernel(L);  // the caller has checked deltanet_layer_fits
+  check(kernel != nullptr, "CUDA deltanet_layer: the persistent layer does not take these shapes");
   const LayerPlan P = plan_layer(L);
-  const LayerKernel kernel = layer_kernel(L);
   PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(P.smem)));
   launch_pdl(kernel, P.blocks, kThreads, P.smem, s, L, P);
   PETREL_LAUNCHED("deltanet_layer");

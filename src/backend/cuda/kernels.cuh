@@ -267,6 +267,7 @@ struct DeltaNetLayer {
 // True where the persistent layer takes these shapes (Hopper, 4-bit weights of one layout, the
 // shared memory it needs).
 bool deltanet_layer_fits(const DeltaNetLayer& L);
+// Launches the persistent layer; deltanet_layer_fits(L) must hold.
 void deltanet_layer(const DeltaNetLayer& L, cudaStream_t s);
 // cols of RouteSums for a router, its shared-expert gate row (null: none) and the norm's weights.
 void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const float* norm, bf16* cols, int ld,
