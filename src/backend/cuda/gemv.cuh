@@ -34,10 +34,12 @@ inline bool chunked_layout(const DeviceMatrix& m) {
 }
 
 // Shared memory for `rows` staged activation rows of a `cols`-wide matrix of format f: the
-// chunks, each chunk's Σx and int8 scale, and each row's Σx² (for a staged norm).
+// chunks, each chunk's Σx and int8 scale, and (for a staged norm) each row's Σx² with the
+// per-warp parts it is summed from.
 inline size_t staged_bytes(WFormat f, int cols, int rows) {
   const int chunks = cols / chunk_weights(f);
-  return (size_t(rows) * chunks * (chunk_pitch(f) + 2) + rows) * sizeof(float);
+  return (size_t(rows) * chunks * (chunk_pitch(f) + 2) + rows + size_t(rows) * (cols / kNormWarpCols)) *
+         sizeof(float);
 }
 
 // Exact float of v < 2^23 without the quarter-rate integer-to-float conversion.
@@ -256,8 +258,9 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
 // scale d = max|x|/127: x1 = round(x/d), then the remainder's x2 = round(127·(x - d·x1)/d) (about
 // 14 bits in all, above fp16's 11). For 4-bit weights a thread's 8 values of each level are
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
-// Under a norm (cols a multiple of 256: a warp's lanes share a row) x·w is staged and each warp
-// adds its Σx² to the row's. With AHEAD the first pass takes its inputs from `ahead`.
+// Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
+// warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
+// With AHEAD the first pass takes its inputs from `ahead`.
 template <WFormat F, bool AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                      StageNorm norm, const StageInputs& ahead) {
@@ -267,10 +270,7 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
   float* sums = xs + int64_t(n) * pitch;
   float* level_scale = sums + n;
   float* row_ss = level_scale + n;
-  if (norm.w) {
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) row_ss[r] = 0.0f;
-    __syncthreads();
-  }
+  float* warp_ss = row_ss + rows;  // [rows][cols / kNormWarpCols]: warp pass q / 32's Σx²
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
@@ -281,7 +281,7 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
       ss = warp_sum(ss);
-      if (active && threadIdx.x % 32 == 0) atomicAdd(&row_ss[p / chunks], ss);
+      if (active && threadIdx.x % 32 == 0) warp_ss[q / 32] = ss;
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] *= in.w[i];
     }
@@ -320,6 +320,15 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     if (part == 0) sums[p] = sum;
   }
   __syncthreads();
+  if (norm.w) {  // the parts in a fixed order: float atomics would make the sum differ run to run
+    const int parts = cols / kNormWarpCols;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      float ss = 0.0f;
+      for (int i = 0; i < parts; ++i) ss += warp_ss[r * parts + i];
+      row_ss[r] = ss;
+    }
+    __syncthreads();
+  }
   return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 

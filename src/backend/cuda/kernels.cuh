@@ -28,7 +28,8 @@ struct StageNorm {
   const float* w = nullptr;
   float eps = 0.0f;
 };
-inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % 256 == 0 && x_stride % 8 == 0; }
+constexpr int kNormWarpCols = 256;  // a warp's 32 lanes x 8 values: one row's part of a staged norm
+inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % kNormWarpCols == 0 && x_stride % 8 == 0; }
 // Up to kMax matrices sharing one input, for one decode GEMV launch (block ranges set at launch).
 // The router's sums beside a one-token output projection. The router is linear in its normed
 // input, and the norm's rsqrt is one scalar, so logits·rms = Σ_i cols[i]·h_new[i] where cols holds
