@@ -779,23 +779,32 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
+// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
+std::unique_ptr<Backend> int4_backend(bool persistent = false) {
+  CudaOptions o;
+  o.progress = false;
+  o.weights = DeviceWeights::Int4;
+  o.persistent_layers = persistent;
+  return make_cuda_backend(o);
+}
+
+// n token ids drawn fresh each run.
+std::vector<int32_t> random_prompt(int n, int vocab) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  return ids;
+}
+
 // Two runs of the same prompt on the same weights give the same logits bit for bit: prefill and
 // 24 decode steps (recorded and replayed), 4-bit weights. A run-to-run difference anywhere (an
 // order-dependent float sum, a race) grows through the routers' discrete top-k choices.
 TEST(CudaModel, DecodeGivesTheSameBitsEveryRun) {
   REQUIRE_GPU();
   const RealShapeModel& m = model();
-  auto backend = [] {
-    CudaOptions o;
-    o.progress = false;
-    o.weights = DeviceWeights::Int4;
-    return make_cuda_backend(o);
-  };
-  auto first_backend = backend(), second_backend = backend();
+  auto first_backend = int4_backend(), second_backend = int4_backend();
   Model first(m.c, m.w, *first_backend), second(m.c, m.w, *second_backend);
-  std::mt19937 rng(std::random_device{}());
-  std::vector<int32_t> ids(7);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(m.c.vocab));
+  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
   const int V = m.c.vocab, kSteps = 24;
   auto fs = first.new_sequence(int(ids.size()) + kSteps), ss = second.new_sequence(int(ids.size()) + kSteps);
   std::vector<float> a(V), b(V);
@@ -824,18 +833,9 @@ TEST(CudaModel, DecodeGivesTheSameBitsEveryRun) {
 TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   REQUIRE_GPU();
   const RealShapeModel& m = model();
-  auto backend = [](bool persistent) {
-    CudaOptions o;
-    o.progress = false;
-    o.weights = DeviceWeights::Int4;
-    o.persistent_layers = persistent;
-    return make_cuda_backend(o);
-  };
-  auto fused_backend = backend(true), plain_backend = backend(false);
+  auto fused_backend = int4_backend(/*persistent=*/true), plain_backend = int4_backend();
   Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  std::mt19937 rng(std::random_device{}());
-  std::vector<int32_t> ids(7);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(m.c.vocab));
+  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
   const int V = m.c.vocab, kSteps = 6;
   auto fs = fused.new_sequence(int(ids.size()) + kSteps), ps = plain.new_sequence(int(ids.size()) + kSteps);
   std::vector<float> a(V), b(V);
