@@ -779,12 +779,13 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
-// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
-std::unique_ptr<Backend> int4_backend(bool persistent = false) {
+// A CUDA backend on 4-bit weights (the persistent DeltaNet layers or the fused experts where asked).
+std::unique_ptr<Backend> int4_backend(bool persistent = false, bool fused_experts = false) {
   CudaOptions o;
   o.progress = false;
   o.weights = DeviceWeights::Int4;
   o.persistent_layers = persistent;
+  o.fused_experts = fused_experts;
   return make_cuda_backend(o);
 }
 
@@ -861,6 +862,40 @@ TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
         << "step " << step << ": max |diff| " << diff;
   }
   EXPECT_TRUE(timed_fused) << "the decode step never ran the persistent layer";
+}
+
+// The fused experts kernel (gate+up and down in one launch) against the two kernels, on 4-bit
+// weights: the same device functions compute every row, so a prefill and decode steps (recorded
+// and replayed, and one timed op by op) give the same bits, in both layers' MoE blocks.
+TEST(CudaModel, FusedExpertsMatchTheTwoKernels) {
+  REQUIRE_GPU();
+  const RealShapeModel& m = model();
+  auto fused_backend = int4_backend(/*persistent=*/false, /*fused_experts=*/true), plain_backend = int4_backend();
+  Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
+  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
+  const int V = m.c.vocab, kSteps = 6;
+  auto fs = fused.new_sequence(int(ids.size()) + kSteps), ps = plain.new_sequence(int(ids.size()) + kSteps);
+  std::vector<float> a(V), b(V);
+  fused.forward(ids.data(), int(ids.size()), *fs, a.data());
+  plain.forward(ids.data(), int(ids.size()), *ps, b.data());
+  int fused_ops = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
+    std::fill(a.begin(), a.end(), std::nanf(""));
+    const bool timed = step == kSteps - 1;
+    if (timed) fused_backend->time_ops(true);
+    fused.forward(&next, 1, *fs, a.data());
+    if (timed) {
+      for (const auto& [name, us] : fused_backend->take_op_times()) fused_ops += name == "moe.experts fused + add";
+      fused_backend->time_ops(false);
+    }
+    plain.forward(&next, 1, *ps, b.data());
+    double diff = 0.0;
+    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * V), 0) << "step " << step << ": max |diff| " << diff;
+  }
+  std::printf("note: %d MoE blocks of the timed step ran fused\n", fused_ops);
+  EXPECT_GE(fused_ops, 1) << "the decode step's MoE blocks did not run fused";
 }
 
 }  // namespace

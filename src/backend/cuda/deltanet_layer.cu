@@ -12,6 +12,7 @@
 // the router sums' atomics are the slow phases), so it runs only where CudaOptions asks for it.
 #include "backend/cuda/deltanet_step.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/topk.cuh"
 
@@ -35,29 +36,6 @@ struct LayerPlan {
   int out_at = 0, cols_at = 0, keep_at = 0, sdown_at = 0, stage_at = 0;  // shared memory offsets (bytes)
   size_t smem = 0;
 };
-
-// Thread 0 waits until *c reaches `target` (polling one word with a short sleep, each read an
-// acquire), then the block goes on; what the counted blocks wrote is visible to every thread after it.
-__device__ __forceinline__ void wait_count(const int* c, int target) {
-  if (threadIdx.x == 0) {
-    int v;
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-      if (v >= target) break;
-      __nanosleep(32);
-    }
-  }
-  __syncthreads();
-}
-// Whole block, once its phase's writes are issued: counts the block in *c (a release). Copies for
-// later phases go out after it, so that the fence does not wait for them.
-__device__ __forceinline__ void signal_count(int* c) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    atomicAdd(c, 1);
-  }
-}
 
 // Each thread: `bar` counts one arrival once every cp.async this thread has issued has landed (a
 // barrier initialised for the whole block).
@@ -236,12 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     down_rows<F, PPL, kAsyncWarps>(smem, pairs, dm, n_down, P.dn_per, dn_rows, GemvOut{L.h, 0, 4, true}, dn_r0);
   }
   // The last block out leaves the counters at zero for the layer's next step.
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    if (atomicAdd(counters + kBlocksDone, 1) == P.blocks - 1)
-      for (int i = 0; i < kDeltaNetLayerCounters; ++i) counters[i] = 0;
-  }
+  reset_counts_at_exit(counters, kBlocksDone + 1);
 #endif
 }
 
