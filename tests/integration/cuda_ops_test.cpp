@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "../unit/test_util.h"
 #include "backend/cpu/cpu_backend.h"
@@ -797,104 +798,73 @@ std::vector<int32_t> random_prompt(int n, int vocab) {
   return ids;
 }
 
-// Two runs of the same prompt on the same weights give the same logits bit for bit: prefill and
-// 24 decode steps (recorded and replayed), 4-bit weights. A run-to-run difference anywhere (an
-// order-dependent float sum, a race) grows through the routers' discrete top-k choices.
+// A 7-token random prompt, then `steps` greedy decode steps (recorded and replayed; the last one
+// timed op by op on the first backend), on two models of the real shapes side by side; the
+// prefill's and each step's logits must be the same bits. Returns the op names of the timed step.
+std::vector<std::string> expect_same_bits(Model& first, Backend& first_backend, Model& second, int steps) {
+  const RealShapeModel& m = model();
+  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
+  const int V = m.c.vocab;
+  auto fs = first.new_sequence(int(ids.size()) + steps), ss = second.new_sequence(int(ids.size()) + steps);
+  std::vector<float> a(V), b(V);
+  std::vector<std::string> timed_ops;
+  for (int step = -1; step < steps; ++step) {  // -1: the prefill
+    const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
+    std::fill(a.begin(), a.end(), std::nanf(""));  // a logit left unwritten differs from the other run's
+    std::fill(b.begin(), b.end(), INFINITY);
+    const bool timed = step == steps - 1;
+    if (timed) first_backend.time_ops(true);
+    if (step < 0) {
+      first.forward(ids.data(), int(ids.size()), *fs, a.data());
+      second.forward(ids.data(), int(ids.size()), *ss, b.data());
+    } else {
+      first.forward(&next, 1, *fs, a.data());
+      second.forward(&next, 1, *ss, b.data());
+    }
+    if (timed) {
+      for (const auto& [name, us] : first_backend.take_op_times()) timed_ops.push_back(name);
+      first_backend.time_ops(false);
+    }
+    double diff = 0.0;
+    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * V), 0)
+        << (step < 0 ? std::string("prefill") : "step " + std::to_string(step)) << ": max |diff| " << diff;
+  }
+  return timed_ops;
+}
+
+// Two runs of the same prompt on the same weights give the same bits: a run-to-run difference
+// anywhere (an order-dependent float sum, a race) grows through the routers' top-k choices.
 TEST(CudaModel, DecodeGivesTheSameBitsEveryRun) {
   REQUIRE_GPU();
   const RealShapeModel& m = model();
   auto first_backend = int4_backend(), second_backend = int4_backend();
   Model first(m.c, m.w, *first_backend), second(m.c, m.w, *second_backend);
-  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
-  const int V = m.c.vocab, kSteps = 24;
-  auto fs = first.new_sequence(int(ids.size()) + kSteps), ss = second.new_sequence(int(ids.size()) + kSteps);
-  std::vector<float> a(V), b(V);
-  first.forward(ids.data(), int(ids.size()), *fs, a.data());
-  second.forward(ids.data(), int(ids.size()), *ss, b.data());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * V), 0) << "prefill";
-  int differing_steps = 0;
-  for (int step = 0; step < kSteps; ++step) {
-    const int32_t next = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-    std::fill(b.begin(), b.end(), std::nanf(""));
-    first.forward(&next, 1, *fs, a.data());
-    second.forward(&next, 1, *ss, b.data());
-    double diff = 0.0;
-    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    if (std::memcmp(a.data(), b.data(), sizeof(float) * V) != 0) {
-      ++differing_steps;
-      std::printf("note: step %d: logits differ between runs, max |diff| %.3g\n", step, diff);
-    }
-  }
-  EXPECT_EQ(differing_steps, 0) << "of " << kSteps << " decode steps";
+  expect_same_bits(first, *first_backend, second, 24);
 }
 
 // The persistent DeltaNet layer (one launch for the whole layer) against the same layer kernel by
-// kernel, both on 4-bit weights: the same device functions compute every row, so the logits of a
-// prefill and then decode steps (recorded and replayed, and one timed op by op) are the same bits.
+// kernel: the same device functions compute every row, so the logits are the same bits.
 TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   REQUIRE_GPU();
   const RealShapeModel& m = model();
   auto fused_backend = int4_backend(/*persistent=*/true), plain_backend = int4_backend();
   Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
-  const int V = m.c.vocab, kSteps = 6;
-  auto fs = fused.new_sequence(int(ids.size()) + kSteps), ps = plain.new_sequence(int(ids.size()) + kSteps);
-  std::vector<float> a(V), b(V);
-  fused.forward(ids.data(), int(ids.size()), *fs, a.data());
-  plain.forward(ids.data(), int(ids.size()), *ps, b.data());
-  bool timed_fused = false;
-  for (int step = 0; step < kSteps; ++step) {
-    const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
-    std::fill(a.begin(), a.end(), std::nanf(""));
-    const bool timed = step == kSteps - 1;  // ops one by one: the layer's states load after its wait
-    if (timed) fused_backend->time_ops(true);
-    fused.forward(&next, 1, *fs, a.data());
-    if (timed) {
-      for (const auto& [name, us] : fused_backend->take_op_times())
-        timed_fused = timed_fused || name == "deltanet layer (persistent)";
-      fused_backend->time_ops(false);
-    }
-    plain.forward(&next, 1, *ps, b.data());
-    double diff = 0.0;
-    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    // A NaN (a logit left unwritten) differs too.
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * V), 0)
-        << "step " << step << ": max |diff| " << diff;
-  }
-  EXPECT_TRUE(timed_fused) << "the decode step never ran the persistent layer";
+  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
+  EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
+      << "the decode step never ran the persistent layer";
 }
 
-// The fused experts kernel (gate+up and down in one launch) against the two kernels, on 4-bit
-// weights: the same device functions compute every row, so a prefill and decode steps (recorded
-// and replayed, and one timed op by op) give the same bits, in both layers' MoE blocks.
+// The fused experts kernel (gate+up and down in one launch) against the two kernels: the same
+// device functions compute every row, so the logits are the same bits.
 TEST(CudaModel, FusedExpertsMatchTheTwoKernels) {
   REQUIRE_GPU();
   const RealShapeModel& m = model();
   auto fused_backend = int4_backend(/*persistent=*/false, /*fused_experts=*/true), plain_backend = int4_backend();
   Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<int32_t> ids = random_prompt(7, m.c.vocab);
-  const int V = m.c.vocab, kSteps = 6;
-  auto fs = fused.new_sequence(int(ids.size()) + kSteps), ps = plain.new_sequence(int(ids.size()) + kSteps);
-  std::vector<float> a(V), b(V);
-  fused.forward(ids.data(), int(ids.size()), *fs, a.data());
-  plain.forward(ids.data(), int(ids.size()), *ps, b.data());
-  int fused_ops = 0;
-  for (int step = 0; step < kSteps; ++step) {
-    const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
-    std::fill(a.begin(), a.end(), std::nanf(""));
-    const bool timed = step == kSteps - 1;
-    if (timed) fused_backend->time_ops(true);
-    fused.forward(&next, 1, *fs, a.data());
-    if (timed) {
-      for (const auto& [name, us] : fused_backend->take_op_times()) fused_ops += name == "moe.experts fused + add";
-      fused_backend->time_ops(false);
-    }
-    plain.forward(&next, 1, *ps, b.data());
-    double diff = 0.0;
-    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * V), 0) << "step " << step << ": max |diff| " << diff;
-  }
-  std::printf("note: %d MoE blocks of the timed step ran fused\n", fused_ops);
+  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
+  const auto fused_ops = std::count(ops.begin(), ops.end(), "moe.experts fused + add");
+  std::printf("note: %d MoE blocks of the timed step ran fused\n", int(fused_ops));
   EXPECT_GE(fused_ops, 1) << "the decode step's MoE blocks did not run fused";
 }
 
