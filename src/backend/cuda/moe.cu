@@ -430,12 +430,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  ChunkX<F> xr[CPL];
-  load_lane_x(st, xr);
-  const float scale = st.row_scale(0);
-  cp_async_wait<0>();
-  __syncthreads();  // every thread's copies have landed
-  gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, n, xr, scale, act + int64_t(slot) * act_stride + r0);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per

@@ -104,12 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int down_expert = t < k ? experts[t] : 0;  // read before anything reuses the picks' memory
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + P.x_at), x, x_elem, gate.cols, 1, row0, norm, ahead);
   if (!routed && part == 0) weigh_route(pick, k, st.row_scale(0), weights);
-  ChunkX<F> xr[CPL];
-  load_lane_x(st, xr);
-  const float scale = st.row_scale(0);
-  cp_async_wait<0>();
-  __syncthreads();  // every thread's copies have landed
-  gate_up_rows<F, CPL, kAsyncWarps>(gt, ut, gm, um, gu_rows, xr, scale, act + int64_t(slot) * act_stride + gu_r0);
+  gate_up_rows_once_landed<F, CPL, kAsyncWarps>(st, gt, ut, gm, um, gu_rows, act + int64_t(slot) * act_stride + gu_r0);
   signal_count(counters);
   // The routed down rows go out now (after the count's fence, which need not wait for them), while
   // the other blocks finish their gate+up.
