@@ -218,12 +218,6 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
 #endif
 }
 
-// Rows a block of `parts` takes of `rows` (a multiple of the matrix's async row alignment).
-int rows_per_part(const DeviceMatrix& m, int rows, int parts) {
-  const int align = async_row_align(m);
-  return div_up(div_up(rows, parts), align) * align;
-}
-
 LayerPlan plan_layer(const DeltaNetLayer& L) {
   LayerPlan P;
   P.blocks = sm_count();

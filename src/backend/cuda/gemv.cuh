@@ -405,6 +405,12 @@ inline int async_row_align(const DeviceMatrix& m) {
   return m.format == WFormat::BF16 ? 1 : 8 / std::gcd(m.cols / m.group, 8);
 }
 
+// Rows a block of `parts` takes of `rows` (a multiple of the matrix's async row alignment).
+inline int rows_per_part(const DeviceMatrix& m, int rows, int parts) {
+  const int align = async_row_align(m);
+  return div_up(div_up(rows, parts), align) * align;
+}
+
 // Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
 __device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes) {
   const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);

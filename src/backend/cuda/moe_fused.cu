@@ -25,12 +25,6 @@ struct FusedPlan {
   size_t smem = 0;
 };
 
-// Rows a block of `parts` takes of `rows` (a multiple of the matrix's async row alignment).
-int rows_per_part(const DeviceMatrix& m, int rows, int parts) {
-  const int align = async_row_align(m);
-  return div_up(div_up(rows, parts), align) * align;
-}
-
 FusedPlan plan_fused(const DeviceMatrix& gate, const DeviceMatrix& down, int k) {
   FusedPlan P;
   const int blocks = sm_count(), slots = k + 1;
