@@ -22,9 +22,6 @@ struct CudaOptions {
   // shapes keep the kernel-per-op path). Off by default: measured 21% slower than the kernel
   // chain so far (docs/performance.md, session 18).
   bool persistent_layers = false;
-  // One token's MoE experts (gate+up, then down) as one launch, the phases joined by a counter
-  // (Hopper, 4-bit weights with a shared expert). Off by default until measured (session 19).
-  bool fused_experts = false;
   bool progress = true;   // upload progress bar
 };
 

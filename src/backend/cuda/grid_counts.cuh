@@ -1,7 +1,7 @@
 // Counters in global memory that join the blocks of one launch (all of them resident: a block per
 // multiprocessor) at a phase edge: each block signals once its phase's writes are issued, and a
-// block that needs them waits for the count. The persistent DeltaNet layer and the fused experts
-// kernel use them instead of kernel boundaries.
+// block that needs them waits for the count. The persistent DeltaNet layer uses them instead of
+// kernel boundaries.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 

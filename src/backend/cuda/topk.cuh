@@ -107,9 +107,8 @@ __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weigh
 // Whole block, in a routed expert block that picks the top-k itself (pick.any(), one token): the
 // top-k of the router's values; the `writer` block (block (0, 0) of a launch) also writes the ids
 // for the down kernel and, from logits, their softmax weights (from sums: weigh_route, once the
-// norm is staged). Returns the k experts by rank, in shared memory (read after this call, before
-// the next one).
-__device__ inline const int* pick_experts(const TopK& pick, int k, bool writer, int* ids, float* weights) {
+// norm is staged). Returns the expert of `slot`.
+__device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer, int* ids, float* weights) {
   __shared__ int picked[32];
   __shared__ float picked_w[32];
   const bool weigh = writer && !pick.sums;
@@ -119,11 +118,7 @@ __device__ inline const int* pick_experts(const TopK& pick, int k, bool writer, 
     ids[threadIdx.x] = picked[threadIdx.x];
     if (weigh) weights[threadIdx.x] = picked_w[threadIdx.x];
   }
-  return picked;
-}
-// pick_experts, returning the expert of `slot`.
-__device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer, int* ids, float* weights) {
-  return pick_experts(pick, k, writer, ids, weights)[slot];
+  return picked[slot];
 }
 
 // Whole block, once the norm's rsqrt (inv_rms) is staged, in a block with time to spare (a shared-
