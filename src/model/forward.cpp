@@ -40,7 +40,7 @@ void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_lo
 
 int32_t Model::forward_greedy(const int32_t* ids, int n, SequenceState& st) {
   run_chunks(ids, n, st, true, nullptr, nullptr);
-  return backend_.argmax(ws_.logits.rows_view(0, 1));
+  return backend_.greedy_token();
 }
 
 void Model::check_fits(int n, const SequenceState& st) const {
@@ -96,9 +96,16 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
   const int first = decode || all_rows ? 0 : (want_last ? T - 1 : T);
   Tensor logits = (all_rows && !decode ? all_logits_buffer() : ws_.logits).rows_view(0, T - first);
   backend_.begin_forward(ids, T, st);
-  auto ops = [&] { compute_chunk(T, StepStates{&st, nullptr}, first, logits); };
+  // The last row's argmax rides along (greedy callers read it back); a decode step always queues
+  // it, inside the ops a backend may record.
+  const auto argmax_last = [&] { backend_.queue_argmax(logits.rows_view(logits.rows - 1, 1)); };
+  auto ops = [&] {
+    compute_chunk(T, StepStates{&st, nullptr}, first, logits);
+    if (decode) argmax_last();
+  };
   if (decode) backend_.run_decode_step(st, ops);
   else ops();
+  if (!decode && want_last) argmax_last();
   st.n_past += T;
   return logits;
 }
@@ -168,10 +175,9 @@ Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepSta
   const Tensor proj_out[] = {q, k, v, gate};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
                                 A.gate.valid() ? 4 : 3);
-  backend_.qk_norm_rope(q, k, A);
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
-  if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
-  else backend_.attention(q, k, v, gate_or_null, layer, *st.chunk, attn);
+  if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, A, layer, st.rows, attn);
+  else backend_.attention(q, k, v, gate_or_null, A, layer, *st.chunk, attn);
   return {attn, &A.o};
 }
 

@@ -24,14 +24,14 @@ class CpuBackend final : public Backend {
   void from_host(const float* src, Tensor t) override;
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
   void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override;
-  int32_t argmax(const Tensor& logits) override;
+  void queue_argmax(const Tensor& logits) override;
+  int32_t greedy_token() override { return greedy_; }
 
   void embed(const Matrix& table, Tensor out) override;
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override;
   void linear(const Tensor& x, const Matrix& w, Tensor out) override;
   void add(Tensor h, const Tensor& a) override;
-  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+  void attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
                  SequenceState& st, Tensor out) override;
   void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
                 int layer, SequenceState& st, Tensor out) override;
@@ -40,12 +40,14 @@ class CpuBackend final : public Backend {
 
  private:
   void use_threads() const;
+  // Per-head RMSNorm of q and k, then NeoX RoPE; row t at position n_past + t.
+  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int n_past) const;
 
   int threads_;
   ModelConfig config_;
   std::deque<std::vector<float>> buffers_;
   std::vector<int32_t> ids_;        // staged by begin_forward / begin_batch
-  std::vector<int> positions_;      // of each staged row
+  int32_t greedy_ = -1;             // the last queued argmax
 };
 
 }  // namespace petrel

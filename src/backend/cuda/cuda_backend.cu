@@ -218,8 +218,10 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaStreamSynchronize(stream_));
   }
 
+  // stage_ids has waited for any replay still reading the pinned inputs, the token's number among them.
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override {
     stage_ids(ids, n);
+    token_->advance();
     *h_pos_ = st.n_past;
     batch_ = false;
   }
@@ -270,12 +272,18 @@ class CudaBackend final : public Backend {
   }
   std::vector<std::pair<std::string, double>> take_op_times() override { return timer_.take(stream_); }
 
-  int32_t argmax(const Tensor& logits) override {
-    check(logits.elem_size == 4, "argmax needs fp32 logits");
+  // Inside a recorded step the post reads the sequence number begin_forward staged for the replay.
+  void queue_argmax(const Tensor& logits) override {
+    check(logits.elem_size == 4 && logits.rows == 1, "argmax needs one row of fp32 logits");
     const cuda::TimedOp timed(timer_, stream_, "argmax");
-    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr, token_->next(),
-                 stream_);
-    return token_->wait(stream_);
+    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr,
+                 token_->current(capturing()), stream_);
+  }
+
+  int32_t greedy_token() override {
+    const int32_t token = token_->wait(stream_);
+    token_read_ = true;
+    return token;
   }
 
   std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
@@ -350,23 +358,13 @@ class CudaBackend final : public Backend {
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
 
-  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
-    const ModelConfig& c = c_;
-    const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
-    if (!batch_) return qk_norm_rope_at(q, k, w, d_pos_);
-    check(q.rows == n_tokens_, "CUDA qk_norm_rope: a batched step's q must have one row per sequence");
-    cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
-                            weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
-                            d_row_pos_, stream_);
-  }
-
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
-                 Tensor out) override {
+  void attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
+                 SequenceState& st, Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    attention_at(q, k, v, gate, layer, st, out, d_pos_);
+    attention_at(q, k, v, gate, w, layer, st, out, d_pos_);
   }
 
-  void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+  void attention_batch(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
                        SequenceState* const* seqs, Tensor out) override {
     const ModelConfig& c = c_;
     const int B = int(q.rows);
@@ -382,11 +380,15 @@ class CudaBackend final : public Backend {
     // partial records hold that many.
     const int splits = attention_splits(B);
     if (cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
-      cuda::attention_appending(bf(q), q.stride, B, {bf(k), bf(v), k.stride}, nullptr, nullptr, c.n_heads,
-                                c.n_kv_heads, c.head_dim, nullptr, rows, /*keys_settled=*/false, splits, attn_partial_,
-                                gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
+      const cuda::QkNorm norm = appending_norm(w);
+      if (!norm.q_w) qk_norm_rope_rows(q, k, w);
+      cuda::attention_appending(bf(q), q.stride, B, {bf(k), bf(v), k.stride, norm}, nullptr, nullptr,
+                                c.n_heads, c.n_kv_heads, c.head_dim, nullptr, rows, /*keys_settled=*/false, splits,
+                                attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride,
+                                stream_);
       return;
     }
+    qk_norm_rope_rows(q, k, w);
     cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
     cuda::attention_rows(bf(q), q.stride, B, rows, c.n_heads, c.n_kv_heads, c.head_dim, splits, attn_partial_,
                          gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
@@ -685,11 +687,15 @@ class CudaBackend final : public Backend {
   void stage_ids(const int32_t* ids, int n) {
     check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
                                 std::to_string(max_tokens_));
-    // The previous chunk's copies, or a replayed step's embed, may still read the pinned inputs:
-    // wait only then (not in a decode loop: a step's token is posted after its graph has ended).
-    const cudaError_t read = cudaEventQuery(inputs_read_);
-    if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
-    else PETREL_CUDA(read);
+    // The previous chunk's copies, or a replayed step, may still read the pinned inputs: wait only
+    // then. Not in a decode loop: a posted token means every kernel before its post has ended, and a
+    // sampler's token is posted after the step's graph.
+    if (!token_read_) {
+      const cudaError_t read = cudaEventQuery(inputs_read_);
+      if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
+      else PETREL_CUDA(read);
+    }
+    token_read_ = false;
     for (int t = 0; t < n; ++t) {
       check(ids[t] >= 0 && ids[t] < c_.vocab, "token id " + std::to_string(ids[t]) + " at position " +
                                                   std::to_string(t) + " is outside the vocabulary (0.." +
@@ -699,7 +705,22 @@ class CudaBackend final : public Backend {
     n_tokens_ = n;
   }
 
-  // qk_norm_rope with row t of q and k at position *pos0 + t.
+  // The per-head norms and RoPE for the appending attention kernel to apply, where it can; else none
+  // (the caller runs them first).
+  cuda::QkNorm appending_norm(const AttentionWeights& w) const {
+    if (!cuda::rope_in_lanes(c_.rotary_dim)) return {};
+    return {weights_->vec(w.q_norm), weights_->vec(w.k_norm), c_.rms_eps, c_.rotary_dim, c_.rope_theta};
+  }
+
+  // The per-head q and k norms and RoPE of a batched step, row t at its sequence's position.
+  void qk_norm_rope_rows(Tensor q, Tensor k, const AttentionWeights& w) {
+    const ModelConfig& c = c_;
+    cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
+                            weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
+                            d_row_pos_, stream_);
+  }
+
+  // The per-head q and k norms and RoPE with row t of q and k at position *pos0 + t.
   void qk_norm_rope_at(Tensor q, Tensor k, const AttentionWeights& w, const int* pos0) {
     const ModelConfig& c = c_;
     check(q.rows == k.rows, "CUDA qk_norm_rope: q and k must have the same rows");
@@ -716,7 +737,7 @@ class CudaBackend final : public Backend {
   }
 
   // attention with row t of q at position *pos0 + t of `st` (the device copy of st.n_past).
-  void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+  void attention_at(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
                     SequenceState& st, Tensor out, const int* pos0) {
     auto& s = dynamic_cast<CudaSequence&>(st);
     const ModelConfig& c = c_;
@@ -726,12 +747,16 @@ class CudaBackend final : public Backend {
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
     const int splits = attention_splits(T);
     if (T == 1 && cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
-      cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride}, s.k[layer], s.v[layer], c.n_heads,
+      const cuda::QkNorm norm = appending_norm(w);
+      if (!norm.q_w) qk_norm_rope_at(q, k, w, pos0);
+      cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride, norm}, s.k[layer], s.v[layer],
+                                c.n_heads,
                                 c.n_kv_heads, c.head_dim, pos0, cuda::KvRows{}, /*keys_settled=*/capturing(), splits,
                                 attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride,
                                 stream_);
       return;
     }
+    qk_norm_rope_at(q, k, w, pos0);
     cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
     cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0,
                     /*keys_settled=*/capturing(), splits, attn_partial_, gate ? bf(*gate) : nullptr,
@@ -794,6 +819,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr;
   std::unique_ptr<cuda::TokenMailbox> token_;  // where argmax posts the greedy token
+  bool token_read_ = false;  // greedy_token has read the token of the chunk staged last
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)

@@ -133,14 +133,28 @@ void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int wid
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s);
-// A step's new keys and values (q and k already normed and rotated) for the split-K kernels to
-// append themselves: the block whose key range ends with a row's new key writes it to the cache
-// and into its own key tile. Every query row adds exactly one key (one token, or a batched step's
-// rows).
+// The per-head RMSNorm weights of q and k and the RoPE (qk_norm_rope's) that the appending
+// attention applies itself to the raw projections; q_w null: q and k come normed and rotated.
+struct QkNorm {
+  const float* q_w = nullptr;
+  const float* k_w = nullptr;
+  float eps = 0.0f;
+  int rotary = 0;
+  float theta = 0.0f;
+};
+// True where a lane holding elements lane + 32·i of a head holds both halves of each of its rotary
+// pairs (rotary / 2 a whole number of slots): the appending attention can then apply QkNorm.
+inline bool rope_in_lanes(int rotary) { return rotary % 64 == 0; }
+// A step's new keys and values for the split-K kernels to append themselves: the block whose key
+// range ends with a row's new key writes it to the cache and into its own key tile. Every query
+// row adds exactly one key (one token, or a batched step's rows). With norm.q_w, every block
+// normalises and rotates the queries it reads and the appending block the new key, which saves
+// a launch between the projections and attention.
 struct NewKv {
   const bf16* k = nullptr;
   const bf16* v = nullptr;
   int64_t stride = 0;  // of k and v rows
+  QkNorm norm;
 };
 // True where the split-K kernels append the new keys themselves (NewKv) for this shape.
 bool attention_appends(const bf16* q, int64_t q_stride, int Hq, int Hkv, int D);
@@ -305,6 +319,7 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
 struct TokenPost {
   unsigned long long* word = nullptr;
   unsigned int seq = 0;
+  const unsigned int* seq_at = nullptr;  // set: the number is read here (a recorded kernel's post)
 };
 // The host end of a TokenPost: a copy and a stream sync per token cost more than the host spinning
 // on the word's sequence number.
@@ -316,12 +331,18 @@ class TokenMailbox {
   TokenMailbox& operator=(const TokenMailbox&) = delete;
   // The post of the next token: a fresh sequence number.
   TokenPost next();
-  // Spins until the token of the last next() is posted. A stream error (its kernel then never
-  // posts) throws: the stream is queried every so often while spinning.
+  // A fresh sequence number, also written to mapped memory, where the post recorded() gives (a
+  // kernel recorded once in a graph, replayed every step) reads it.
+  void advance();
+  // recorded: the post whose kernel reads the number advance() staged; else the number by value.
+  TokenPost current(bool recorded) const;
+  // Spins until the token of the last next() or advance() is posted. A stream error (its kernel
+  // then never posts) throws: the stream is queried every so often while spinning.
   int32_t wait(cudaStream_t s) const;
 
  private:
   unsigned long long *host_ = nullptr, *device_ = nullptr;
+  unsigned int *host_seq_ = nullptr, *device_seq_ = nullptr;  // mapped: advance()'s number
   unsigned int seq_ = 0;
 };
 

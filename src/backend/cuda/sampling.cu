@@ -48,7 +48,8 @@ __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, 
 
 // One system-scope 8-byte store: the host sees the token and its sequence number together.
 __device__ __forceinline__ void post_token(TokenPost post, int token) {
-  const unsigned long long word = static_cast<unsigned long long>(post.seq) << 32 | static_cast<unsigned int>(token);
+  const unsigned int seq = post.seq_at ? *static_cast<const volatile unsigned int*>(post.seq_at) : post.seq;
+  const unsigned long long word = static_cast<unsigned long long>(seq) << 32 | static_cast<unsigned int>(token);
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(post.word), "l"(word) : "memory");
 }
 
@@ -278,11 +279,23 @@ TokenMailbox::TokenMailbox() {
   PETREL_CUDA(cudaHostAlloc(&host_, sizeof(*host_), cudaHostAllocMapped));
   *host_ = 0;  // sequence numbers start at 1
   PETREL_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+  PETREL_CUDA(cudaHostAlloc(&host_seq_, sizeof(*host_seq_), cudaHostAllocMapped));
+  *host_seq_ = 0;
+  PETREL_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_seq_), host_seq_, 0));
 }
 
-TokenMailbox::~TokenMailbox() { cudaFreeHost(host_); }
+TokenMailbox::~TokenMailbox() {
+  cudaFreeHost(host_);
+  cudaFreeHost(host_seq_);
+}
 
 TokenPost TokenMailbox::next() { return {device_, ++seq_}; }
+
+void TokenMailbox::advance() { *static_cast<volatile unsigned int*>(host_seq_) = ++seq_; }
+
+TokenPost TokenMailbox::current(bool recorded) const {
+  return recorded ? TokenPost{device_, 0, device_seq_} : TokenPost{device_, seq_};
+}
 
 int32_t TokenMailbox::wait(cudaStream_t s) const {
   constexpr unsigned kSpinsPerQuery = 1024;  // tens of microseconds; a step takes a millisecond or more
