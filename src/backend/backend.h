@@ -78,7 +78,7 @@ class Backend {
   virtual void begin_forward(const int32_t* ids, int n, const SequenceState& st) = 0;
   // Stages one decode step over B sequences with one new token each: row b is ids[b] at position
   // seqs[b]->n_past. Row-wise ops (embed, norms, linear, mlp, moe) then run over the B rows at
-  // once; the *_batch ops use each row's own position and state.
+  // once; qk_norm_rope uses each row's position, and the *_batch ops each row's own state.
   virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) = 0;
   // Runs the device work of one decode step. A backend may record it on the first call for `st`
   // and replay the recording afterwards (CUDA graphs), so `ops` must issue the same op sequence
@@ -153,13 +153,13 @@ class Backend {
                                   const DeltaNetScratch& /*scratch*/, SequenceState& /*st*/) {
     return false;
   }
-  // Attention layer `layer` from its raw projections: per-head RMSNorm of q and k over head_dim
-  // (w.q_norm, w.k_norm), NeoX RoPE on their first rotary_dim dims at positions st.n_past..; then
-  // k, v appended to the layer's cache and causal GQA attention of q over the whole cache; out =
-  // softmax(q·kᵀ/√D)·v, times sigmoid(gate) when gate is given. q and k may be overwritten. One op,
-  // so that a backend can normalise inside the attention kernel.
-  virtual void attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
-                         int layer, SequenceState& st, Tensor out) = 0;
+  // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
+  // staged positions.
+  virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;
+  // Appends k, v to attention layer `layer`'s cache at st.n_past.., then causal GQA attention of q
+  // over the whole cache; out = softmax(q·kᵀ/√D)·v, times sigmoid(gate) when gate is given.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                         SequenceState& st, Tensor out) = 0;
   // Gated DeltaNet mixer up to (not including) out_proj: causal conv + SiLU over qkv (continuing the
   // conv state), L2-normed q/k, gates β=σ(b), g=-exp(A_log)·softplus(a+dt_bias), the delta rule on
   // the fp32 state (chunked form for T>1, recurrent for T=1), then gated RMSNorm with z.
@@ -168,11 +168,11 @@ class Backend {
   // attention() for a step staged by begin_batch: row b appends to and attends over seqs[b]'s cache.
   // The default runs the single-sequence op on each row (right where that op reads positions from
   // its state, as the CPU does).
-  virtual void attention_batch(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
-                               int layer, SequenceState* const* seqs, Tensor out) {
+  virtual void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                               SequenceState* const* seqs, Tensor out) {
     for (int64_t r = 0; r < q.rows; ++r) {
       const Tensor gate_row = gate ? gate->rows_view(r, 1) : Tensor{};
-      attention(q.rows_view(r, 1), k.rows_view(r, 1), v.rows_view(r, 1), gate ? &gate_row : nullptr, w, layer,
+      attention(q.rows_view(r, 1), k.rows_view(r, 1), v.rows_view(r, 1), gate ? &gate_row : nullptr, layer,
                 *seqs[r], out.rows_view(r, 1));
     }
   }

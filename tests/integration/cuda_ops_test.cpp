@@ -449,9 +449,11 @@ void attention_chunks(Pair& p, int layer, const std::vector<int>& chunks) {
     stage(ids, *cs, *gs, p);
     Input q(T, q_width, 10 + T, 1.0f, false, p), k(T, kv_width, 20 + T, 1.0f, false, p);
     Input v(T, kv_width, 30 + T, 1.0f, false, p), g(T, q_width, 40 + T, 1.0f, false, p);
+    p.cpu.qk_norm_rope(q.cpu, k.cpu, A);
+    p.gpu->qk_norm_rope(q.gpu, k.gpu, A);
     Output out(T, q_width, false, p);
-    p.cpu.attention(q.cpu, k.cpu, v.cpu, c.attn_output_gate ? &g.cpu : nullptr, A, layer, *cs, out.cpu);
-    p.gpu->attention(q.gpu, k.gpu, v.gpu, c.attn_output_gate ? &g.gpu : nullptr, A, layer, *gs, out.gpu);
+    p.cpu.attention(q.cpu, k.cpu, v.cpu, c.attn_output_gate ? &g.cpu : nullptr, layer, *cs, out.cpu);
+    p.gpu->attention(q.gpu, k.gpu, v.gpu, c.attn_output_gate ? &g.gpu : nullptr, layer, *gs, out.gpu);
     EXPECT_LT(out.rel_error(), kAttentionTol) << "head_dim " << c.head_dim << ", T=" << T << " at position "
                                               << cs->n_past;
     cs->n_past += T;
@@ -549,15 +551,16 @@ TEST(CudaOps, DecodeStepsAppendingTheirKeysMatchAChunk) {
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
   for (int context : {300, 12300}) {
     auto steps = p.gpu->new_sequence(context + 8), chunk = p.gpu->new_sequence(context + 8);
-    // T tokens of `s` through attention; q and k get the raw projections again (a chunk's norm
-    // rewrites them).
+    // T tokens of `s` through qk_norm_rope and attention; q and k get the raw projections again
+    // (the norm rewrites them).
     auto run = [&](SequenceState& s, int T, Input& q, Input& k, Input& v, Input& g, Tensor out) {
       std::vector<int32_t> ids(size_t(T), 1);
       p.gpu->begin_forward(ids.data(), T, s);
       p.gpu->embed(p.m.w.embed, p.gpu->alloc(T, c.hidden));
       p.gpu->from_host(q.host.data(), q.gpu);
       p.gpu->from_host(k.host.data(), k.gpu);
-      p.gpu->attention(q.gpu, k.gpu, v.gpu, &g.gpu, A, layer, s, out);
+      p.gpu->qk_norm_rope(q.gpu, k.gpu, A);
+      p.gpu->attention(q.gpu, k.gpu, v.gpu, &g.gpu, layer, s, out);
       s.n_past += T;
     };
     for (int done = 0; done < context;) {  // the same prefix in both
@@ -597,14 +600,15 @@ void gpu_prefill(SequenceState& st, int T, uint64_t seed) {
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
   Input q(T, q_width, seed), k(T, kv_width, seed + 1), v(T, kv_width, seed + 2), g(T, q_width, seed + 3);
   Tensor attn = gpu.alloc(T, q_width);
-  gpu.attention(q.gpu, k.gpu, v.gpu, &g.gpu, m.w.layers[1].attn, 1, st, attn);
+  gpu.qk_norm_rope(q.gpu, k.gpu, m.w.layers[1].attn);
+  gpu.attention(q.gpu, k.gpu, v.gpu, &g.gpu, 1, st, attn);
   Input qkv(T, c.gdn_conv_channels(), seed + 4), z(T, c.gdn_value_dim(), seed + 5);
   Input b(T, c.lin_v_heads, seed + 6, 1.0f, true), a(T, c.lin_v_heads, seed + 7, 1.0f, true);
   gpu.deltanet(qkv.gpu, z.gpu, b.gpu, a.gpu, m.w.layers[0].gdn, 0, st, gpu.alloc(T, c.gdn_value_dim()));
   st.n_past += T;
 }
 
-// A batched decode step's per-sequence ops (attention with its q/k norms, DeltaNet: one launch each for
+// A batched decode step's per-sequence ops (qk_norm_rope, attention, DeltaNet: one launch each for
 // all rows, states through the step's pointer table) against the same rows run one sequence at a
 // time: six sequences at different positions, batched in an order other than the one they were
 // created in, over two steps (the second reads the states the first wrote). The same kernel code
@@ -635,14 +639,16 @@ TEST(CudaOps, BatchedDecodeOpsEqualOneSequenceAtATime) {
     for (int s : order) states.push_back(batched[size_t(s)].get());
     gpu.begin_batch(ids.data(), states.data(), B);
     gpu.embed(m.w.embed, gpu.alloc(B, c.hidden));
-    gpu.attention_batch(q.gpu, k.gpu, v.gpu, &g.gpu, m.w.layers[1].attn, 1, states.data(), attn.gpu);
+    gpu.qk_norm_rope(q.gpu, k.gpu, m.w.layers[1].attn);
+    gpu.attention_batch(q.gpu, k.gpu, v.gpu, &g.gpu, 1, states.data(), attn.gpu);
     gpu.deltanet_batch(qkv.gpu, z.gpu, b.gpu, a.gpu, m.w.layers[0].gdn, 0, states.data(), gdn.gpu);
     for (int r = 0; r < B; ++r) {
       SequenceState& st = *alone[size_t(order[size_t(r)])];
       gpu.begin_forward(ids.data(), 1, st);
       gpu.embed(m.w.embed, gpu.alloc(1, c.hidden));
       const Tensor g_row = g.gpu.rows_view(r, 1);
-      gpu.attention(q1.rows_view(r, 1), k1.rows_view(r, 1), v.gpu.rows_view(r, 1), &g_row, m.w.layers[1].attn, 1, st,
+      gpu.qk_norm_rope(q1.rows_view(r, 1), k1.rows_view(r, 1), m.w.layers[1].attn);
+      gpu.attention(q1.rows_view(r, 1), k1.rows_view(r, 1), v.gpu.rows_view(r, 1), &g_row, 1, st,
                     attn1.gpu.rows_view(r, 1));
       gpu.deltanet(qkv.gpu.rows_view(r, 1), z.gpu.rows_view(r, 1), b.gpu.rows_view(r, 1), a.gpu.rows_view(r, 1),
                    m.w.layers[0].gdn, 0, st, gdn1.gpu.rows_view(r, 1));
@@ -651,6 +657,8 @@ TEST(CudaOps, BatchedDecodeOpsEqualOneSequenceAtATime) {
       batched[size_t(s)]->n_past += 1;
       alone[size_t(s)]->n_past += 1;
     }
+    EXPECT_EQ(gpu_values(q.gpu), gpu_values(q1)) << "q after norm and RoPE";
+    EXPECT_EQ(gpu_values(k.gpu), gpu_values(k1)) << "k after norm and RoPE";
     EXPECT_EQ(gpu_values(attn.gpu), gpu_values(attn1.gpu)) << "attention";
     EXPECT_EQ(gpu_values(gdn.gpu), gpu_values(gdn1.gpu)) << "DeltaNet";
     const std::vector<float> out = gpu_values(gdn.gpu);

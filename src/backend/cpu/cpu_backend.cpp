@@ -96,15 +96,18 @@ void CpuBackend::from_host(const float* src, Tensor t) {
   for (int64_t r = 0; r < t.rows; ++r) std::memcpy(row(t, r), src + r * t.cols, sizeof(float) * t.cols);
 }
 
-// Positions come from each op's sequence state (n_past): the CPU ops run one sequence at a time.
-void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& /*st*/) {
+void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& st) {
   use_threads();
   ids_.assign(ids, ids + n);
+  positions_.resize(size_t(n));
+  std::iota(positions_.begin(), positions_.end(), st.n_past);
 }
 
-void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* /*seqs*/, int B) {
+void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) {
   use_threads();
   ids_.assign(ids, ids + B);
+  positions_.resize(size_t(B));
+  for (int b = 0; b < B; ++b) positions_[size_t(b)] = seqs[b]->n_past;
 }
 
 void CpuBackend::queue_argmax(const Tensor& logits) {
@@ -139,11 +142,11 @@ void CpuBackend::add(Tensor h, const Tensor& a) {
   }
 }
 
-void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int n_past) const {
+void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) {
   const ModelConfig& c = config_;
   const int D = c.head_dim;
   for (int64_t t = 0; t < q.rows; ++t) {
-    const int pos = n_past + int(t);
+    const int pos = positions_[size_t(t)];
     for (int h = 0; h < c.n_heads; ++h) {
       float* qh = row(q, t) + h * D;
       cpu::rms_norm(qh, w.q_norm.data(), D, c.rms_eps, qh);
@@ -157,15 +160,14 @@ void CpuBackend::qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int
   }
 }
 
-void CpuBackend::attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
-                           int layer, SequenceState& st, Tensor out) {
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
+                           SequenceState& st, Tensor out) {
   auto& s = dynamic_cast<CpuSequence&>(st);
   const ModelConfig& c = config_;
   const int T = int(q.rows);
   const int64_t kv_width = int64_t(c.n_kv_heads) * c.head_dim;
   check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
                                           " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
-  qk_norm_rope(q, k, w, st.n_past);
   auto& kc = s.k[layer];
   auto& vc = s.v[layer];
   kc.resize(size_t(st.n_past + T) * kv_width);

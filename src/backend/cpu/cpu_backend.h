@@ -31,7 +31,8 @@ class CpuBackend final : public Backend {
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override;
   void linear(const Tensor& x, const Matrix& w, Tensor out) override;
   void add(Tensor h, const Tensor& a) override;
-  void attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
+  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                  SequenceState& st, Tensor out) override;
   void deltanet(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
                 int layer, SequenceState& st, Tensor out) override;
@@ -40,13 +41,12 @@ class CpuBackend final : public Backend {
 
  private:
   void use_threads() const;
-  // Per-head RMSNorm of q and k, then NeoX RoPE; row t at position n_past + t.
-  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w, int n_past) const;
 
   int threads_;
   ModelConfig config_;
   std::deque<std::vector<float>> buffers_;
   std::vector<int32_t> ids_;        // staged by begin_forward / begin_batch
+  std::vector<int> positions_;      // of each staged row
   int32_t greedy_ = -1;             // the last queued argmax
 };
 

@@ -5,7 +5,6 @@
 // does not cover.
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/qk_norm_rope.cuh"
 
 #include <type_traits>
 
@@ -242,8 +241,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
                                  const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv) {
   constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
-  // Q [16][D], then 2 stages of K, V [kMmaKeys][D], then (with fresh_kv.norm.q_w) the new key's row
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
@@ -281,16 +279,6 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
   const int copy_limit = fresh ? first_new : end;
   uint4 nk = make_uint4(0, 0, 0, 0), nv = nk;  // warp 0 of the appending range: chunk `lane` of the new key, value
-  // With norm.q_w, the norm weights and the lane's rotary angles before the wait (the position is
-  // staged): once their SM frees, the blocks start only around the projections' end.
-  const QkNorm& norm = fresh_kv.norm;
-  constexpr int PER = D / 32;
-  float wq[PER], wk[PER], cs[PER / 2], sn[PER / 2];
-  if (norm.q_w) {
-    load_head_slice(norm.q_w, D, wq, lane);
-    load_head_slice(norm.k_w, D, wk, lane);
-    rope_lane_angles<PER>(norm.rotary, norm.theta, float(n_keys - 1), lane, cs, sn);
-  }
   fetch_first_tiles(settled, first_new, copy_limit, issue, [&](int tile, int from) {
     if (!fresh) copy_rest(tile, from);
   });
@@ -302,57 +290,21 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
       *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(r, 8 * lane)) = nv;
     }
   };
-  // Element e of a lane's slots (e = lane + 32·i) in row r of the swizzled Q tile.
-  auto q_at = [&](int r, int e) { return reinterpret_cast<bf16*>(smem + swz<D>(r, 8 * (e / 8))) + e % 8; };
-  if (norm.q_w) {
-    // Warp w: query heads w, w + kMmaWarps, .. of the group (and warp 0 of the appending range the
-    // new key), their values loaded in one round trip, then normed and rotated in registers.
-    constexpr int kHeadsPerWarp = 16 / kMmaWarps;
-    float vq[kHeadsPerWarp][PER], vk[PER];
-#pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; ++i)
-      if (warp + kMmaWarps * i < G)
-        load_head_slice(q + t * q_stride + int64_t(kvh * G + warp + kMmaWarps * i) * D, D, vq[i], lane);
-    if (appends && warp == 0) {
-      load_head_slice(fresh_kv.k + t * fresh_kv.stride + int64_t(kvh) * D, D, vk, lane);
-      const int64_t src = t * fresh_kv.stride + int64_t(kvh) * D + 8 * lane, at = first_new * kv_stride + 8 * lane;
-      if (lane < chunks) nv = *reinterpret_cast<const uint4*>(fresh_kv.v + src);
-      norm_rope_lane(vk, wk, D, norm.eps, norm.rotary, cs, sn);
-      bf16* key_row = reinterpret_cast<bf16*>(smem + 16 * D * 2 + 4 * tile_bytes);  // lanes' slots to chunks
-#pragma unroll
-      for (int i = 0; i < PER; ++i) key_row[lane + 32 * i] = __float2bfloat16(vk[i]);
-      __syncwarp();
-      if (lane < chunks) {
-        nk = reinterpret_cast<const uint4*>(key_row)[lane];
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(kh) + at) = nk;
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(vh) + at) = nv;
-      }
-      if (last_tile < 2) place_new(last_tile);
+  if (appends && warp == 0) {
+    const int64_t src = t * fresh_kv.stride + int64_t(kvh) * D + 8 * lane, at = first_new * kv_stride + 8 * lane;
+    if (lane < chunks) {
+      nk = *reinterpret_cast<const uint4*>(fresh_kv.k + src);
+      nv = *reinterpret_cast<const uint4*>(fresh_kv.v + src);
+      *reinterpret_cast<uint4*>(const_cast<bf16*>(kh) + at) = nk;
+      *reinterpret_cast<uint4*>(const_cast<bf16*>(vh) + at) = nv;
     }
-#pragma unroll
-    for (int i = 0; i < kHeadsPerWarp; ++i) {  // Q: the group's heads, then zero rows
-      const int r = warp + kMmaWarps * i;
-      if (r < G) norm_rope_lane(vq[i], wq, D, norm.eps, norm.rotary, cs, sn);
-#pragma unroll
-      for (int s = 0; s < PER; ++s) *q_at(r, lane + 32 * s) = __float2bfloat16(r < G ? vq[i][s] : 0.0f);
-    }
-  } else {
-    if (appends && warp == 0) {
-      const int64_t src = t * fresh_kv.stride + int64_t(kvh) * D + 8 * lane, at = first_new * kv_stride + 8 * lane;
-      if (lane < chunks) {
-        nk = *reinterpret_cast<const uint4*>(fresh_kv.k + src);
-        nv = *reinterpret_cast<const uint4*>(fresh_kv.v + src);
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(kh) + at) = nk;
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(vh) + at) = nv;
-      }
-      if (last_tile < 2) place_new(last_tile);
-    }
-    for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
-      const int r = i / chunks, c = 8 * (i % chunks);
-      const uint4 v = r < G ? *reinterpret_cast<const uint4*>(q + t * q_stride + int64_t(kvh * G + r) * D + c)
-                            : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(smem + swz<D>(r, c)) = v;
-    }
+    if (last_tile < 2) place_new(last_tile);
+  }
+  for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
+    const int r = i / chunks, c = 8 * (i % chunks);
+    const uint4 v = r < G ? *reinterpret_cast<const uint4*>(q + t * q_stride + int64_t(kvh * G + r) * D + c)
+                          : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(smem + swz<D>(r, c)) = v;
   }
   const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
   float o[NT][4] = {};
@@ -449,8 +401,7 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
   if constexpr (D >= 64) {
     on_tensor_cores = Hq / Hkv <= 16 && aligned;
     if (on_tensor_cores) {
-      const size_t key_row = fresh.norm.q_w ? D * sizeof(bf16) : 0;
-      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16) + key_row, one_wave);
+      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
       allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
       launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
                  Hq, Hkv, pos0, rows, settled, partial, fresh);

@@ -358,13 +358,23 @@ class CudaBackend final : public Backend {
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
 
-  void attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
-                 SequenceState& st, Tensor out) override {
-    const cuda::TimedOp timed(timer_, stream_, "attention");
-    attention_at(q, k, v, gate, w, layer, st, out, d_pos_);
+  void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) override {
+    const ModelConfig& c = c_;
+    const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
+    if (!batch_) return qk_norm_rope_at(q, k, w, d_pos_);
+    check(q.rows == n_tokens_, "CUDA qk_norm_rope: a batched step's q must have one row per sequence");
+    cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
+                            weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
+                            d_row_pos_, stream_);
   }
 
-  void attention_batch(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
+                 Tensor out) override {
+    const cuda::TimedOp timed(timer_, stream_, "attention");
+    attention_at(q, k, v, gate, layer, st, out, d_pos_);
+  }
+
+  void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                        SequenceState* const* seqs, Tensor out) override {
     const ModelConfig& c = c_;
     const int B = int(q.rows);
@@ -380,15 +390,11 @@ class CudaBackend final : public Backend {
     // partial records hold that many.
     const int splits = attention_splits(B);
     if (cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
-      const cuda::QkNorm norm = appending_norm(w);
-      if (!norm.q_w) qk_norm_rope_rows(q, k, w);
-      cuda::attention_appending(bf(q), q.stride, B, {bf(k), bf(v), k.stride, norm}, nullptr, nullptr,
-                                c.n_heads, c.n_kv_heads, c.head_dim, nullptr, rows, /*keys_settled=*/false, splits,
-                                attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride,
-                                stream_);
+      cuda::attention_appending(bf(q), q.stride, B, {bf(k), bf(v), k.stride}, nullptr, nullptr, c.n_heads,
+                                c.n_kv_heads, c.head_dim, nullptr, rows, /*keys_settled=*/false, splits, attn_partial_,
+                                gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
       return;
     }
-    qk_norm_rope_rows(q, k, w);
     cuda::kv_append_rows(bf(k), bf(v), k.stride, B, c.n_kv_heads * c.head_dim, rows, stream_);
     cuda::attention_rows(bf(q), q.stride, B, rows, c.n_heads, c.n_kv_heads, c.head_dim, splits, attn_partial_,
                          gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride, stream_);
@@ -705,22 +711,7 @@ class CudaBackend final : public Backend {
     n_tokens_ = n;
   }
 
-  // The per-head norms and RoPE for the appending attention kernel to apply, where it can; else none
-  // (the caller runs them first).
-  cuda::QkNorm appending_norm(const AttentionWeights& w) const {
-    if (!cuda::rope_in_lanes(c_.rotary_dim)) return {};
-    return {weights_->vec(w.q_norm), weights_->vec(w.k_norm), c_.rms_eps, c_.rotary_dim, c_.rope_theta};
-  }
-
-  // The per-head q and k norms and RoPE of a batched step, row t at its sequence's position.
-  void qk_norm_rope_rows(Tensor q, Tensor k, const AttentionWeights& w) {
-    const ModelConfig& c = c_;
-    cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
-                            weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
-                            d_row_pos_, stream_);
-  }
-
-  // The per-head q and k norms and RoPE with row t of q and k at position *pos0 + t.
+  // qk_norm_rope with row t of q and k at position *pos0 + t.
   void qk_norm_rope_at(Tensor q, Tensor k, const AttentionWeights& w, const int* pos0) {
     const ModelConfig& c = c_;
     check(q.rows == k.rows, "CUDA qk_norm_rope: q and k must have the same rows");
@@ -737,7 +728,7 @@ class CudaBackend final : public Backend {
   }
 
   // attention with row t of q at position *pos0 + t of `st` (the device copy of st.n_past).
-  void attention_at(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w, int layer,
+  void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                     SequenceState& st, Tensor out, const int* pos0) {
     auto& s = dynamic_cast<CudaSequence&>(st);
     const ModelConfig& c = c_;
@@ -747,16 +738,12 @@ class CudaBackend final : public Backend {
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
     const int splits = attention_splits(T);
     if (T == 1 && cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
-      const cuda::QkNorm norm = appending_norm(w);
-      if (!norm.q_w) qk_norm_rope_at(q, k, w, pos0);
-      cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride, norm}, s.k[layer], s.v[layer],
-                                c.n_heads,
+      cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride}, s.k[layer], s.v[layer], c.n_heads,
                                 c.n_kv_heads, c.head_dim, pos0, cuda::KvRows{}, /*keys_settled=*/capturing(), splits,
                                 attn_partial_, gate ? bf(*gate) : nullptr, gate ? gate->stride : 0, bf(out), out.stride,
                                 stream_);
       return;
     }
-    qk_norm_rope_at(q, k, w, pos0);
     cuda::kv_append(bf(k), bf(v), k.stride, T, c.n_kv_heads * c.head_dim, s.k[layer], s.v[layer], pos0, stream_);
     cuda::attention(bf(q), q.stride, T, s.k[layer], s.v[layer], c.n_heads, c.n_kv_heads, c.head_dim, pos0,
                     /*keys_settled=*/capturing(), splits, attn_partial_, gate ? bf(*gate) : nullptr,

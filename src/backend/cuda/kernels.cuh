@@ -133,28 +133,14 @@ void kv_append_rows(const bf16* k, const bf16* v, int64_t stride, int B, int wid
 void attention_rows(const bf16* q, int64_t q_stride, int B, const KvRows& rows, int Hq, int Hkv, int D, int splits,
                     float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                     cudaStream_t s);
-// The per-head RMSNorm weights of q and k and the RoPE (qk_norm_rope's) that the appending
-// attention applies itself to the raw projections; q_w null: q and k come normed and rotated.
-struct QkNorm {
-  const float* q_w = nullptr;
-  const float* k_w = nullptr;
-  float eps = 0.0f;
-  int rotary = 0;
-  float theta = 0.0f;
-};
-// True where a lane holding elements lane + 32·i of a head holds both halves of each of its rotary
-// pairs (rotary / 2 a whole number of slots): the appending attention can then apply QkNorm.
-inline bool rope_in_lanes(int rotary) { return rotary % 64 == 0; }
-// A step's new keys and values for the split-K kernels to append themselves: the block whose key
-// range ends with a row's new key writes it to the cache and into its own key tile. Every query
-// row adds exactly one key (one token, or a batched step's rows). With norm.q_w, every block
-// normalises and rotates the queries it reads and the appending block the new key, which saves
-// a launch between the projections and attention.
+// A step's new keys and values (q and k already normed and rotated) for the split-K kernels to
+// append themselves: the block whose key range ends with a row's new key writes it to the cache
+// and into its own key tile. Every query row adds exactly one key (one token, or a batched step's
+// rows).
 struct NewKv {
   const bf16* k = nullptr;
   const bf16* v = nullptr;
   int64_t stride = 0;  // of k and v rows
-  QkNorm norm;
 };
 // True where the split-K kernels append the new keys themselves (NewKv) for this shape.
 bool attention_appends(const bf16* q, int64_t q_stride, int Hq, int Hkv, int D);
@@ -331,7 +317,7 @@ class TokenMailbox {
   TokenMailbox& operator=(const TokenMailbox&) = delete;
   // The post of the next token: a fresh sequence number.
   TokenPost next();
-  // A fresh sequence number, also written to mapped memory, where the post recorded() gives (a
+  // A fresh sequence number, also written to mapped memory, where the post current(true) gives (a
   // kernel recorded once in a graph, replayed every step) reads it.
   void advance();
   // recorded: the post whose kernel reads the number advance() staged; else the number by value.
