@@ -97,7 +97,8 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
   Tensor logits = (all_rows && !decode ? all_logits_buffer() : ws_.logits).rows_view(0, T - first);
   backend_.begin_forward(ids, T, st);
   // The last row's argmax rides along (greedy callers read it back); a decode step always queues
-  // it, inside the ops a backend may record.
+  // it, inside the ops a backend may record, so one recording serves greedy and sampling callers
+  // alike (a sampled step pays the unread argmax: a few microseconds).
   const auto argmax_last = [&] { backend_.queue_argmax(logits.rows_view(logits.rows - 1, 1)); };
   auto ops = [&] {
     compute_chunk(T, StepStates{&st, nullptr}, first, logits);
