@@ -133,9 +133,10 @@ bool fit_side_by_side(const cuda::KernelRecord& a, const cuda::KernelRecord& b) 
 // overlap their predecessor (they start early and wait), so each kernel is charged the time from
 // the end of everything before it to its own end: the part of the step it alone accounts for. The
 // rest of the step is idle time between kernels (launch gaps that fusion or PDL would remove).
-nlohmann::json graph_kernels(Model& model, int vocab) {
+// The steps follow a prompt of `context` tokens (at least 16).
+nlohmann::json graph_kernels(Model& model, int vocab, int context) {
   constexpr int kSteps = 16;
-  const std::vector<int32_t> prompt = tokens(16, vocab);
+  const std::vector<int32_t> prompt = tokens(std::max(context, 16), vocab);
   auto seq = model.new_sequence(int(prompt.size()) + kSteps + 8);
   int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
   for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // capture the graph first
@@ -177,7 +178,8 @@ nlohmann::json graph_kernels(Model& model, int vocab) {
                         {"shared_kb", r.shared_bytes / 1024.0},
                         {"fits_beside_previous", i > 0 && fit_side_by_side(records[i - 1], r)}});
   }
-  return {{"kernels", rows},
+  return {{"context", context},
+          {"kernels", rows},
           {"timeline", timeline},
           {"step_us", wall / 1e3 / kSteps},
           {"busy_us", busy / 1e3 / kSteps},
@@ -185,8 +187,9 @@ nlohmann::json graph_kernels(Model& model, int vocab) {
 }
 
 void print_graph_kernels(const nlohmann::json& g) {
-  std::printf("\ndecode step in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n",
-              g["step_us"].get<double>(), g["busy_us"].get<double>(),
+  std::printf("\ndecode step at context %d in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, "
+              "%.0f launches\n",
+              g["context"].get<int>(), g["step_us"].get<double>(), g["busy_us"].get<double>(),
               g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
   for (const auto& r : g["kernels"])
     std::printf("  %-44s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 44).c_str(),
@@ -325,7 +328,10 @@ void run(const Args& a) {
     out["breakdown"] = op_breakdown(model, *backend, config.vocab, T);
     if (cuda::KernelTrace::available() && a.graphs) {
       try {  // profiling may be refused (e.g. a sandboxed driver): keep the other figures
-        out["breakdown"]["graph"] = graph_kernels(model, config.vocab);
+        // One trace per decode context ("graph": the first one's), to see what a long context adds.
+        for (int ctx : parse_ids(a.contexts, "--decode-context"))
+          out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
+        out["breakdown"]["graph"] = out["breakdown"]["graphs"][0];
       } catch (const Error& e) {
         out["breakdown"]["graph_error"] = e.what();
       }
@@ -360,7 +366,8 @@ void run(const Args& a) {
     print_op_rows(batch.c_str(), out["breakdown"]["batch"]);
     const std::string title = "prefill of " + std::to_string(out["breakdown"]["prefill_tokens"].get<int>()) + " tokens";
     print_op_rows(title.c_str(), out["breakdown"]["prefill"]);
-    if (out["breakdown"].contains("graph")) print_graph_kernels(out["breakdown"]["graph"]);
+    if (out["breakdown"].contains("graphs"))
+      for (const auto& g : out["breakdown"]["graphs"]) print_graph_kernels(g);
     if (out["breakdown"].contains("graph_error"))
       std::printf("\nkernels of the replayed graph: not measured (%s)\n",
                   out["breakdown"]["graph_error"].get<std::string>().c_str());
@@ -386,7 +393,9 @@ void add(CLI::App& app) {
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "
                   "(128-token prompts, 128 tokens each)");
-  cmd->add_flag("--breakdown", a.breakdown, "Device time per op of one decode step and of the longest prefill (ops timed one by one)");
+  cmd->add_flag("--breakdown", a.breakdown,
+                "Device time per op of one decode step and of the longest prefill (ops timed one by one), "
+                "and a replayed decode step's kernels at each decode context");
   cmd->callback([] { run(a); });
 }
 

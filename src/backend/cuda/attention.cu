@@ -344,13 +344,69 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     for (int e = 0; e < 2; ++e) rec[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][e];
 }
 
-constexpr int kCombineGroup = 16;  // key ranges whose records one combine thread loads at once
+// The merge of `used` key ranges' records (m, l, then D elements) for element i of a head: the
+// weighted sum of the ranges' elements over the sum of their weights l·exp(m - max m). Latency
+// decides the combine's time, so each form issues its loads together.
+
+// Up to kFewRanges (a short context): each thread loads every range's (m, l) and weighs them itself.
+constexpr int kFewRanges = 16;
+template <int D>
+__device__ __forceinline__ float merge_few_ranges(const float* base, int used, int i) {
+  float m[kFewRanges], l[kFewRanges], a[kFewRanges];
+#pragma unroll
+  for (int u = 0; u < kFewRanges; ++u) {
+    const float* rec = base + u * (D + 2);
+    const bool in = u < used;
+    m[u] = in ? rec[0] : -INFINITY;
+    l[u] = in ? rec[1] : 0.0f;
+    a[u] = in ? rec[2 + i] : 0.0f;
+  }
+  float M = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kFewRanges; ++u) M = fmaxf(M, m[u]);
+  float L = 0.0f, acc = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kFewRanges; ++u) {
+    const float c = u < used ? __expf(m[u] - M) : 0.0f;
+    L += l[u] * c;
+    acc += a[u] * c;
+  }
+  return acc / L;
+}
+
+// Up to kMaxSplits (a long context): one round trip where groups of kFewRanges took four. Each
+// thread loads its element of every range; lane r of each warp ranges r and r + 32's (m, l), from
+// which the warp finds the maximum, each range's weight and their sum without a barrier.
+static_assert(kMaxSplits <= 64, "merge_many_ranges: two ranges a lane");
+template <int D>
+__device__ __forceinline__ float merge_many_ranges(const float* base, int used, int i) {
+  const int lane = i % 32;
+  float a[kMaxSplits];
+#pragma unroll
+  for (int u = 0; u < kMaxSplits; ++u) a[u] = u < used ? base[u * (D + 2) + 2 + i] : 0.0f;
+  float m[2], l[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int r = lane + 32 * j;
+    m[j] = r < used ? base[r * (D + 2)] : -INFINITY;
+    l[j] = r < used ? base[r * (D + 2) + 1] : 0.0f;
+  }
+  const float M = warp_max(fmaxf(m[0], m[1]));
+  float c[2];  // the weight exp(m - M) of lane r's ranges (0 past the ranges in use)
+#pragma unroll
+  for (int j = 0; j < 2; ++j) c[j] = lane + 32 * j < used ? __expf(m[j] - M) : 0.0f;
+  const float L = warp_sum(l[0] * c[0] + l[1] * c[1]);
+  float acc = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kMaxSplits; ++u)
+    if (u < used) acc += a[u] * __shfl_sync(0xffffffffu, c[u / 32], u % 32);
+  return acc / L;
+}
 
 // grid (T, Hq), a thread per head dimension: merges the ranges in use, normalises, applies the
-// sigmoid output gate. Latency decides its time: a thread issues the loads of kCombineGroup
-// records' (m, l, its element) together, one round trip per group (one in all for up to 16 ranges).
+// sigmoid output gate. The form is uniform over the block (`used` is the row's).
 template <int PER>
-__global__ void attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows,
+__global__ void __launch_bounds__(32 * PER) attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows,
                                          const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride) {
   pdl_enter();
   constexpr int D = PER * 32;
@@ -359,32 +415,8 @@ __global__ void attention_combine_kernel(const float* partial, int Hq, int split
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
   const int64_t col = int64_t(h) * D + i;
   const float g = gate ? sigmoidf_(__bfloat162float(gate[t * gate_stride + col])) : 1.0f;
-  float M = -INFINITY, L = 0.0f, acc = 0.0f;  // running max, weight sum and element over the groups so far
-  for (int s0 = 0; s0 < used; s0 += kCombineGroup) {
-    float m[kCombineGroup], l[kCombineGroup], a[kCombineGroup];
-#pragma unroll
-    for (int u = 0; u < kCombineGroup; ++u) {
-      const float* rec = base + (s0 + u) * (D + 2);
-      const bool in = s0 + u < used;
-      m[u] = in ? rec[0] : -INFINITY;
-      l[u] = in ? rec[1] : 0.0f;
-      a[u] = in ? rec[2 + i] : 0.0f;
-    }
-    float M_new = M;
-#pragma unroll
-    for (int u = 0; u < kCombineGroup; ++u) M_new = fmaxf(M_new, m[u]);
-    const float carry = M == -INFINITY ? 0.0f : __expf(M - M_new);
-    L *= carry;
-    acc *= carry;
-#pragma unroll
-    for (int u = 0; u < kCombineGroup; ++u) {
-      const float c = m[u] == -INFINITY ? 0.0f : __expf(m[u] - M_new);  // slots past the ranges in use
-      L += l[u] * c;
-      acc += a[u] * c;
-    }
-    M = M_new;
-  }
-  out[t * out_stride + col] = __float2bfloat16(acc / L * g);
+  const float o = used <= kFewRanges ? merge_few_ranges<D>(base, used, i) : merge_many_ranges<D>(base, used, i);
+  out[t * out_stride + col] = __float2bfloat16(o * g);
 }
 
 template <int PER>
