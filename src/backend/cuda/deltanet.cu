@@ -3,6 +3,7 @@
 // reference's (backend/cpu/deltanet.cpp, model-spec.md §2.5 and §3).
 #include "backend/cuda/deltanet_step.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -286,19 +287,32 @@ __global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int
 }
 
 constexpr int kStateCols = 32;     // value columns per block of the state kernel: one per lane
-constexpr int kStateWarps = 16;    // warp w owns chunk rows and state rows w, w + 16, ...
+constexpr int kStateWarps = 16;    // warp w owns chunk rows w, w + 16, ... and a run of state rows
 
 template <int DK>
 struct StateSmem {
   float S[DK][kStateCols];
-  float W[kChunk][DK + 4], Q[kChunk][DK + 4];  // rows read as float4
-  float KT[DK][kChunk + 4];                    // K transposed (its decay is applied to Δ)
+  float W[kChunk][DK + 4], Q[kChunk][DK + 4], K[kChunk][DK + 4];  // rows of 16-byte copies, read as float4
   float QK[kChunk][kChunk + 4];
   float D[kChunk][kStateCols];  // U, then Δ
   float decay[2][kChunk];
 };
 
-// grid (Hv, ceil(dv/32)), 512 threads: lane = value column, warp w owns rows w, w+16, ...
+// Whole block: starts copying `rows` rows of `width` floats (a multiple of 4, 16-byte aligned) from
+// src (rows `stride` floats apart) to dst (rows `pitch` floats apart), zeros for rows >= valid.
+__device__ __forceinline__ void copy_tile_async(float* dst, int pitch, const float* src, int64_t stride, int rows,
+                                                int width, int valid) {
+  const int per_row = width / 4;
+  for (int x = threadIdx.x; x < rows * per_row; x += blockDim.x) {
+    const int t = x / per_row, i = 4 * (x % per_row);
+    cp_async16(smem_addr(dst + t * pitch + i), src + (t < valid ? t : 0) * stride + i, t < valid);
+  }
+}
+
+// grid (Hv, ceil(dv/32)), 512 threads: lane = value column, warp w owns chunk rows w, w+16, ...
+// The chunks run in order; each chunk's tiles are copied in one round trip (cp.async, all at
+// once: loads looping through registers took a round trip each, ~20 a chunk), W and Q while the
+// chunk before still runs its second half.
 template <int DK>
 __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetShape d, int T, const float* q, const float* k,
                                                           const float* scratch, float* state, float* out) {
@@ -310,40 +324,35 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
   const int j = blockIdx.x, col0 = blockIdx.y * kStateCols, kh = j / (d.Hv / d.Hk);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const bool col_ok = col0 + lane < d.dv;
+  const int64_t qk_stride = int64_t(d.Hk) * DK;  // floats between two tokens' q (or k) rows
   float* Sg = state + int64_t(j) * DK * d.dv;
 #pragma unroll
   for (int r = 0; r < kStateRows; ++r) {
     const int i = warp + kStateWarps * r;
     sm.S[i][lane] = col_ok ? Sg[int64_t(i) * d.dv + col0 + lane] : 0.0f;
   }
+  auto copy_w_q = [&](int c) {
+    const int c0 = c * kChunk;
+    copy_tile_async(&sm.W[0][0], DK + 4, sc.w + (int64_t(c) * d.Hv + j) * kChunk * DK, DK, kChunk, DK, kChunk);
+    copy_tile_async(&sm.Q[0][0], DK + 4, q + int64_t(c0) * qk_stride + kh * DK, qk_stride, kChunk, DK,
+                    min(kChunk, T - c0));
+    cp_async_commit();
+  };
+  copy_w_q(0);
   for (int c = 0; c < chunks; ++c) {
     const int c0 = c * kChunk, L = min(kChunk, T - c0);
     const int64_t head = int64_t(c) * d.Hv + j;
-    __syncthreads();  // the previous chunk is done with every tile
-    if (tid < 2 * kChunk) sm.decay[tid / kChunk][tid % kChunk] = sc.decay[head * 2 * kChunk + tid];
-    const float* Wg = sc.w + head * kChunk * DK;
-    const float* QKg = sc.qk + head * kChunk * kChunk;
-    for (int x = tid; x < kChunk * DK / 4; x += blockDim.x) {
-      const int t = x / (DK / 4), i = 4 * (x % (DK / 4));
-      *reinterpret_cast<float4*>(&sm.W[t][i]) = reinterpret_cast<const float4*>(Wg)[x];
-      const int64_t src = (int64_t(c0 + t) * d.Hk + kh) * DK + i;
-      *reinterpret_cast<float4*>(&sm.Q[t][i]) =
-          t < L ? *reinterpret_cast<const float4*>(q + src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    for (int x = tid; x < kChunk * kChunk / 4; x += blockDim.x) {
-      const int t = x / (kChunk / 4), u = 4 * (x % (kChunk / 4));
-      *reinterpret_cast<float4*>(&sm.QK[t][u]) = reinterpret_cast<const float4*>(QKg)[x];
-    }
-    const float* Ug = sc.u + head * kChunk * d.dv;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = warp + kStateWarps * r;
-      sm.D[t][lane] = col_ok ? Ug[t * d.dv + col0 + lane] : 0.0f;
-    }
-    for (int x = tid; x < kChunk * DK; x += blockDim.x) {
-      const int u = x / DK, i = x % DK;
-      sm.KT[i][u] = u < L ? k[(int64_t(c0 + u) * d.Hk + kh) * DK + i] : 0.0f;
-    }
+    __syncthreads();  // the previous chunk is done with QK, D, K and decay
+    copy_tile_async(&sm.decay[0][0], 2 * kChunk, sc.decay + head * 2 * kChunk, 0, 1, 2 * kChunk, 1);
+    copy_tile_async(&sm.QK[0][0], kChunk + 4, sc.qk + head * kChunk * kChunk, kChunk, kChunk, kChunk, kChunk);
+    copy_tile_async(&sm.K[0][0], DK + 4, k + int64_t(c0) * qk_stride + kh * DK, qk_stride, kChunk, DK, L);
+    if (col0 + kStateCols <= d.dv)
+      copy_tile_async(&sm.D[0][0], kStateCols, sc.u + head * kChunk * d.dv + col0, d.dv, kChunk, kStateCols, kChunk);
+    else  // a partial column block (dv not a multiple of 32)
+      for (int t = warp; t < kChunk; t += kStateWarps)
+        sm.D[t][lane] = col_ok ? sc.u[(head * kChunk + t) * d.dv + col0 + lane] : 0.0f;
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
 
     // Δ = U − W S, and the part of O that comes from the state before this chunk.
@@ -364,9 +373,10 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
       sm.D[t][lane] -= dacc[r];
       oacc[r] *= sm.decay[0][t];
     }
-    __syncthreads();
+    __syncthreads();  // W and Q are read: the next chunk's land in them during the rest
+    if (c + 1 < chunks) copy_w_q(c + 1);
 
-    // O += QK Δ (QK is zero above the diagonal), then S ← e^{γ_L} S + KT Δ.
+    // O += QK Δ (QK is zero above the diagonal), then S ← e^{γ_L} S + Kᵀ Δ.
     for (int u = 0; u < kChunk; u += 4) {
       const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
 #pragma unroll
@@ -380,22 +390,32 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
       const int t = warp + kStateWarps * r;
       if (t < L && col_ok) out[(int64_t(c0 + t) * d.Hv + j) * d.dv + col0 + lane] = oacc[r];
     }
-    // Scale Δ's rows by e^{γ_L−γ_u} once (this thread's column only), instead of every K entry.
+    // Δ's rows scaled by e^{γ_L−γ_u} once (this thread's column only), instead of every K entry;
+    // the warp's state rows i0.. are contiguous, so each token's K entries for them are float4s.
     const float chunk_decay = sm.decay[0][L - 1];
+    const int i0 = warp * kStateRows;
     float sacc[kStateRows];
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[warp + kStateWarps * r][lane] * chunk_decay;
-    for (int u = 0; u < kChunk; u += 4) {
-      const float d0 = sm.D[u][lane] * sm.decay[1][u], d1 = sm.D[u + 1][lane] * sm.decay[1][u + 1];
-      const float d2 = sm.D[u + 2][lane] * sm.decay[1][u + 2], d3 = sm.D[u + 3][lane] * sm.decay[1][u + 3];
+    for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[i0 + r][lane] * chunk_decay;
+    for (int u = 0; u < kChunk; ++u) {
+      const float du = sm.D[u][lane] * sm.decay[1][u];
+      const float* kr = &sm.K[u][i0];
+      if constexpr (kStateRows % 4 == 0) {
 #pragma unroll
-      for (int r = 0; r < kStateRows; ++r) {
-        const float4 kt = *reinterpret_cast<const float4*>(&sm.KT[warp + kStateWarps * r][u]);
-        sacc[r] += kt.x * d0 + kt.y * d1 + kt.z * d2 + kt.w * d3;
+        for (int r = 0; r < kStateRows; r += 4) {
+          const float4 kv = *reinterpret_cast<const float4*>(kr + r);
+          sacc[r] += kv.x * du;
+          sacc[r + 1] += kv.y * du;
+          sacc[r + 2] += kv.z * du;
+          sacc[r + 3] += kv.w * du;
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < kStateRows; ++r) sacc[r] += kr[r] * du;
       }
     }
 #pragma unroll
-    for (int r = 0; r < kStateRows; ++r) sm.S[warp + kStateWarps * r][lane] = sacc[r];
+    for (int r = 0; r < kStateRows; ++r) sm.S[i0 + r][lane] = sacc[r];
   }
   __syncthreads();
 #pragma unroll
@@ -417,6 +437,10 @@ void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const f
 template <int DK>
 void launch_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
                         float* state, float* out, cudaStream_t s) {
+  check(d.dv % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(k) % 16 == 0 &&
+            reinterpret_cast<uintptr_t>(scratch) % 16 == 0,
+        "CUDA DeltaNet prefill: value head dim " + std::to_string(d.dv) +
+            " must be a multiple of 4 and q, k, scratch 16-byte aligned (the chunk tiles are 16-byte copies)");
   allow_dynamic_smem<chunk_state_kernel<DK>>(sizeof(StateSmem<DK>));
   chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 32 * kStateWarps, sizeof(StateSmem<DK>), s>>>(
       d, T, q, k, scratch, state, out);
