@@ -406,8 +406,9 @@ __device__ __forceinline__ float merge_many_ranges(const float* base, int used, 
 // grid (T, Hq), a thread per head dimension: merges the ranges in use, normalises, applies the
 // sigmoid output gate. The form is uniform over the block (`used` is the row's).
 template <int PER>
-__global__ void __launch_bounds__(32 * PER) attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows,
-                                         const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride) {
+__global__ void __launch_bounds__(32 * PER)
+    attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows, const bf16* gate,
+                             int64_t gate_stride, bf16* out, int64_t out_stride) {
   pdl_enter();
   constexpr int D = PER * 32;
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
