@@ -68,10 +68,13 @@ if "breakdown" in d:
         print(f"  {name}, ops timed one by one: {total:.0f} us")
         for r in rows[:14]:
             print(f"    {r['op']:28s} {r['us']:9.1f} us {100 * r['us'] / total:5.1f}%")
-    if "graph" in b:
-        g = b["graph"]
-        print(f"  decode step in a replayed graph: {g['step_us']:.0f} us, kernels busy {g['busy_us']:.0f} us, "
-              f"idle {g['step_us'] - g['busy_us']:.0f} us, {g['launches']:.0f} launches")
+    for g in b.get("graphs", [])[1:]:  # the other contexts' steps in one line each
+        print(f"  decode step at context {g['context']} in a replayed graph: {g['step_us']:.0f} us, "
+              f"kernels busy {g['busy_us']:.0f} us")
+    if b.get("graphs"):
+        g = b["graphs"][0]
+        print(f"  decode step at context {g['context']} in a replayed graph: {g['step_us']:.0f} us, "
+              f"kernels busy {g['busy_us']:.0f} us, idle {g['step_us'] - g['busy_us']:.0f} us, {g['launches']:.0f} launches")
         print("    (per kernel: its share of the step's critical path)")
         for r in g["kernels"][:18]:
             print(f"    {r['kernel'][:48]:48s} {r['us']:8.1f} us x{r['launches']:.0f}")

@@ -328,10 +328,9 @@ void run(const Args& a) {
     out["breakdown"] = op_breakdown(model, *backend, config.vocab, T);
     if (cuda::KernelTrace::available() && a.graphs) {
       try {  // profiling may be refused (e.g. a sandboxed driver): keep the other figures
-        // One trace per decode context ("graph": the first one's), to see what a long context adds.
+        // One trace per decode context, to see what a long context adds.
         for (int ctx : parse_ids(a.contexts, "--decode-context"))
           out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
-        out["breakdown"]["graph"] = out["breakdown"]["graphs"][0];
       } catch (const Error& e) {
         out["breakdown"]["graph_error"] = e.what();
       }
