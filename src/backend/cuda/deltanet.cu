@@ -437,10 +437,10 @@ void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const f
 template <int DK>
 void launch_chunk_state(const DeltaNetShape& d, int T, const float* q, const float* k, const float* scratch,
                         float* state, float* out, cudaStream_t s) {
-  check(d.dv % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(k) % 16 == 0 &&
-            reinterpret_cast<uintptr_t>(scratch) % 16 == 0,
-        "CUDA DeltaNet prefill: value head dim " + std::to_string(d.dv) +
-            " must be a multiple of 4 and q, k, scratch 16-byte aligned (the chunk tiles are 16-byte copies)");
+  if (d.dv % 4 != 0 || reinterpret_cast<uintptr_t>(q) % 16 || reinterpret_cast<uintptr_t>(k) % 16 ||
+      reinterpret_cast<uintptr_t>(scratch) % 16)  // the message built only on failure: this runs every layer
+    throw Error("CUDA DeltaNet prefill: value head dim " + std::to_string(d.dv) +
+                " must be a multiple of 4 and q, k, scratch 16-byte aligned (the chunk tiles are 16-byte copies)");
   allow_dynamic_smem<chunk_state_kernel<DK>>(sizeof(StateSmem<DK>));
   chunk_state_kernel<DK><<<dim3(d.Hv, div_up(d.dv, kStateCols)), 32 * kStateWarps, sizeof(StateSmem<DK>), s>>>(
       d, T, q, k, scratch, state, out);
