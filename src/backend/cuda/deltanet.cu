@@ -289,13 +289,16 @@ __global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int
 constexpr int kStateCols = 32;     // value columns per block of the state kernel: one per lane
 constexpr int kStateWarps = 16;    // warp w owns chunk rows w, w + 16, ... and a run of state rows
 
+// K, QK, U and the decays are read until a chunk's end, so they have two buffers (chunk c's in
+// c % 2): the next chunk's land while this one runs. W and Q, read in its first half, have one.
 template <int DK>
 struct StateSmem {
   float S[DK][kStateCols];
-  float W[kChunk][DK + 4], Q[kChunk][DK + 4], K[kChunk][DK + 4];  // rows of 16-byte copies, read as float4
-  float QK[kChunk][kChunk + 4];
-  float D[kChunk][kStateCols];  // U, then Δ
-  float decay[2][kChunk];
+  float W[kChunk][DK + 4], Q[kChunk][DK + 4];  // rows of 16-byte copies, read as float4
+  float K[2][kChunk][DK + 4];
+  float QK[2][kChunk][kChunk + 4];
+  float D[2][kChunk][kStateCols];  // U, then Δ
+  float decay[2][2][kChunk];
 };
 
 // Whole block: starts copying `rows` rows of `width` floats (a multiple of 4, 16-byte aligned) from
@@ -310,9 +313,9 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int pitch, const flo
 }
 
 // grid (Hv, ceil(dv/32)), 512 threads: lane = value column, warp w owns chunk rows w, w+16, ...
-// The chunks run in order; each chunk's tiles are copied in one round trip (cp.async, all at
-// once: loads looping through registers took a round trip each, ~20 a chunk), W and Q while the
-// chunk before still runs its second half.
+// The chunks run in order; their tiles are copied by cp.async, all at once (loads looping through
+// registers took a round trip each, ~20 a chunk) and ahead: K, QK, U and the decays of the next
+// chunk while this one runs, W and Q once its first half has read them.
 template <int DK>
 __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetShape d, int T, const float* q, const float* k,
                                                           const float* scratch, float* state, float* out) {
@@ -338,22 +341,39 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
                     min(kChunk, T - c0));
     cp_async_commit();
   };
+  const bool whole_cols = col0 + kStateCols <= d.dv;
+  // Chunk c's K, QK, U (where the block's columns are whole) and decays into buffer c % 2; one copy
+  // group, empty past the last chunk, so that the wait counts stay fixed.
+  auto copy_rest = [&](int c) {
+    if (c < chunks) {
+      const int c0 = c * kChunk, b = c % 2;
+      const int64_t head = int64_t(c) * d.Hv + j;
+      copy_tile_async(&sm.decay[b][0][0], 2 * kChunk, sc.decay + head * 2 * kChunk, 0, 1, 2 * kChunk, 1);
+      copy_tile_async(&sm.QK[b][0][0], kChunk + 4, sc.qk + head * kChunk * kChunk, kChunk, kChunk, kChunk, kChunk);
+      copy_tile_async(&sm.K[b][0][0], DK + 4, k + int64_t(c0) * qk_stride + kh * DK, qk_stride, kChunk, DK,
+                      min(kChunk, T - c0));
+      if (whole_cols)
+        copy_tile_async(&sm.D[b][0][0], kStateCols, sc.u + head * kChunk * d.dv + col0, d.dv, kChunk, kStateCols,
+                        kChunk);
+    }
+    cp_async_commit();
+  };
+  copy_rest(0);
   copy_w_q(0);
   for (int c = 0; c < chunks; ++c) {
-    const int c0 = c * kChunk, L = min(kChunk, T - c0);
+    const int c0 = c * kChunk, L = min(kChunk, T - c0), b = c % 2;
     const int64_t head = int64_t(c) * d.Hv + j;
-    __syncthreads();  // the previous chunk is done with QK, D, K and decay
-    copy_tile_async(&sm.decay[0][0], 2 * kChunk, sc.decay + head * 2 * kChunk, 0, 1, 2 * kChunk, 1);
-    copy_tile_async(&sm.QK[0][0], kChunk + 4, sc.qk + head * kChunk * kChunk, kChunk, kChunk, kChunk, kChunk);
-    copy_tile_async(&sm.K[0][0], DK + 4, k + int64_t(c0) * qk_stride + kh * DK, qk_stride, kChunk, DK, L);
-    if (col0 + kStateCols <= d.dv)
-      copy_tile_async(&sm.D[0][0], kStateCols, sc.u + head * kChunk * d.dv + col0, d.dv, kChunk, kStateCols, kChunk);
-    else  // a partial column block (dv not a multiple of 32)
+    __syncthreads();  // the previous chunk is done with buffer (c + 1) % 2
+    copy_rest(c + 1);
+    if (!whole_cols)  // a partial column block (dv not a multiple of 32): U by plain loads
       for (int t = warp; t < kChunk; t += kStateWarps)
-        sm.D[t][lane] = col_ok ? sc.u[(head * kChunk + t) * d.dv + col0 + lane] : 0.0f;
-    cp_async_commit();
-    cp_async_wait<0>();
+        sm.D[b][t][lane] = col_ok ? sc.u[(head * kChunk + t) * d.dv + col0 + lane] : 0.0f;
+    cp_async_wait<1>();  // all but the next chunk's copies
     __syncthreads();
+    auto& K = sm.K[b];
+    auto& QK = sm.QK[b];
+    auto& D = sm.D[b];
+    auto& decay = sm.decay[b];
 
     // Δ = U − W S, and the part of O that comes from the state before this chunk.
     float dacc[kRows] = {}, oacc[kRows] = {};
@@ -370,18 +390,18 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int t = warp + kStateWarps * r;
-      sm.D[t][lane] -= dacc[r];
-      oacc[r] *= sm.decay[0][t];
+      D[t][lane] -= dacc[r];
+      oacc[r] *= decay[0][t];
     }
     __syncthreads();  // W and Q are read: the next chunk's land in them during the rest
     if (c + 1 < chunks) copy_w_q(c + 1);
 
     // O += QK Δ (QK is zero above the diagonal), then S ← e^{γ_L} S + Kᵀ Δ.
     for (int u = 0; u < kChunk; u += 4) {
-      const float d0 = sm.D[u][lane], d1 = sm.D[u + 1][lane], d2 = sm.D[u + 2][lane], d3 = sm.D[u + 3][lane];
+      const float d0 = D[u][lane], d1 = D[u + 1][lane], d2 = D[u + 2][lane], d3 = D[u + 3][lane];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 a = *reinterpret_cast<const float4*>(&sm.QK[warp + kStateWarps * r][u]);
+        const float4 a = *reinterpret_cast<const float4*>(&QK[warp + kStateWarps * r][u]);
         oacc[r] += a.x * d0 + a.y * d1 + a.z * d2 + a.w * d3;
       }
     }
@@ -392,14 +412,14 @@ __global__ void __launch_bounds__(32 * kStateWarps) chunk_state_kernel(DeltaNetS
     }
     // Δ's rows scaled by e^{γ_L−γ_u} once (this thread's column only), instead of every K entry;
     // the warp's state rows i0.. are contiguous, so each token's K entries for them are float4s.
-    const float chunk_decay = sm.decay[0][L - 1];
+    const float chunk_decay = decay[0][L - 1];
     const int i0 = warp * kStateRows;
     float sacc[kStateRows];
 #pragma unroll
     for (int r = 0; r < kStateRows; ++r) sacc[r] = sm.S[i0 + r][lane] * chunk_decay;
     for (int u = 0; u < kChunk; ++u) {
-      const float du = sm.D[u][lane] * sm.decay[1][u];
-      const float* kr = &sm.K[u][i0];
+      const float du = D[u][lane] * decay[1][u];
+      const float* kr = &K[u][i0];
       if constexpr (kStateRows % 4 == 0) {
 #pragma unroll
         for (int r = 0; r < kStateRows; r += 4) {
