@@ -12,9 +12,12 @@
 //                (warp_sum4: 7 shuffles for four rows instead of 20; linear.cu's tile_pair_rows_x1
 //                since session 14);
 //  - one-level:  as kernel with the activations' first int8 level only (half the dp4a): what the
-//                second level costs, and the error it removes (printed against kernel's values).
-// Prints the median over blocks of ns per 32-row tile and each variant's largest deviation from
-// kernel's outputs. Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
+//                second level costs, and the error it removes (printed against kernel's values);
+//  - mma:        the same rows on the tensor cores (mma m16n8k32, 4-bit codes as u8 times the
+//                activations' int8 levels), in its own layout (mma_kernel below): what a one-token
+//                GEMV's dots could cost there (session 23: dots twice as fast would be worth ~5%).
+// Prints the median over blocks of ns per 32-row tile, each variant's largest deviation from
+// kernel's outputs, and kernel's and mma's largest error against an exact (fp64) product. Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/dot_rates.
 #include <cuda_runtime.h>
 
@@ -35,6 +38,7 @@ constexpr int kChunks = kCols / 32, kGroups = kCols / kGroup, kTiles = kRows / k
 constexpr int kCpl = kChunks / 32;  // chunks a lane holds of the activation row
 constexpr int kSlotBytes = kTileRows * (kChunks * 16 + 4 * kGroups);
 enum Variant { kKernel, kOneSync, kFourRows, kOneLevel };
+constexpr int kQuads = kGroups / 4;  // groups of 4 quantisation groups: an mma's k slots (see mma_kernel)
 
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
@@ -131,6 +135,160 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) stamps[blockIdx.x] = now_ns() - start;
 }
 
+
+// ---- mma: the dots on the tensor cores ----
+// An m16n8k32 mma multiplies 16 rows by 32 k slots. Thread t of each lane quad (lane % 4) holds k
+// slots 4t..4t+3 and 16+4t..16+4t+3 of its rows; here those 8 slots carry 8 weights of group
+// 4Q + t, so one mma covers 16 rows x 4 groups x 8 weights. B is block diagonal: column n (two a
+// group, its int8 levels x1 and x2) is non-zero only in the slots of thread n / 2, so lane t of
+// each quad ends with group 4Q + t's two level sums in its accumulators, and all 32 lanes share
+// the scale-and-bias epilogue (a plain layout would leave it to 8 lanes). A weight word (8 codes)
+// gives the even codes (word & 0x0F0F0F0F, an mma of their own) and the odd ones times 16 (word &
+// 0xF0F0F0F0, another mma, its sum shifted back exactly). Activations take one int8 scale per
+// quantisation group (64 values), not per 32, so that a group's sums stay integers.
+constexpr int kRowPitch = kChunks * 16 + 16;  // bytes: 16 B of padding keep the quads' loads off one bank
+constexpr int kMmaWarpsPerTile = kWarps / (kRows / 16);  // warps sharing one 16-row tile (each a range of quads)
+constexpr int kQuadsPerWarp = kQuads / kMmaWarpsPerTile;
+struct MmaSmem {
+  uint8_t w[kRows][kRowPitch];
+  uint16_t scales[kRows][kGroups], biases[kRows][kGroups];
+  uint4 b[kQuads][4][32];  // B fragments by (quad, k step, lane): the even codes' b0, b1, then the odd ones'
+  float level_scale[kGroups], sum[kGroups];
+  float part[kMmaWarpsPerTile][kRows];
+};
+
+__device__ __forceinline__ void mma_u8s8(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Whole block, untimed: the tiles' rows in the mma layout, and x staged as B fragments (d = max|x|/127
+// per group, x1 = round(x/d), x2 = round(127·(x/d − x1)), as stage_rows does per chunk).
+__device__ void mma_stage(MmaSmem& sm, const uint4* tiles, const float* x) {
+  const char* src = reinterpret_cast<const char*>(tiles);
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks, t = r / kTileRows, tr = r % kTileRows;
+    *reinterpret_cast<uint4*>(&sm.w[r][c * 16]) =
+        *reinterpret_cast<const uint4*>(src + size_t(t) * kSlotBytes + (tr * kChunks + c) * 16);
+  }
+  for (int i = threadIdx.x; i < kRows * kGroups; i += kThreads) {
+    const int r = i / kGroups, g = i % kGroups, t = r / kTileRows, tr = r % kTileRows;
+    const uint16_t* sb = reinterpret_cast<const uint16_t*>(src + size_t(t) * kSlotBytes + kTileRows * kChunks * 16);
+    sm.scales[r][g] = sb[tr * kGroups + g];
+    sm.biases[r][g] = sb[kTileRows * kGroups + tr * kGroups + g];
+  }
+  __shared__ int8_t levels[2][kCols];
+  for (int g = threadIdx.x; g < kGroups; g += kThreads) {
+    float mx = 0.0f, sum = 0.0f;
+    for (int i = 0; i < kGroup; ++i) {
+      mx = fmaxf(mx, fabsf(x[g * kGroup + i]));
+      sum += x[g * kGroup + i];
+    }
+    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+    for (int i = 0; i < kGroup; ++i) {
+      const float t = x[g * kGroup + i] * inv, x1 = rintf(t);
+      levels[0][g * kGroup + i] = int8_t(x1);
+      levels[1][g * kGroup + i] = int8_t(__float2int_rn((t - x1) * 127.0f));
+    }
+    sm.level_scale[g] = mx / (127.0f * 127.0f);
+    sm.sum[g] = sum;
+  }
+  __syncthreads();
+  // Lane (n = lane / 4, t = lane % 4) holds column n's slots of thread t: non-zero where t = n / 2
+  // (group 4Q + t, level n % 2). At k step s thread t's slots hold words 2s (slots 4t..) and 2s + 1
+  // (slots 16 + 4t..) of its group: codes 16s + 2i (+ 8 for the second word), + 1 for the odd ones.
+  for (int i = threadIdx.x; i < kQuads * 4 * 32; i += kThreads) {
+    const int q = i / 128, s = i / 32 % 4, lane = i % 32, n = lane / 4, t = lane % 4;
+    uint32_t v[4] = {};
+    if (t == n / 2) {
+      const int8_t* lv = levels[n % 2] + (4 * q + t) * kGroup + 16 * s;
+      for (int k = 0; k < 4; ++k)
+        for (int b = 0; b < 4; ++b) {
+          const int code = (k % 2) * 8 + 2 * b + k / 2;  // k: even codes of word 2s, of 2s + 1, odd codes of each
+          v[k] |= uint32_t(uint8_t(lv[code])) << (8 * b);
+        }
+    }
+    sm.b[q][s][lane] = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads, 1) mma_kernel(const uint4* tiles, const float* x, float* out, uint64_t* stamps) {
+  extern __shared__ float4 smem4[];
+  MmaSmem& sm = *reinterpret_cast<MmaSmem*>(smem4);
+  mma_stage(sm, tiles, x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = 16 * (warp % (kRows / 16)), part = warp / (kRows / 16), q0 = part * kQuadsPerWarp;
+  const uint64_t start = now_ns();
+  for (int rep = 0; rep < kReps; ++rep) {
+    float acc[2] = {};  // rows row0 + g and row0 + g + 8, this lane's groups
+#pragma unroll 1
+    for (int q = q0; q < q0 + kQuadsPerWarp; ++q) {
+      const int group = 4 * q + t;
+      uint4 w[2][2];  // [row g, g + 8][words 0-3, 4-7] of this lane's group
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* p = &sm.w[row0 + g + 8 * h][group * 32];
+        w[h][0] = *reinterpret_cast<const uint4*>(p);
+        w[h][1] = *reinterpret_cast<const uint4*>(p + 16);
+      }
+      int even[4] = {}, odd16[4] = {};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t w0 = s < 2 ? (s == 0 ? w[0][0].x : w[0][0].z) : (s == 2 ? w[0][1].x : w[0][1].z);
+        const uint32_t w1 = s < 2 ? (s == 0 ? w[0][0].y : w[0][0].w) : (s == 2 ? w[0][1].y : w[0][1].w);
+        const uint32_t v0 = s < 2 ? (s == 0 ? w[1][0].x : w[1][0].z) : (s == 2 ? w[1][1].x : w[1][1].z);
+        const uint32_t v1 = s < 2 ? (s == 0 ? w[1][0].y : w[1][0].w) : (s == 2 ? w[1][1].y : w[1][1].w);
+        const uint4 b = sm.b[q][s][lane];
+        const uint32_t lo[4] = {w0 & 0x0F0F0F0Fu, v0 & 0x0F0F0F0Fu, w1 & 0x0F0F0F0Fu, v1 & 0x0F0F0F0Fu};
+        const uint32_t hi[4] = {w0 & 0xF0F0F0F0u, v0 & 0xF0F0F0F0u, w1 & 0xF0F0F0F0u, v1 & 0xF0F0F0F0u};
+        mma_u8s8(even, lo, b.x, b.y);
+        mma_u8s8(odd16, hi, b.z, b.w);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // accumulators 2h, 2h + 1: row g + 8h, levels x1, x2
+        const int r = row0 + g + 8 * h;
+        const int sum = 127 * (even[2 * h] + (odd16[2 * h] >> 4)) + even[2 * h + 1] + (odd16[2 * h + 1] >> 4);
+        const float sc = __bfloat162float(__ushort_as_bfloat16(sm.scales[r][group]));
+        const float bi = __bfloat162float(__ushort_as_bfloat16(sm.biases[r][group]));
+        acc[h] += sc * sm.level_scale[group] * float(sum) + bi * sm.sum[group];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
+      acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
+      if (t == 0) sm.part[part][row0 + g + 8 * h] = acc[h];
+    }
+    __syncthreads();
+    if (threadIdx.x < kRows) {
+      float v = 0.0f;
+      for (int i = 0; i < kMmaWarpsPerTile; ++i) v += sm.part[i][threadIdx.x];
+      out[blockIdx.x * kRows + threadIdx.x] = v;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) stamps[blockIdx.x] = now_ns() - start;
+}
+
+float run_mma(int sms, const uint4* tiles, const float* x, float* out, uint64_t* stamps) {
+  CHECK(cudaFuncSetAttribute(mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(MmaSmem))));
+  std::vector<float> medians;
+  for (int launch = 0; launch < 6; ++launch) {  // the first warms up
+    mma_kernel<<<sms, kThreads, sizeof(MmaSmem)>>>(tiles, x, out, stamps);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    std::vector<uint64_t> ns(sms);
+    CHECK(cudaMemcpy(ns.data(), stamps, ns.size() * 8, cudaMemcpyDeviceToHost));
+    std::sort(ns.begin(), ns.end());
+    if (launch > 0) medians.push_back(float(ns[ns.size() / 2]) / (kReps * kTiles));
+  }
+  std::sort(medians.begin(), medians.end());
+  return medians[medians.size() / 2];
+}
+
 template <Variant V>
 float run(int sms, const uint4* tiles, const float* x, float* out, uint64_t* stamps, size_t smem) {
   CHECK(cudaFuncSetAttribute(dot_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -210,5 +368,35 @@ int main() {
   report("one-sync", run<kOneSync>(sms, tiles, x, out, stamps, smem));
   report("four-rows", run<kFourRows>(sms, tiles, x, out, stamps, smem));
   report("one-level", run<kOneLevel>(sms, tiles, x, out, stamps, smem));
+  report("mma", run_mma(sms, tiles, x, out, stamps));
+  // Both forms against the exact product of the same codes, scales and activations (fp64).
+  std::vector<double> exact(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    const uint8_t* p = host.data() + size_t(r / kTileRows) * kSlotBytes;
+    const uint16_t* sb = reinterpret_cast<const uint16_t*>(p + kTileRows * kChunks * 16);
+    const int tr = r % kTileRows;
+    double acc = 0.0;
+    for (int col = 0; col < kCols; ++col) {
+      const uint8_t byte = p[(tr * kChunks + col / 32) * 16 + (col % 32) / 2];
+      const int code = col % 2 ? byte >> 4 : byte & 15;
+      auto f = [](uint16_t h) {
+        const uint32_t u = uint32_t(h) << 16;
+        float v;
+        std::memcpy(&v, &u, 4);
+        return double(v);
+      };
+      acc += (f(sb[tr * kGroups + col / kGroup]) * code + f(sb[kTileRows * kGroups + tr * kGroups + col / kGroup])) *
+             double(hx[col]);
+    }
+    exact[r] = acc;
+  }
+  auto error = [&](const std::vector<float>& v) {
+    double worst = 0.0;
+    for (size_t i = 0; i < v.size(); ++i) worst = std::max(worst, std::fabs(double(v[i]) - exact[i % kRows]));
+    return worst / double(scale);
+  };
+  const std::vector<float> mma_rows = rows_of();
+  std::printf("  largest error against the exact product, of the largest value: kernel %.2e, mma %.2e\n", error(base),
+              error(mma_rows));
   return 0;
 }
