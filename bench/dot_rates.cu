@@ -273,11 +273,14 @@ __global__ void __launch_bounds__(kThreads, 1) mma_kernel(const uint4* tiles, co
   if (threadIdx.x == 0) stamps[blockIdx.x] = now_ns() - start;
 }
 
-float run_mma(int sms, const uint4* tiles, const float* x, float* out, uint64_t* stamps) {
-  CHECK(cudaFuncSetAttribute(mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(MmaSmem))));
+using DotKernel = void (*)(const uint4*, const float*, float*, uint64_t*);
+
+// Median over 5 launches (after a warm-up) of the median block's ns a 32-row tile.
+float tile_ns(DotKernel kernel, int sms, const uint4* tiles, const float* x, float* out, uint64_t* stamps, size_t smem) {
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   std::vector<float> medians;
   for (int launch = 0; launch < 6; ++launch) {  // the first warms up
-    mma_kernel<<<sms, kThreads, sizeof(MmaSmem)>>>(tiles, x, out, stamps);
+    kernel<<<sms, kThreads, smem>>>(tiles, x, out, stamps);
     CHECK(cudaGetLastError());
     CHECK(cudaDeviceSynchronize());
     std::vector<uint64_t> ns(sms);
@@ -291,19 +294,7 @@ float run_mma(int sms, const uint4* tiles, const float* x, float* out, uint64_t*
 
 template <Variant V>
 float run(int sms, const uint4* tiles, const float* x, float* out, uint64_t* stamps, size_t smem) {
-  CHECK(cudaFuncSetAttribute(dot_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  std::vector<float> medians;
-  for (int launch = 0; launch < 6; ++launch) {  // the first warms up
-    dot_kernel<V><<<sms, kThreads, smem>>>(tiles, x, out, stamps);
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
-    std::vector<uint64_t> ns(sms);
-    CHECK(cudaMemcpy(ns.data(), stamps, ns.size() * 8, cudaMemcpyDeviceToHost));
-    std::sort(ns.begin(), ns.end());
-    if (launch > 0) medians.push_back(float(ns[ns.size() / 2]) / (kReps * kTiles));
-  }
-  std::sort(medians.begin(), medians.end());
-  return medians[medians.size() / 2];
+  return tile_ns(dot_kernel<V>, sms, tiles, x, out, stamps, smem);
 }
 
 int main() {
@@ -368,7 +359,7 @@ int main() {
   report("one-sync", run<kOneSync>(sms, tiles, x, out, stamps, smem));
   report("four-rows", run<kFourRows>(sms, tiles, x, out, stamps, smem));
   report("one-level", run<kOneLevel>(sms, tiles, x, out, stamps, smem));
-  report("mma", run_mma(sms, tiles, x, out, stamps));
+  report("mma", tile_ns(mma_kernel, sms, tiles, x, out, stamps, sizeof(MmaSmem)));
   // Both forms against the exact product of the same codes, scales and activations (fp64).
   std::vector<double> exact(kRows);
   for (int r = 0; r < kRows; ++r) {
