@@ -183,35 +183,56 @@ struct PrepareSmem {
   float gamma[kChunk], beta[kChunk], beta_decay[kChunk];
 };
 
-// grid (chunks, Hv), 256 threads.
+constexpr int kPrepareThreads = 256;
+constexpr int kPrepareBatch = 16;  // K and Q elements a thread loads at once: one round trip per batch
+
+// grid (chunks, Hv), kPrepareThreads threads.
 template <int DK>
-__global__ void __launch_bounds__(256) chunk_prepare_kernel(DeltaNetShape d, int T, const float* q, const float* k,
-                                                            const float* v, const float* beta, const float* g,
-                                                            float* scratch) {
+__global__ void __launch_bounds__(kPrepareThreads) chunk_prepare_kernel(DeltaNetShape d, int T, const float* q,
+                                                                        const float* k, const float* v,
+                                                                        const float* beta, const float* g,
+                                                                        float* scratch) {
   extern __shared__ float4 smem4[];
   auto& sm = *reinterpret_cast<PrepareSmem<DK>*>(smem4);
   const ChunkScratch sc(scratch, d, gridDim.x);
   const int c = blockIdx.x, j = blockIdx.y, c0 = c * kChunk, L = min(kChunk, T - c0);
   const int kh = j / (d.Hv / d.Hk), tid = threadIdx.x;
-  for (int x = tid; x < kChunk * DK; x += blockDim.x) {
-    const int t = x / DK, i = x % DK;
-    const int64_t src = (int64_t(c0 + t) * d.Hk + kh) * DK + i;
-    sm.K[t][i] = t < L ? k[src] : 0.0f;
-    sm.Q[t][i] = t < L ? q[src] : 0.0f;
+  // The first warp's γ and β inputs go out first, then K and Q in batches of loads issued together
+  // (a loop of single loads and stores would wait a round trip per element: 32 a block).
+  const int t2 = 2 * tid;
+  const bool scans = tid < 32;
+  const float g0 = scans && t2 < L ? g[int64_t(c0 + t2) * d.Hv + j] : 0.0f;
+  const float g1 = scans && t2 + 1 < L ? g[int64_t(c0 + t2 + 1) * d.Hv + j] : 0.0f;
+  const float b0 = scans && t2 < L ? beta[int64_t(c0 + t2) * d.Hv + j] : 0.0f;
+  const float b1 = scans && t2 + 1 < L ? beta[int64_t(c0 + t2 + 1) * d.Hv + j] : 0.0f;
+  constexpr int kPer = kChunk * DK / kPrepareThreads, kBatch = kPer < kPrepareBatch ? kPer : kPrepareBatch;
+  static_assert(kPer % kBatch == 0, "chunk_prepare: whole batches of K and Q elements a thread");
+#pragma unroll 1
+  for (int first = 0; first < kPer; first += kBatch) {
+    float kv[kBatch], qv[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int x = tid + (first + u) * kPrepareThreads, t = x / DK, i = x % DK;
+      const int64_t src = (int64_t(c0 + t) * d.Hk + kh) * DK + i;
+      kv[u] = t < L ? k[src] : 0.0f;
+      qv[u] = t < L ? q[src] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int x = tid + (first + u) * kPrepareThreads, t = x / DK, i = x % DK;
+      sm.K[t][i] = kv[u];
+      sm.Q[t][i] = qv[u];
+    }
   }
   const int64_t head = int64_t(c) * d.Hv + j;  // this block's (chunk, value head) slot in the scratch
-  if (tid < 32) {  // γ as an inclusive scan, two tokens per lane; padding tokens decay by nothing
-    const int t = 2 * tid;
-    const float g0 = t < L ? g[int64_t(c0 + t) * d.Hv + j] : 0.0f;
-    const float g1 = t + 1 < L ? g[int64_t(c0 + t + 1) * d.Hv + j] : 0.0f;
+  if (scans) {  // γ as an inclusive scan, two tokens per lane; padding tokens decay by nothing
+    const int t = t2;
     float sum = g0 + g1;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const float n = __shfl_up_sync(0xffffffffu, sum, o);
       if (tid >= o) sum += n;
     }
-    const float b0 = t < L ? beta[int64_t(c0 + t) * d.Hv + j] : 0.0f;
-    const float b1 = t + 1 < L ? beta[int64_t(c0 + t + 1) * d.Hv + j] : 0.0f;
     sm.gamma[t] = sum - g1;
     sm.gamma[t + 1] = sum;
     sm.beta[t] = b0;
@@ -449,8 +470,8 @@ template <int DK>
 void launch_chunk_prepare(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* scratch, cudaStream_t s) {
   allow_dynamic_smem<chunk_prepare_kernel<DK>>(sizeof(PrepareSmem<DK>));
-  chunk_prepare_kernel<DK><<<dim3(div_up(T, kChunk), d.Hv), 256, sizeof(PrepareSmem<DK>), s>>>(d, T, q, k, v, beta, g,
-                                                                                               scratch);
+  chunk_prepare_kernel<DK><<<dim3(div_up(T, kChunk), d.Hv), kPrepareThreads, sizeof(PrepareSmem<DK>), s>>>(
+      d, T, q, k, v, beta, g, scratch);
   PETREL_LAUNCHED("delta_rule_chunk_prepare");
 }
 
