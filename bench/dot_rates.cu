@@ -15,7 +15,8 @@
 //                second level costs, and the error it removes (printed against kernel's values);
 //  - mma:        the same rows on the tensor cores (mma m16n8k32, 4-bit codes as u8 times the
 //                activations' int8 levels), in its own layout (mma_kernel below): what a one-token
-//                GEMV's dots could cost there (session 23: dots twice as fast would be worth ~5%).
+//                GEMV's dots could cost there (session 23: dots twice as fast would be worth ~5%;
+//                session 24: 418 ns against four-rows' 462, 1.1x, so not worth the new layouts).
 // Prints the median over blocks of ns per 32-row tile, each variant's largest deviation from
 // kernel's outputs, and kernel's and mma's largest error against an exact (fp64) product. Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/dot_rates.
@@ -145,14 +146,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the scale-and-bias epilogue (a plain layout would leave it to 8 lanes). A weight word (8 codes)
 // gives the even codes (word & 0x0F0F0F0F, an mma of their own) and the odd ones times 16 (word &
 // 0xF0F0F0F0, another mma, its sum shifted back exactly). Activations take one int8 scale per
-// quantisation group (64 values), not per 32, so that a group's sums stay integers.
+// quantisation group (64 values), not per 32, so that a group's sums stay integers. Only the 8
+// non-zero lanes of each B fragment are stored and read (the rest load nothing), and each k step
+// has its own sums, so a quad's 8 mmas do not wait on each other (session 24: 497 -> 418 ns a tile).
 constexpr int kRowPitch = kChunks * 16 + 16;  // bytes: 16 B of padding keep the quads' loads off one bank
 constexpr int kMmaWarpsPerTile = kWarps / (kRows / 16);  // warps sharing one 16-row tile (each a range of quads)
 constexpr int kQuadsPerWarp = kQuads / kMmaWarpsPerTile;
 struct MmaSmem {
   uint8_t w[kRows][kRowPitch];
   uint16_t scales[kRows][kGroups], biases[kRows][kGroups];
-  uint4 b[kQuads][4][32];  // B fragments by (quad, k step, lane): the even codes' b0, b1, then the odd ones'
+  uint4 b[kQuads][4][8];  // non-zero B fragments by (quad, k step, column n: lane 4n + n / 2): even b0, b1, odd b0, b1
   float level_scale[kGroups], sum[kGroups];
   float part[kMmaWarpsPerTile][kRows];
 };
@@ -199,18 +202,17 @@ __device__ void mma_stage(MmaSmem& sm, const uint4* tiles, const float* x) {
   // Lane (n = lane / 4, t = lane % 4) holds column n's slots of thread t: non-zero where t = n / 2
   // (group 4Q + t, level n % 2). At k step s thread t's slots hold words 2s (slots 4t..) and 2s + 1
   // (slots 16 + 4t..) of its group: codes 16s + 2i (+ 8 for the second word), + 1 for the odd ones.
-  for (int i = threadIdx.x; i < kQuads * 4 * 32; i += kThreads) {
-    const int q = i / 128, s = i / 32 % 4, lane = i % 32, n = lane / 4, t = lane % 4;
+  // Only those 8 lanes' fragments are stored (the rest are zeros): a quarter of the shared-memory reads.
+  for (int i = threadIdx.x; i < kQuads * 4 * 8; i += kThreads) {
+    const int q = i / 32, s = i / 8 % 4, n = i % 8, t = n / 2;
     uint32_t v[4] = {};
-    if (t == n / 2) {
-      const int8_t* lv = levels[n % 2] + (4 * q + t) * kGroup + 16 * s;
-      for (int k = 0; k < 4; ++k)
-        for (int b = 0; b < 4; ++b) {
-          const int code = (k % 2) * 8 + 2 * b + k / 2;  // k: even codes of word 2s, of 2s + 1, odd codes of each
-          v[k] |= uint32_t(uint8_t(lv[code])) << (8 * b);
-        }
-    }
-    sm.b[q][s][lane] = make_uint4(v[0], v[1], v[2], v[3]);
+    const int8_t* lv = levels[n % 2] + (4 * q + t) * kGroup + 16 * s;
+    for (int k = 0; k < 4; ++k)
+      for (int b = 0; b < 4; ++b) {
+        const int code = (k % 2) * 8 + 2 * b + k / 2;  // k: even codes of word 2s, of 2s + 1, odd codes of each
+        v[k] |= uint32_t(uint8_t(lv[code])) << (8 * b);
+      }
+    sm.b[q][s][n] = make_uint4(v[0], v[1], v[2], v[3]);
   }
   __syncthreads();
 }
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1) mma_kernel(const uint4* tiles, co
   const uint64_t start = now_ns();
   for (int rep = 0; rep < kReps; ++rep) {
     float acc[2] = {};  // rows row0 + g and row0 + g + 8, this lane's groups
-#pragma unroll 1
+#pragma unroll
     for (int q = q0; q < q0 + kQuadsPerWarp; ++q) {
       const int group = 4 * q + t;
       uint4 w[2][2];  // [row g, g + 8][words 0-3, 4-7] of this lane's group
@@ -234,23 +236,32 @@ __global__ void __launch_bounds__(kThreads, 1) mma_kernel(const uint4* tiles, co
         w[h][0] = *reinterpret_cast<const uint4*>(p);
         w[h][1] = *reinterpret_cast<const uint4*>(p + 16);
       }
-      int even[4] = {}, odd16[4] = {};
+      // A sum of their own for each k step: the four mmas of a kind are independent, not a chain.
+      int even[4][4] = {}, odd16[4][4] = {};
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const uint32_t w0 = s < 2 ? (s == 0 ? w[0][0].x : w[0][0].z) : (s == 2 ? w[0][1].x : w[0][1].z);
         const uint32_t w1 = s < 2 ? (s == 0 ? w[0][0].y : w[0][0].w) : (s == 2 ? w[0][1].y : w[0][1].w);
         const uint32_t v0 = s < 2 ? (s == 0 ? w[1][0].x : w[1][0].z) : (s == 2 ? w[1][1].x : w[1][1].z);
         const uint32_t v1 = s < 2 ? (s == 0 ? w[1][0].y : w[1][0].w) : (s == 2 ? w[1][1].y : w[1][1].w);
-        const uint4 b = sm.b[q][s][lane];
+        const uint4 b = t == g / 2 ? sm.b[q][s][g] : make_uint4(0, 0, 0, 0);
         const uint32_t lo[4] = {w0 & 0x0F0F0F0Fu, v0 & 0x0F0F0F0Fu, w1 & 0x0F0F0F0Fu, v1 & 0x0F0F0F0Fu};
         const uint32_t hi[4] = {w0 & 0xF0F0F0F0u, v0 & 0xF0F0F0F0u, w1 & 0xF0F0F0F0u, v1 & 0xF0F0F0F0u};
-        mma_u8s8(even, lo, b.x, b.y);
-        mma_u8s8(odd16, hi, b.z, b.w);
+        mma_u8s8(even[s], lo, b.x, b.y);
+        mma_u8s8(odd16[s], hi, b.z, b.w);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // accumulators 2h, 2h + 1: row g + 8h, levels x1, x2
         const int r = row0 + g + 8 * h;
-        const int sum = 127 * (even[2 * h] + (odd16[2 * h] >> 4)) + even[2 * h + 1] + (odd16[2 * h + 1] >> 4);
+        int e1 = 0, o1 = 0, e2 = 0, o2 = 0;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          e1 += even[s][2 * h];
+          o1 += odd16[s][2 * h];
+          e2 += even[s][2 * h + 1];
+          o2 += odd16[s][2 * h + 1];
+        }
+        const int sum = 127 * (e1 + (o1 >> 4)) + e2 + (o2 >> 4);
         const float sc = __bfloat162float(__ushort_as_bfloat16(sm.scales[r][group]));
         const float bi = __bfloat162float(__ushort_as_bfloat16(sm.biases[r][group]));
         acc[h] += sc * sm.level_scale[group] * float(sum) + bi * sm.sum[group];
