@@ -8,7 +8,6 @@ namespace petrel::cuda {
 constexpr int kMaxExperts = 1024;
 
 constexpr int kTopkSegments = 4;  // segments of 32 logits a warp holds in topk_block
-constexpr int kRankAllMax = 64;   // candidates topk_block ranks each against all (more: k argmax rounds)
 static_assert(kTopkSegments * 32 * 8 >= kMaxExperts, "topk_block: a block of 8 or more warps holds every logit");
 
 // The float whose ordered_bits are u.
@@ -22,51 +21,13 @@ __device__ __forceinline__ float router_value(const TopK& src, int e) {
                   : __ldcg(src.logits + e);
 }
 
-// Warp 0 of topk_block when many candidates tie at the bound (all of them, for equal logits): k
-// rounds of a warp argmax over the n candidates (value, then the lower expert), O(k·n/32) where
-// ranking each against all is O(n²/32) — 256 equal logits took ~25 us that way. The same order and
-// weights as the ranking: rank r is the r-th round's pick.
-__device__ inline void pick_rounds(const int2* cand, int n, int k, float vmax, float scale, float total, int* ids,
-                                   float* weights) {
-  const int lane = threadIdx.x % 32;
-  unsigned taken = 0u;  // bit i: candidate lane + 32·i is picked (n <= kMaxExperts: at most 32 a lane)
-  for (int r = 0; r < k; ++r) {
-    float bv = 0.0f;
-    int be = -1, bi = -1;  // this lane's best candidate not yet picked: value, expert, slot
-    for (int c = lane, i = 0; c < n; c += 32, ++i) {
-      if (taken >> i & 1u) continue;
-      const float ov = __int_as_float(cand[c].x);
-      if (bi < 0 || ov > bv || (ov == bv && cand[c].y < be)) {
-        bv = ov;
-        be = cand[c].y;
-        bi = i;
-      }
-    }
-    const int mine = be;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-      if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
-        bv = ov;
-        be = oe;
-      }
-    }
-    if (bi >= 0 && mine == be) taken |= 1u << bi;
-    if (lane == 0) {
-      ids[r] = be;
-      if (weights) weights[r] = expf((bv - vmax) * scale) / total;
-    }
-  }
-}
-
 // Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
 // shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
 // the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
 // the maxima of its segments of 32 logits (one reduction each); when there are at least k
 // segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
-// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others (past
-// kRankAllMax, as when many logits tie, pick_rounds instead). The weights take the values times
-// `scale` (router sums times the norm's rsqrt are the logits).
+// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
+// weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
 __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
   const int E = src.E;
   const bool renorm = src.renorm;
@@ -120,23 +81,19 @@ __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weigh
   float total = 0.0f;
   if (weights)
     for (int w = 0; w < warps; ++w) total += warp_exp[w];
-  if (n <= kRankAllMax) {
-    for (int c = lane; c < n; c += 32) {
-      const int2 me = cand[c];
-      const float mv = __int_as_float(me.x);
-      int rank = 0;
-      for (int j = 0; j < n; ++j) {
-        const int2 o = cand[j];
-        const float ov = __int_as_float(o.x);
-        rank += ov > mv || (ov == mv && o.y < me.y);
-      }
-      if (rank < k) {
-        ids[rank] = me.y;
-        if (weights) weights[rank] = expf((mv - vmax) * scale) / total;
-      }
+  for (int c = lane; c < n; c += 32) {
+    const int2 me = cand[c];
+    const float mv = __int_as_float(me.x);
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      const int2 o = cand[j];
+      const float ov = __int_as_float(o.x);
+      rank += ov > mv || (ov == mv && o.y < me.y);
     }
-  } else {
-    pick_rounds(cand, n, k, vmax, scale, total, ids, weights);
+    if (rank < k) {
+      ids[rank] = me.y;
+      if (weights) weights[rank] = expf((mv - vmax) * scale) / total;
+    }
   }
   if (weights && renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
     __syncwarp();
