@@ -6,7 +6,8 @@
 # replace the tree's files in turn (no git or patch needed there), and the tree as it is runs first
 # as "base". Each variant is built incrementally in build-gpu (only the files it changes recompile)
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
-# the tree's files are put back before the next. Ends with a table: tok/s at each context, the
+# the tree's files are put back before the next (build-gpu keeps the last variant's binaries until
+# the next build). Ends with a table: tok/s at each context, the
 # kernels' shares of the step, and when each kernel of a DeltaNet layer ends after the one before
 # (and of an attention layer), for each decode context traced.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
@@ -41,7 +42,9 @@ done
 # Builds and times the current tree as variant $1 (JSON into $logs/variant-$1.json).
 run_variant() {
   local name="$1"
-  if ! scripts/gpu-build.sh "$logs" petrel petrel_tests > /dev/null; then  # not bench/: a variant need not build it
+  local targets=(petrel)  # not bench/: a variant need not build it; the tests only where they run
+  [ -n "$tests" ] && targets+=(petrel_tests)
+  if ! scripts/gpu-build.sh "$logs" "${targets[@]}" > /dev/null; then
     echo "$name: build failed"; grep -E "error" "$logs/build.log" | head -10
     return 1
   fi
@@ -65,7 +68,8 @@ for v in "${variants[@]}"; do
   run_variant "$name"
   for f in $files; do cp "$backup/$f" "$f"; done  # a fresh time stamp: ninja rebuilds what it built from the variant
 done
-scripts/gpu-build.sh "$logs" petrel petrel_tests > /dev/null  # leave build-gpu matching the tree (what the variants built)
+# build-gpu is left as the last variant built it: the tree's files are back with fresh time stamps,
+# so the next build (gpu-check.sh, gpu-build.sh) recompiles what the variants changed.
 
 echo
 echo "== Petrel variants ($weights, median of 5) =="
