@@ -409,29 +409,11 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies, as down's: gate's rows from thread 0 and up's from thread 32, one arrival each on
-  // `landed`, so that issuing them holds two threads for a few instructions, not every thread for
-  // ~11 cp.async (session 19: ~1.5 us between the pick and the last copy out).
-  __shared__ uint64_t landed;
-  if (threadIdx.x == 0) {
-    mbar_init(&landed, 2);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  uint64_t* const bar = &landed;
-  auto issue = [&]() {
-    if (threadIdx.x == 0) bulk_rows(gt, gm, r0, n, bar);
-    if (threadIdx.x == 32) bulk_rows(ut, um, r0, n, bar);
-  };
-#else
-  uint64_t* const bar = nullptr;
   auto issue = [&]() {
     copy_rows_async(gt, gm, r0, n);
     copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
-#endif
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
   // The token's activations are loaded before a routed expert's copies go out (behind them they
@@ -448,8 +430,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0,
-                                                      bar);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
