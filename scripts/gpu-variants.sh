@@ -94,34 +94,26 @@ for name in names:
         short = lambda k: k.replace("(petrel::cuda::WFormat)", "F").replace("_kernel", "")[:24]
         top = ", ".join(f"{short(r['kernel'])} {r['us']:.0f}" for r in g["kernels"][:6])
         print(f"{'':28s} ctx {g.get('context', 0)}: step {g['step_us']:.0f} us: {top}")
-        # A DeltaNet layer's kernels (down, then input projections, the step, output projection,
-        # gate+up, down): how long each ends after the one before, medians over the layers.
+        # A layer from the down before its mixer's anchor kernel (the DeltaNet step, alone or fused
+        # with its projections, or the partial attention) to the down after it: how long each
+        # kernel ends after the one before, by the kernels' own names (they vary with the code),
+        # medians over the layers whose kernels match the most common sequence.
         tl = g.get("timeline", [])
         med = lambda v: sorted(v)[len(v) // 2]
-        phases = ["in-proj", "deltanet", "out-proj", "gate+up", "down"]
-        layers = [[tl[j]["end_us"] for j in range(i - 2, i + 4)] for i, k in enumerate(tl)
-                  if k["kernel"].startswith("deltanet_decode") and 2 <= i < len(tl) - 3
-                  and tl[i - 2]["kernel"].startswith("down")]
-        if layers:
-            steps = [med([e[p + 1] - e[p] for e in layers]) for p in range(len(phases))]
-            print(f"{'':28s} DeltaNet layer {med([e[-1] - e[0] for e in layers]):.1f} us: " +
-                  ", ".join(f"{n} +{s:.1f}" for n, s in zip(phases, steps)))
-        # An attention layer: from the down before its partial attention to the down after it,
-        # the kernels' own names (the mixer's kernels vary with the code), medians over the layers
-        # whose kernels match the most common sequence.
-        spans = {}
-        for i, k in enumerate(tl):
-            if not k["kernel"].startswith("attention_partial"):
-                continue
-            j, m = i - 1, i + 1
-            while j > 0 and not tl[j]["kernel"].startswith("down"): j -= 1
-            while m < len(tl) - 1 and not tl[m]["kernel"].startswith("down"): m += 1
-            if tl[j]["kernel"].startswith("down") and tl[m]["kernel"].startswith("down"):
-                seq = tl[j:m + 1]
-                spans.setdefault(tuple(short(x["kernel"]) for x in seq), []).append([x["end_us"] for x in seq])
-        if spans:
-            kernels, ends = max(spans.items(), key=lambda kv: len(kv[1]))
-            steps = [med([e[p + 1] - e[p] for e in ends]) for p in range(len(kernels) - 1)]
-            print(f"{'':28s} attention layer {med([e[-1] - e[0] for e in ends]):.1f} us: " +
-                  ", ".join(f"{n.split('<')[0]} +{s:.1f}" for n, s in zip(kernels[1:], steps)))
+        for label, anchor in (("DeltaNet layer", "deltanet"), ("attention layer", "attention_partial")):
+            spans = {}
+            for i, k in enumerate(tl):
+                if not k["kernel"].startswith(anchor):
+                    continue
+                j, m = i - 1, i + 1
+                while j > 0 and not tl[j]["kernel"].startswith("down"): j -= 1
+                while m < len(tl) - 1 and not tl[m]["kernel"].startswith("down"): m += 1
+                if tl[j]["kernel"].startswith("down") and tl[m]["kernel"].startswith("down"):
+                    seq = tl[j:m + 1]
+                    spans.setdefault(tuple(short(x["kernel"]) for x in seq), []).append([x["end_us"] for x in seq])
+            if spans:
+                kernels, ends = max(spans.items(), key=lambda kv: len(kv[1]))
+                steps = [med([e[p + 1] - e[p] for e in ends]) for p in range(len(kernels) - 1)]
+                print(f"{'':28s} {label} {med([e[-1] - e[0] for e in ends]):.1f} us: " +
+                      ", ".join(f"{n.split('<')[0]} +{s:.1f}" for n, s in zip(kernels[1:], steps)))
 PY
