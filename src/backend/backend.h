@@ -153,14 +153,6 @@ class Backend {
                                   const DeltaNetScratch& /*scratch*/, SequenceState& /*st*/) {
     return false;
   }
-  // One token's DeltaNet mixer up to its output projection: the input projections of
-  // rms_norm(h)·w.input_norm and the step, scratch.o receiving what deltanet() writes (the other
-  // scratch tensors need not be written), as one fused operation of the backend's own; false,
-  // doing nothing, where it has none for these shapes.
-  virtual bool rms_norm_deltanet_step(int /*layer*/, const LayerWeights& /*w*/, float /*eps*/, const Tensor& /*h*/,
-                                      const DeltaNetScratch& /*scratch*/, SequenceState& /*st*/) {
-    return false;
-  }
   // Per-head RMSNorm of q and k over head_dim, then NeoX RoPE on the first rotary_dim dims at the
   // staged positions.
   virtual void qk_norm_rope(Tensor q, Tensor k, const AttentionWeights& w) = 0;

@@ -24,7 +24,7 @@ namespace {
 struct Args {
   std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096", concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192;
-  bool json = false, graphs = true, breakdown = false, persistent = false, fused_step = true;
+  bool json = false, graphs = true, breakdown = false, persistent = false;
 };
 
 struct Stat {
@@ -273,7 +273,6 @@ void run(const Args& a) {
   co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
   co.graphs = a.graphs;
   co.persistent_layers = a.persistent;
-  co.fused_deltanet_step = a.fused_step;
   auto backend = make_cuda_backend(co);
   ForwardOptions fo;
   fo.max_chunk = a.chunk;
@@ -286,7 +285,6 @@ void run(const Args& a) {
   out["hbm_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = a.graphs;
   out["persistent_layers"] = a.persistent;
-  out["fused_deltanet_step"] = a.fused_step;
   out["runs"] = a.runs;
 
   for (int T : parse_ids(a.prefill, "--prefill")) {
@@ -342,9 +340,9 @@ void run(const Args& a) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s, fused DeltaNet step %s\n",
+  std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s\n",
               out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
-              a.persistent ? "on" : "off", a.fused_step ? "on" : "off");
+              a.persistent ? "on" : "off");
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
   std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
   std::printf("%-22s %12s %12s %12s\n", "", "median", "min", "max");
@@ -390,8 +388,6 @@ void add(CLI::App& app) {
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
   cmd->add_flag("--persistent-layers", a.persistent,
                 "Run one token's DeltaNet MoE layers as one persistent launch each (Hopper, int4)");
-  cmd->add_flag("!--no-fused-step", a.fused_step,
-                "Run one token's DeltaNet input projections and step as two launches instead of one");
   cmd->add_flag("--json", a.json, "Machine-readable output");
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "

@@ -191,9 +191,6 @@ Backend::DeltaNetScratch Model::deltanet_scratch(int64_t T) const {
 Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
   const auto [qkv, z, b, a, o] = deltanet_scratch(x.rows);
-  if (x.rows == 1 && st.chunk &&
-      backend_.rms_norm_deltanet_step(layer, weights_.layers[layer], config_.rms_eps, h, deltanet_scratch(1), *st.chunk))
-    return {o, &G.out};
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,

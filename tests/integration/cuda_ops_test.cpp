@@ -780,14 +780,12 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
-// A CUDA backend on 4-bit weights (the persistent DeltaNet layers, or the DeltaNet projections
-// and step as two launches, where asked).
-std::unique_ptr<Backend> int4_backend(bool persistent = false, bool fused_step = true) {
+// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
+std::unique_ptr<Backend> int4_backend(bool persistent = false) {
   CudaOptions o;
   o.progress = false;
   o.weights = DeviceWeights::Int4;
   o.persistent_layers = persistent;
-  o.fused_deltanet_step = fused_step;
   return make_cuda_backend(o);
 }
 
@@ -854,19 +852,6 @@ TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
   EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
       << "the decode step never ran the persistent layer";
-}
-
-// The DeltaNet input projections and step in one launch (a cluster of blocks per key head) against
-// the projections' GEMV and the step kernel: the same sums in the same order, so the logits are
-// the same bits, in recorded steps (states loaded before the PDL wait) and in the timed one (after).
-TEST(CudaModel, FusedDeltaNetStepMatchesTwoLaunches) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  auto fused_backend = int4_backend(), plain_backend = int4_backend(/*persistent=*/false, /*fused_step=*/false);
-  Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 8);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet projections + step"), ops.end())
-      << "the decode step never ran the fused DeltaNet step";
 }
 
 }  // namespace

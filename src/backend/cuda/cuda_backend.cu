@@ -532,34 +532,6 @@ class CudaBackend final : public Backend {
 
   // One token, where the persistent layer takes the shapes: the whole layer in one launch, its
   // tensors written as the ops one by one write them.
-  bool rms_norm_deltanet_step(int layer, const LayerWeights& L, float eps, const Tensor& h, const DeltaNetScratch& s,
-                              SequenceState& st) override {
-    if (!opt_.fused_deltanet_step || batch_ || h.rows != 1 || h.elem_size != 4) return false;
-    auto& seq = dynamic_cast<CudaSequence&>(st);
-    const DeltaNetWeights& G = L.gdn;
-    cuda::DeltaNetProjectStep P;
-    P.qkv = weights_->matrix(G.qkv);
-    P.z = weights_->matrix(G.z);
-    P.b = weights_->matrix(G.b);
-    P.a = weights_->matrix(G.a);
-    P.h = f32(h);
-    P.input_norm = {weights_->vec(L.input_norm), eps};
-    P.d = gdn_shape();
-    P.conv_w = weights_->vec(G.conv);
-    P.A_log = weights_->vec(G.A_log);
-    P.dt_bias = weights_->vec(G.dt_bias);
-    P.norm_w = weights_->vec(G.norm);
-    P.conv_state = seq.conv[layer];
-    P.state = seq.S[layer];
-    P.states_settled = capturing();
-    P.eps = c_.rms_eps;
-    P.out = bf(s.o);
-    if (!cuda::deltanet_project_step_fits(P)) return false;
-    const cuda::TimedOp timed(timer_, stream_, "deltanet projections + step");
-    cuda::deltanet_project_step(P, stream_);
-    return true;
-  }
-
   bool deltanet_moe_layer(int layer, const LayerWeights& L, float eps, Tensor h, const DeltaNetScratch& s,
                           SequenceState& st) override {
     if (!opt_.persistent_layers || batch_ || h.rows != 1 || h.elem_size != 4 || !L.ffn.has_shared ||

@@ -22,9 +22,6 @@ struct CudaOptions {
   // shapes keep the kernel-per-op path). Off by default: measured 21% slower than the kernel
   // chain so far (docs/performance.md, session 18).
   bool persistent_layers = false;
-  // One token's DeltaNet input projections and step as one launch (a cluster of blocks per key
-  // head; Hopper, 4-bit weights, the models' head shapes): one kernel boundary fewer a layer.
-  bool fused_deltanet_step = true;
   bool progress = true;   // upload progress bar
 };
 

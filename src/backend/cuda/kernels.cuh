@@ -234,29 +234,6 @@ struct TopK {
   __host__ __device__ bool any() const { return logits || sums; }
 };
 
-// ---- deltanet_project_step.cu -------------------------------------------------------------------
-// One token's DeltaNet input projections (of rms_norm(h)·input_norm) and decode step in one launch,
-// a cluster of 6 blocks per key head (Hopper, 4-bit weights, dk = dv = 128, Hv = 2·Hk): out as
-// deltanet_decode writes it, the same bits; the projections' outputs are not written.
-// states_settled as for deltanet_decode.
-struct DeltaNetProjectStep {
-  DeviceMatrix qkv, z, b, a;
-  const float* h = nullptr;  // the residual row, fp32
-  StageNorm input_norm;
-  DeltaNetShape d{};
-  const float* conv_w = nullptr;
-  const float* A_log = nullptr;
-  const float* dt_bias = nullptr;
-  const float* norm_w = nullptr;
-  float* conv_state = nullptr;
-  float* state = nullptr;
-  bool states_settled = false;
-  float eps = 0.0f;
-  bf16* out = nullptr;
-};
-bool deltanet_project_step_fits(const DeltaNetProjectStep& P);
-void deltanet_project_step(const DeltaNetProjectStep& P, cudaStream_t s);
-
 // ---- deltanet_layer.cu ---------------------------------------------------------------------------
 // One token's whole DeltaNet MoE layer in one persistent launch (a block per multiprocessor, the
 // phases joined by counters in global memory): h += the DeltaNet mixer of rms_norm(h), then h +=
