@@ -94,10 +94,10 @@ for name in names:
         short = lambda k: k.replace("(petrel::cuda::WFormat)", "F").replace("_kernel", "")[:24]
         top = ", ".join(f"{short(r['kernel'])} {r['us']:.0f}" for r in g["kernels"][:6])
         print(f"{'':28s} ctx {g.get('context', 0)}: step {g['step_us']:.0f} us: {top}")
-        # A layer from the down before its mixer's anchor kernel (the DeltaNet step, alone or fused
-        # with its projections, or the partial attention) to the down after it: how long each
-        # kernel ends after the one before, by the kernels' own names (they vary with the code),
-        # medians over the layers whose kernels match the most common sequence.
+        # A layer from the down before its mixer's anchor kernel (any kernel named deltanet*, or
+        # the partial attention) to the down after it: how long each kernel ends after the one
+        # before, by the kernels' own names (they vary with the code), medians over the layers
+        # whose kernels match the most common sequence.
         tl = g.get("timeline", [])
         med = lambda v: sorted(v)[len(v) // 2]
         for label, anchor in (("DeltaNet layer", "deltanet"), ("attention layer", "attention_partial")):
