@@ -18,12 +18,13 @@ inline int decode_threads(const DeltaNetShape& d) {
 }
 
 // The whole decode step of one DeltaNet layer for one value head (kDecodeParts adjacent threads per
-// value column, each holding every kDecodeParts-th row of the fp32 state column in registers):
+// value column, each holding a run of DK / kDecodeParts rows of the fp32 state column in registers):
 // conv + SiLU of its key head's q and k channels and of its own v channels (a thread per channel,
 // continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm.
-// Latency decides its time, so it is laid out as one round trip of loads (weights before the PDL
-// wait, everything else at once after it) and two block barriers; the norms are block sums of
-// per-warp partials applied as scalars.
+// Latency decides its time (stamps: ~4 us after the wait, of which ~0.4 is the one round trip
+// for x), so everything that does not need the input projections' rows happens before the wait:
+// weights, settled states, the conv's history taps and the reader count below. After it: one
+// round trip of loads, two block barriers, short sums (4 accumulators, float4 reads of q and k).
 // The Hv/Hk blocks of a key head all read its q/k conv state; the last of them to finish reading
 // (counted in readers[row·Hk + key head], left at zero) shifts it. A batched step's row `row` first
 // moves to its operand rows and, from the tables, its sequence's states. The block of value head j
@@ -35,8 +36,13 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
                                                    const float* b, const float* a, const float* A_log,
                                                    const float* dt_bias, float* state, const float* norm_w,
                                                    const bf16* z, float eps, bf16* out, int* readers, Wait wait) {
-  constexpr int kRows = DK / kDecodeParts, kMaxWarps = 16;
-  __shared__ float qs[DK], ks[DK], vs[512 / kDecodeParts], q_sq[kMaxWarps], k_sq[kMaxWarps], o_sq[kMaxWarps];
+  constexpr int kRows = DK / kDecodeParts, kMaxWarps = 16, kQkWarps = (2 * DK + 31) / 32;
+  static_assert(kRows % 4 == 0, "a part's rows are read as float4s");
+  // q and k in shared memory, a part's rows contiguous and kRows + 4 floats apart, so that the four
+  // parts' float4 reads fall in different banks.
+  constexpr int kPartStride = kRows + 4;
+  __shared__ __align__(16) float qs[kDecodeParts * kPartStride], ks[kDecodeParts * kPartStride];
+  __shared__ float vs[512 / kDecodeParts], q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kMaxWarps];
   __shared__ bool last_reader;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int warps = blockDim.x / 32, ratio = d.Hv / d.Hk, kh = j / ratio;
@@ -49,9 +55,12 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   const bool has_ch = ch < 2 * DK + d.dv, shared_qk = ch < 2 * DK;
   const int c = ch < DK ? kh * DK + ch : shared_qk ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + ch - 2 * DK;
   // Weights: written by nothing earlier in the stream, so loaded before the wait.
-  float taps[kDecodeMaxTaps];
+  float taps[kDecodeMaxTaps], tap_x = 0.0f;
 #pragma unroll
-  for (int t = 0; t < kDecodeMaxTaps; ++t) taps[t] = has_ch && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
+  for (int t = 0; t < kDecodeMaxTaps; ++t) {
+    taps[t] = has_ch && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
+    if (t == hist) tap_x = taps[t];  // the tap of this step's x (selected, not indexed: registers)
+  }
   const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[e] : 0.0f;
   pdl_launch_dependents();
   x += row * rows.x_stride;
@@ -59,21 +68,36 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   a += row * rows.a_stride;
   z += row * rows.z_stride;
   out += row * rows.out_stride;
-  // This thread's first state element; its rows are kDecodeParts·dv floats apart (32-bit offsets),
-  // read and written once a step through L2 (global space: the pointer may come from a table).
-  const int row_step = kDecodeParts * d.dv;
+  // This thread's first state element; its rows are dv floats apart (32-bit offsets), read and
+  // written once a step through L2 (global space: the pointer may come from a table).
   float* S = nullptr;
-  float col[kRows], h[kDecodeMaxTaps - 1];
+  float col[kRows], h[kDecodeMaxTaps - 1], hist_acc = 0.0f;
   auto load_states = [&] {
-    S = state + int64_t(j) * DK * d.dv + part * d.dv + e;
+    S = state + int64_t(j) * DK * d.dv + part * kRows * d.dv + e;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * row_step) : 0.0f;
+    for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * d.dv) : 0.0f;
 #pragma unroll
     for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
+    // The conv over the history (the order of a sum over all taps, x's last).
+    hist_acc = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDecodeMaxTaps - 1; ++t)
+      if (t < hist) hist_acc += taps[t] * h[t];
   };
-  // Settled states load before the wait, while the input projections still run; otherwise L2 is
-  // asked for them (a hint, safe to issue early). One load site (a loop kept rolled) keeps the
-  // kernel within its registers.
+  // Thread 0, after a barrier that follows every thread's use of its history values: this block
+  // has read the q/k window; the key head's last reader shifts it at the end.
+  auto count_reader = [&] {
+    if (tid == 0) {
+      __threadfence();
+      int* count = readers + row * d.Hk + kh;
+      const bool last = atomicAdd(count, 1) == ratio - 1;
+      if (last) *count = 0;
+      last_reader = last;
+    }
+  };
+  // Settled states load (and are counted) before the wait, while the input projections still
+  // run; otherwise L2 is asked for them (a hint, safe to issue early). One load site (a loop kept
+  // rolled) keeps the kernel within its registers.
   if (tid == 0 && !rows.states && !rows.states_settled)
     prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
 #pragma unroll 1
@@ -86,14 +110,17 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       }
     }
     if (bool(after_wait) != rows.states_settled) load_states();
+    if (!after_wait && rows.states_settled) {
+      __syncthreads();
+      count_reader();
+    }
   }
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
   const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
-
-  float acc = 0.0f;
-#pragma unroll
-  for (int t = 0; t < kDecodeMaxTaps; ++t) acc += taps[t] * (t < hist ? h[t] : t == hist ? xc : 0.0f);
-  const float u = has_ch ? siluf_(acc) : 0.0f;
+  // The gates need only a and b: worked out while the conv's barrier below waits.
+  const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
+  const float beta = 1.0f / (1.0f + expf(-bj));
+  const float u = has_ch ? siluf_(hist_acc + tap_x * xc) : 0.0f;
   // Shifts the channel's history one step (from registers: the values were just read).
   auto shift_history = [&] {
 #pragma unroll
@@ -102,58 +129,83 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
   };
   if (has_ch && !shared_qk) shift_history();
-  if (ch < DK) qs[ch] = u;
-  else if (shared_qk) ks[ch - DK] = u;
+  const int qk = ch % DK, qk_at = qk / kRows * kPartStride + qk % kRows;  // a q or k channel's place
+  if (ch < DK) qs[qk_at] = u;
+  else if (shared_qk) ks[qk_at] = u;
   else if (has_ch) vs[ch - 2 * DK] = u;
-  const float q2 = warp_sum(ch < DK ? u * u : 0.0f), k2 = warp_sum(shared_qk && ch >= DK ? u * u : 0.0f);
-  if (lane == 0) {
-    q_sq[warp] = q2;
-    k_sq[warp] = k2;
+  if (warp < kQkWarps) {
+    float q2, k2;
+    if constexpr (DK % 32 == 0) {  // a warp holds q or k channels only: one sum (the other is zero)
+      const float s2 = warp_sum(u * u);
+      q2 = warp * 32 < DK ? s2 : 0.0f;
+      k2 = warp * 32 < DK ? 0.0f : s2;
+    } else {
+      q2 = warp_sum(ch < DK ? u * u : 0.0f);
+      k2 = warp_sum(ch >= DK ? u * u : 0.0f);
+    }
+    if (lane == 0) {
+      q_sq[warp] = q2;
+      k_sq[warp] = k2;
+    }
   }
   __syncthreads();
-  if (tid == 0) {  // this block has read the q/k window; the key head's last reader shifts it below
-    __threadfence();
-    int* count = readers + row * d.Hk + kh;
-    last_reader = atomicAdd(count, 1) == ratio - 1;
-    if (last_reader) *count = 0;
-  }
+  if (!rows.states_settled) count_reader();
   float qq = 0.0f, kk = 0.0f;
-  for (int w = 0; w < warps; ++w) {
+#pragma unroll
+  for (int w = 0; w < kQkWarps; ++w) {
     qq += q_sq[w];
     kk += k_sq[w];
   }
   const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
   // Every thread runs the shuffles (inactive ones hold zeros); the parts of a column are adjacent lanes.
-  const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
-  const float beta = 1.0f / (1.0f + expf(-bj));
-  float m = 0.0f;
+  const float4* q4 = reinterpret_cast<const float4*>(qs + part * kPartStride);
+  const float4* k4 = reinterpret_cast<const float4*>(ks + part * kPartStride);
+  float mp[4] = {};
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    col[r] *= decay;
-    m += col[r] * ks[part + kDecodeParts * r];
+  for (int g = 0; g < kRows / 4; ++g) {
+    const float4 kv = k4[g];
+    const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      col[4 * g + i] *= decay;
+      mp[i] += col[4 * g + i] * kr[i];
+    }
   }
+  float m = (mp[0] + mp[1]) + (mp[2] + mp[3]);
   m += __shfl_xor_sync(0xffffffffu, m, 1);
   m += __shfl_xor_sync(0xffffffffu, m, 2);
   const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
-  float o = 0.0f;
+  float op[4] = {};
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    col[r] += ks[part + kDecodeParts * r] * inv_k * delta;
-    o += col[r] * qs[part + kDecodeParts * r];
+  for (int g = 0; g < kRows / 4; ++g) {
+    const float4 kv = k4[g], qv = q4[g];
+    const float kr[4] = {kv.x, kv.y, kv.z, kv.w}, qr[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      col[4 * g + i] += kr[i] * inv_k * delta;
+      op[i] += col[4 * g + i] * qr[i];
+    }
   }
+  float o = (op[0] + op[1]) + (op[2] + op[3]);
   o += __shfl_xor_sync(0xffffffffu, o, 1);
   o += __shfl_xor_sync(0xffffffffu, o, 2);
   o *= inv_q;
+  // The four parts of a column now hold the same o, so the warp's Σo² over its columns needs only
+  // the shuffles across columns (lanes 4, 8, 16 apart); before the state's stores fill the queue.
+  float o2 = o * o;
+#pragma unroll
+  for (int off = 16; off >= kDecodeParts; off >>= 1) o2 += __shfl_xor_sync(0xffffffffu, o2, off);
+  if (lane == 0) o_sq[warp] = o2;
   if (active) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) __stcg(S + r * row_step, col[r]);
+    for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
   }
-  const float o2 = warp_sum(active && part == 0 ? o * o : 0.0f);
-  if (lane == 0) o_sq[warp] = o2;
   __syncthreads();
   if (last_reader && shared_qk) shift_history();
   float oo = 0.0f;
-  for (int w = 0; w < warps; ++w) oo += o_sq[w];
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w)
+    if (w < warps) oo += o_sq[w];
   if (active && part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
