@@ -8,7 +8,7 @@
 
 namespace petrel::cuda {
 
-constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, rows interleaved
+constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, a run of rows each
 constexpr int kDecodeMaxTaps = 4;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
 
 // Threads of the decode kernel: kDecodeParts per value column and one per conv channel the block
@@ -17,14 +17,16 @@ inline int decode_threads(const DeltaNetShape& d) {
   return div_up(std::max(d.dv * kDecodeParts, 2 * d.dk + d.dv), 32) * 32;
 }
 
-// The whole decode step of one DeltaNet layer for one value head (kDecodeParts adjacent threads per
-// value column, each holding a run of DK / kDecodeParts rows of the fp32 state column in registers):
+// The whole decode step of one DeltaNet layer for one value head (kDecodeParts threads per value
+// column, dv threads apart, each holding a run of DK / kDecodeParts rows of the fp32 state column in
+// registers, so that a warp's store of a state row is whole 128-byte lines: stores of quarter lines
+// took ~1 us a block):
 // conv + SiLU of its key head's q and k channels and of its own v channels (a thread per channel,
 // continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm.
 // Latency decides its time (stamps: ~4 us after the wait, of which ~0.4 is the one round trip
 // for x), so everything that does not need the input projections' rows happens before the wait:
 // weights, settled states, the conv's history taps and the reader count below. After it: one
-// round trip of loads, two block barriers, short sums (4 accumulators, float4 reads of q and k).
+// round trip of loads, four block barriers, short sums (4 accumulators, float4 reads of q and k).
 // The Hv/Hk blocks of a key head all read its q/k conv state; the last of them to finish reading
 // (counted in readers[row·Hk + key head], left at zero) shifts it. A batched step's row `row` first
 // moves to its operand rows and, from the tables, its sequence's states. The block of value head j
@@ -38,17 +40,18 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
                                                    const bf16* z, float eps, bf16* out, int* readers, Wait wait) {
   constexpr int kRows = DK / kDecodeParts, kMaxWarps = 16, kQkWarps = (2 * DK + 31) / 32;
   static_assert(kRows % 4 == 0, "a part's rows are read as float4s");
-  // q and k in shared memory, a part's rows contiguous and kRows + 4 floats apart, so that the four
-  // parts' float4 reads fall in different banks.
-  constexpr int kPartStride = kRows + 4;
-  __shared__ __align__(16) float qs[kDecodeParts * kPartStride], ks[kDecodeParts * kPartStride];
-  __shared__ float vs[512 / kDecodeParts], q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kMaxWarps];
+  constexpr int kMaxDv = 512 / kDecodeParts;
+  // q and k in shared memory (a warp reads one part's rows: float4 broadcasts), the parts' sums
+  // of each column.
+  __shared__ __align__(16) float qs[DK], ks[DK];
+  __shared__ float vs[kMaxDv], m_part[kDecodeParts][kMaxDv], o_part[kDecodeParts][kMaxDv];
+  __shared__ float q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kMaxWarps];
   __shared__ bool last_reader;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int warps = blockDim.x / 32, ratio = d.Hv / d.Hk, kh = j / ratio;
+  const int ratio = d.Hv / d.Hk, kh = j / ratio;
   const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
-  const int e = tid / kDecodeParts, part = tid % kDecodeParts;
-  const bool active = e < d.dv;
+  const int e = tid % d.dv, part = tid / d.dv;
+  const bool active = part < kDecodeParts;
   // This thread's conv channel: q (ch < DK) or k (ch < 2·DK), shared by the key head's blocks, or
   // one of this head's v channels.
   const int ch = tid;
@@ -129,9 +132,8 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
   };
   if (has_ch && !shared_qk) shift_history();
-  const int qk = ch % DK, qk_at = qk / kRows * kPartStride + qk % kRows;  // a q or k channel's place
-  if (ch < DK) qs[qk_at] = u;
-  else if (shared_qk) ks[qk_at] = u;
+  if (ch < DK) qs[ch] = u;
+  else if (shared_qk) ks[ch - DK] = u;
   else if (has_ch) vs[ch - 2 * DK] = u;
   if (warp < kQkWarps) {
     float q2, k2;
@@ -157,9 +159,10 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     kk += k_sq[w];
   }
   const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
-  // Every thread runs the shuffles (inactive ones hold zeros); the parts of a column are adjacent lanes.
-  const float4* q4 = reinterpret_cast<const float4*>(qs + part * kPartStride);
-  const float4* k4 = reinterpret_cast<const float4*>(ks + part * kPartStride);
+  // Inactive threads (past the parts) read part 0's rows and hold zero columns.
+  const int rows0 = active ? part * kRows : 0;
+  const float4* q4 = reinterpret_cast<const float4*>(qs + rows0);
+  const float4* k4 = reinterpret_cast<const float4*>(ks + rows0);
   float mp[4] = {};
 #pragma unroll
   for (int g = 0; g < kRows / 4; ++g) {
@@ -171,9 +174,9 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       mp[i] += col[4 * g + i] * kr[i];
     }
   }
-  float m = (mp[0] + mp[1]) + (mp[2] + mp[3]);
-  m += __shfl_xor_sync(0xffffffffu, m, 1);
-  m += __shfl_xor_sync(0xffffffffu, m, 2);
+  if (active) m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
+  __syncthreads();
+  const float m = (m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]);
   const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
   float op[4] = {};
 #pragma unroll
@@ -186,27 +189,26 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       op[i] += col[4 * g + i] * qr[i];
     }
   }
-  float o = (op[0] + op[1]) + (op[2] + op[3]);
-  o += __shfl_xor_sync(0xffffffffu, o, 1);
-  o += __shfl_xor_sync(0xffffffffu, o, 2);
-  o *= inv_q;
-  // The four parts of a column now hold the same o, so the warp's Σo² over its columns needs only
-  // the shuffles across columns (lanes 4, 8, 16 apart); before the state's stores fill the queue.
-  float o2 = o * o;
-#pragma unroll
-  for (int off = 16; off >= kDecodeParts; off >>= 1) o2 += __shfl_xor_sync(0xffffffffu, o2, off);
-  if (lane == 0) o_sq[warp] = o2;
+  // The state rows go out as soon as they are known: their drain is the step's longest part.
   if (active) {
+    o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
+  }
+  __syncthreads();
+  // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
+  const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
+  if (warp * 32 < d.dv) {
+    const float o2 = warp_sum(tid < d.dv ? o * o : 0.0f);
+    if (lane == 0) o_sq[warp] = o2;
   }
   __syncthreads();
   if (last_reader && shared_qk) shift_history();
   float oo = 0.0f;
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w)
-    if (w < warps) oo += o_sq[w];
-  if (active && part == 0)
+    if (w * 32 < d.dv) oo += o_sq[w];
+  if (part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
