@@ -120,8 +120,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   }
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
   const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
-  // The gates need only a, b and z: worked out while the conv's barrier below waits.
-  const float gate_z = siluf_(zc);
+  // The gates need only a and b: worked out while the conv's barrier below waits.
   const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
   const float beta = 1.0f / (1.0f + expf(-bj));
   const float u = has_ch ? siluf_(hist_acc + tap_x * xc) : 0.0f;
@@ -132,6 +131,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       if (t < hist) conv_state[int64_t(t - 1) * C + c] = h[t];
     if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
   };
+  if (has_ch && !shared_qk) shift_history();
   if (ch < DK) qs[ch] = u;
   else if (shared_qk) ks[ch - DK] = u;
   else if (has_ch) vs[ch - 2 * DK] = u;
@@ -203,15 +203,13 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (lane == 0) o_sq[warp] = o2;
   }
   __syncthreads();
-  // The conv windows shift last (v's by every block, q/k's by the key head's last reader), so that
-  // their stores do not queue before the step's own work.
-  if (has_ch && (!shared_qk || last_reader)) shift_history();
+  if (last_reader && shared_qk) shift_history();
   float oo = 0.0f;
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w)
     if (w * 32 < d.dv) oo += o_sq[w];
   if (part == 0)
-    out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * gate_z);
+    out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
 }  // namespace petrel::cuda
