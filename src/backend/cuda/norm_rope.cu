@@ -69,36 +69,28 @@ struct NormRopeHeads {
 constexpr int kNormRopeWarps = 4;  // heads per qk_norm_rope block
 
 // One warp per (token, head); D <= 512. grid.y: q_blocks blocks of q's heads, then k's. Token t is
-// at *pos + t, or at pos[t] where per_row. Latency decides its time: the norm weights and the
-// rotation's frequencies before the PDL wait, the head and the position in one round trip after
-// it; the normed head (rounded to bf16, as it would be stored) waits in shared memory for the
-// rotation's pairs, and the head is written once.
+// at *pos + t, or at pos[t] where per_row. Latency decides its time: the head, its norm weights and
+// the position load in one round trip; the normed head (rounded to bf16, as it would be stored)
+// waits in shared memory for the rotation's pairs, and the head is written once.
 __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_blocks, int D, float eps, int rotary,
                                     float theta, const int* pos, bool per_row) {
   constexpr int kMaxPer = 16;  // D / 32
-  constexpr int kMaxPairs = 8;  // rotary / 64
   __shared__ float heads[kNormRopeWarps][32 * kMaxPer];
-  pdl_launch_dependents();
+  pdl_enter();
   const bool is_k = int(blockIdx.y) >= q_blocks;
   const NormRopeHeads m = is_k ? k : q;
   const int warp = int(threadIdx.x) / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x, h = (int(blockIdx.y) - (is_k ? q_blocks : 0)) * kNormRopeWarps + warp;
-  const int per = D / 32, half = rotary / 2;
-  float w[kMaxPer], inv_freq[kMaxPairs];
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) w[i] = i < per ? m.w[lane + 32 * i] : 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxPairs; ++i) {
-    const int j = lane + 32 * i;
-    inv_freq[i] = j < half ? 1.0f / powf(theta, float(2 * j) / float(rotary)) : 0.0f;
-  }
-  pdl_wait();
   if (h >= m.heads) return;
   bf16* p = m.x + t * m.stride + int64_t(h) * D;
   float* hv = heads[warp];
-  float v[kMaxPer];
+  const int per = D / 32;
+  float v[kMaxPer], w[kMaxPer];
 #pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
+  for (int i = 0; i < kMaxPer; ++i) {
+    v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
+    w[i] = i < per ? m.w[lane + 32 * i] : 0.0f;
+  }
   const float position = float(per_row ? pos[t] : *pos + t);
   float ss = 0.0f;
 #pragma unroll
@@ -109,16 +101,14 @@ __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_bloc
     if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * w[i]));
   __syncwarp();
   // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
-#pragma unroll
-  for (int i = 0; i < kMaxPairs; ++i) {
-    const int j = lane + 32 * i;
-    if (j < half) {
-      float sn, cs;
-      sincosf(position * inv_freq[i], &sn, &cs);
-      const float x0 = hv[j], x1 = hv[j + half];
-      hv[j] = x0 * cs - x1 * sn;
-      hv[j + half] = x1 * cs + x0 * sn;
-    }
+  const int half = rotary / 2;
+  for (int j = lane; j < half; j += 32) {
+    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
+    float sn, cs;
+    sincosf(position * inv_freq, &sn, &cs);
+    const float x0 = hv[j], x1 = hv[j + half];
+    hv[j] = x0 * cs - x1 * sn;
+    hv[j + half] = x1 * cs + x0 * sn;
   }
   __syncwarp();
 #pragma unroll
@@ -141,8 +131,6 @@ void launch_qk_norm_rope(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf
                          const float* k_w, int T, int D, float eps, int rotary, float theta, const int* pos,
                          bool per_row, cudaStream_t s) {
   check(D % 32 == 0 && D <= 512, "CUDA qk_norm_rope: head_dim " + std::to_string(D) + " must be a multiple of 32, <= 512");
-  check(rotary % 2 == 0 && rotary >= 0 && rotary <= D,
-        "CUDA qk_norm_rope: rotary dims " + std::to_string(rotary) + " must be even and at most head_dim " + std::to_string(D));
   const int q_blocks = div_up(Hq, kNormRopeWarps), blocks = q_blocks + div_up(Hkv, kNormRopeWarps);
   launch_pdl(qk_norm_rope_kernel, dim3(T, blocks), 32 * kNormRopeWarps, 0, s, NormRopeHeads{q, q_stride, Hq, q_w},
              NormRopeHeads{k, k_stride, Hkv, k_w}, q_blocks, D, eps, rotary, theta, pos, per_row);
