@@ -579,7 +579,7 @@ __device__ inline void add_route_sums(const RouteSums& route, const bf16* cols, 
   for (int e = threadIdx.x; e < route.n; e += blockDim.x) {
     float acc = 0.0f;
     for (int r = 0; r < rows; ++r) acc += __bfloat162float(cols[r * route.ld + e]) * keep[r];
-    route.sums[e] = static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne));  // probe, timing only: no atomics
+    atomicAdd(route.sums + e, static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne)));
   }
 }
 
