@@ -8,13 +8,6 @@
 
 namespace petrel::cuda {
 
-__device__ unsigned probe_step_launches;  // probe: step launches seen (blocks / grid)
-__device__ __forceinline__ unsigned long long probe_step_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-
 constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, a run of rows each
 constexpr int kDecodeMaxTaps = 4;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
 
@@ -57,10 +50,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int ratio = d.Hv / d.Hk, kh = j / ratio;
   const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
-  unsigned long long ps[12] = {};
-  ps[0] = probe_step_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (tid == 0) probe_idx = atomicAdd(&probe_step_launches, 1) / (gridDim.x * gridDim.y);
   const int e = tid % d.dv, part = tid / d.dv;
   const bool active = part < kDecodeParts;
   // This thread's conv channel: q (ch < DK) or k (ch < 2·DK), shared by the key head's blocks, or
@@ -118,7 +107,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   for (int after_wait = 0; after_wait < 2; ++after_wait) {
     if (after_wait) {
       wait();
-      ps[1] = probe_step_ns(0.0f);
       if (rows.states) {
         conv_state = rows.conv_states[row];
         state = rows.states[row];
@@ -132,11 +120,9 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   }
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
   const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
-  ps[2] = probe_step_ns(xc + av + bj + zc);
   // The gates need only a and b: worked out while the conv's barrier below waits.
   const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
   const float beta = 1.0f / (1.0f + expf(-bj));
-  ps[3] = probe_step_ns(decay + beta);
   const float u = has_ch ? siluf_(hist_acc + tap_x * xc) : 0.0f;
   // Shifts the channel's history one step (from registers: the values were just read).
   auto shift_history = [&] {
@@ -165,7 +151,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     }
   }
   __syncthreads();
-  ps[4] = probe_step_ns(0.0f);
   if (!rows.states_settled) count_reader();
   float qq = 0.0f, kk = 0.0f;
 #pragma unroll
@@ -174,7 +159,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     kk += k_sq[w];
   }
   const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
-  ps[5] = probe_step_ns(inv_q + inv_k);
   // Inactive threads (past the parts) read part 0's rows and hold zero columns.
   const int rows0 = active ? part * kRows : 0;
   const float4* q4 = reinterpret_cast<const float4*>(qs + rows0);
@@ -192,7 +176,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   }
   if (active) m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
   __syncthreads();
-  ps[6] = probe_step_ns(mp[0] + mp[3]);
   const float m = (m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]);
   const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
   float op[4] = {};
@@ -206,7 +189,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       op[i] += col[4 * g + i] * qr[i];
     }
   }
-  ps[7] = probe_step_ns(m);
   // The state rows go out as soon as they are known: their drain is the step's longest part.
   if (active) {
     o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
@@ -214,7 +196,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
   }
   __syncthreads();
-  ps[8] = probe_step_ns(0.0f);
   // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
   const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
   if (warp * 32 < d.dv) {
@@ -222,7 +203,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (lane == 0) o_sq[warp] = o2;
   }
   __syncthreads();
-  ps[9] = probe_step_ns(0.0f);
   if (last_reader && shared_qk) shift_history();
   float oo = 0.0f;
 #pragma unroll
@@ -230,12 +210,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (w * 32 < d.dv) oo += o_sq[w];
   if (part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
-  ps[10] = probe_step_ns(oo);
-  if ((tid == 0 || tid == 256) && (probe_idx == 30 * 200 + 8 || probe_idx == 30 * 201 + 8))
-    printf("STAMP step%d-%u %d enter %.2f x %.2f gates %.2f barrier1 %.2f norms %.2f m_parts %.2f m %.2f barrier3 %.2f "
-           "barrier4 %.2f end %.2f\n", tid, probe_idx, j, (double(ps[0]) - double(ps[1])) * 1e-3, (ps[2] - ps[1]) * 1e-3,
-           (ps[3] - ps[1]) * 1e-3, (ps[4] - ps[1]) * 1e-3, (ps[5] - ps[1]) * 1e-3, (ps[6] - ps[1]) * 1e-3,
-           (ps[7] - ps[1]) * 1e-3, (ps[8] - ps[1]) * 1e-3, (ps[9] - ps[1]) * 1e-3, (ps[10] - ps[1]) * 1e-3);
 }
 
 }  // namespace petrel::cuda
