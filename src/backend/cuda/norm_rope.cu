@@ -76,21 +76,21 @@ __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_bloc
                                     float theta, const int* pos, bool per_row) {
   constexpr int kMaxPer = 16;  // D / 32
   __shared__ float heads[kNormRopeWarps][32 * kMaxPer];
-  pdl_launch_dependents();
+  pdl_enter();
   const bool is_k = int(blockIdx.y) >= q_blocks;
   const NormRopeHeads m = is_k ? k : q;
   const int warp = int(threadIdx.x) / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x, h = (int(blockIdx.y) - (is_k ? q_blocks : 0)) * kNormRopeWarps + warp;
-  const int per = D / 32;
-  float v[kMaxPer], w[kMaxPer];
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) w[i] = i < per ? m.w[lane + 32 * i] : 0.0f;  // weights: before the wait
-  pdl_wait();
   if (h >= m.heads) return;
   bf16* p = m.x + t * m.stride + int64_t(h) * D;
   float* hv = heads[warp];
+  const int per = D / 32;
+  float v[kMaxPer], w[kMaxPer];
 #pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
+  for (int i = 0; i < kMaxPer; ++i) {
+    v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
+    w[i] = i < per ? m.w[lane + 32 * i] : 0.0f;
+  }
   const float position = float(per_row ? pos[t] : *pos + t);
   float ss = 0.0f;
 #pragma unroll
