@@ -508,7 +508,7 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
 }
 
 template <int DK>
-__global__ void __launch_bounds__(kDecodeThreads) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
+__global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
                                                                const float* conv_w, float* conv_state, const float* b,
                                                                const float* a, const float* A_log, const float* dt_bias,
                                                                float* state, const float* norm_w, const bf16* z,
@@ -530,8 +530,8 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
 bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                  float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
                  float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
-  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = kDecodeThreads;
-  if (ratio < 1 || d.Hv != ratio * d.Hk || !decode_fits(d) || d.K < 1 || d.K > kDecodeMaxTaps) return false;
+  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = decode_threads(d);
+  if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 512 || d.K < 1 || d.K > kDecodeMaxTaps) return false;
   switch (d.dk) {
     case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
     case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;

@@ -287,7 +287,7 @@ bool same_layout(const DeltaNetLayer& L) {
 bool deltanet_layer_fits(const DeltaNetLayer& L) {
   if (!pdl_supported() || !layer_kernel(L) || !same_layout(L)) return false;
   const DeltaNetShape& d = L.d;
-  if (d.dk != kStepDk || d.Hv % d.Hk != 0 || !decode_fits(d) || kDecodeThreads > kThreads || d.K < 1 || d.K > kDecodeMaxTaps)
+  if (d.dk != kStepDk || d.Hv % d.Hk != 0 || decode_threads(d) > kThreads || d.K < 1 || d.K > kDecodeMaxTaps)
     return false;
   const int H = L.out.rows;
   if (L.in[0].cols != H || L.gate.cols != H || L.down.rows != H || L.s_gate.rows != L.gate.rows ||
