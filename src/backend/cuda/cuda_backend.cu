@@ -138,7 +138,7 @@ class CudaBackend final : public Backend {
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
-      route_sums_ = alloc_raw<unsigned long long>(cuda::route_sums_size(c.n_experts + 1));
+      route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);

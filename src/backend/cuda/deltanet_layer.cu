@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
   if (dn_block) {
     wait_count(counters + kGateUpDone, P.gu_blocks);
     if (b == 0)  // every block has picked from the sums: clear them for the next layer
-      for (int i = tid; i < route_sums_size(L.pick.E + 1); i += blockDim.x) L.pick.sums[i] = 0;
+      for (int i = tid; i < L.pick.E + 1; i += blockDim.x) L.pick.sums[i] = 0;
     if (tid < k) bulk_rows(dn_tile(tid), with_data(dm, L.down.entry(L.ids[tid])), dn_r0, dn_rows, &bar[kDown]);
     if (tid < n_down) mix[tid] = tid < k ? L.weights[tid] : L.sgate[0];
     const Staged<F> st = stage_rows<F>(stage, L.act, 4, L.down.cols, n_down,

@@ -574,13 +574,12 @@ __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, 
 }
 
 // Whole block, once its `rows` rows of h are in keep and their rows of route.cols in `cols`: adds
-// Σ_r cols[r][e]·keep[r] to route.sums[e] in fixed point, of the block's copy.
+// Σ_r cols[r][e]·keep[r] to route.sums[e] in fixed point.
 __device__ inline void add_route_sums(const RouteSums& route, const bf16* cols, const float* keep, int rows) {
-  unsigned long long* sums = route.sums + int(blockIdx.x % kRouteCopies) * route_copy_stride(route.n);
   for (int e = threadIdx.x; e < route.n; e += blockDim.x) {
     float acc = 0.0f;
     for (int r = 0; r < rows; ++r) acc += __bfloat162float(cols[r * route.ld + e]) * keep[r];
-    atomicAdd(sums + e, static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne)));
+    atomicAdd(route.sums + e, static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne)));
   }
 }
 

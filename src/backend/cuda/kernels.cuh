@@ -36,10 +36,8 @@ inline bool norm_stageable(int64_t cols, int64_t x_stride) { return cols % kNorm
 // the router's rows times the norm's weights, transposed ([H][ld] bf16: the products carry 8-bit
 // mantissas, as the bf16 logits of the reference implementation do; column E the shared-expert
 // gate's). A block that owns rows [r0, r1) of h adds its share to sums[0..n) in 2^-32 fixed point:
-// integer atomics make the total independent of the order blocks arrive in. The sums are kept in
-// kRouteCopies copies (block b adds to copy b % kRouteCopies: a quarter of the atomics on each
-// address) whose total the experts read (TopK::sums, router_value); the MoE's down kernel clears
-// them for the next layer.
+// integer atomics make the total independent of the order blocks arrive in. The experts read the
+// sums (TopK::sums) and the MoE's down kernel clears them for the next layer.
 struct RouteSums {
   const bf16* cols = nullptr;
   int ld = 0, n = 0;
@@ -47,11 +45,6 @@ struct RouteSums {
   int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
 };
 constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
-constexpr int kRouteCopies = 4;
-// Elements from one copy of n router sums to the next (whole 128-byte lines apart).
-__host__ __device__ constexpr int route_copy_stride(int n) { return (n + 15) / 16 * 16; }
-// Elements of the router sums' buffer for n sums.
-__host__ __device__ constexpr int route_sums_size(int n) { return kRouteCopies * route_copy_stride(n); }
 struct GemvSegments {
   static constexpr int kMax = 4;
   DeviceMatrix w[kMax];

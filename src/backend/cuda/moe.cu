@@ -460,11 +460,11 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
              weights, act, width, split.per, norm, pick);
 }
 
-// Block 0 of a down launch, after its wait: zeroes the n router sums gate+up picked from (every
-// copy; null: none), ready for the next layer's output projection.
+// Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
+// none), ready for the next layer's output projection.
 __device__ __forceinline__ void clear_route_sums(unsigned long long* sums, int n) {
   if (sums && blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < route_sums_size(n); i += blockDim.x) sums[i] = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sums[i] = 0;
 }
 
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,

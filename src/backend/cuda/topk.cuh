@@ -15,15 +15,10 @@ __device__ __forceinline__ float key_float(unsigned u) {
   return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
 }
 
-// The router's value for expert e: a logit, or its fixed-point sum (a positive multiple of it),
-// the total of the sums' copies (integers: the same total in any order).
+// The router's value for expert e: a logit, or its fixed-point sum (a positive multiple of it).
 __device__ __forceinline__ float router_value(const TopK& src, int e) {
-  if (!src.sums) return __ldcg(src.logits + e);
-  const int stride = route_copy_stride(src.E + 1);
-  unsigned long long total = 0;
-#pragma unroll
-  for (int c = 0; c < kRouteCopies; ++c) total += __ldcg(src.sums + c * stride + e);
-  return __ll2float_rn(static_cast<long long>(total)) * (1.0f / kRouteFixedOne);
+  return src.sums ? __ll2float_rn(static_cast<long long>(__ldcg(src.sums + e))) * (1.0f / kRouteFixedOne)
+                  : __ldcg(src.logits + e);
 }
 
 // Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
