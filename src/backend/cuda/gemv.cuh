@@ -179,19 +179,17 @@ __device__ __forceinline__ float dot_x(const Chunk& ch, const ChunkX<F>& cx) {
 
 // Staged activations: rows of `chunks` chunks at chunk_pitch floats each, every chunk's Σx (of
 // the fp32 values) and, for 4- and 8-bit weights, the scale d/127 of its second int8 level. Under
-// a staged norm, rows hold x·w and row_ss each row's Σx² (one row: each thread holds its scale,
-// scale0).
+// a staged norm, rows hold x·w and row_ss each row's Σx².
 template <WFormat F>
 struct Staged {
   const float* xs;
   const float* sums;
   const float* level_scale;
-  const float* row_ss;  // null: no norm, or one row (scale0)
+  const float* row_ss;  // null: no norm
   int chunks;
   float inv_cols, eps;
-  float scale0 = 1.0f;  // without row_ss: row 0's scale
   // What a dot product with row `row` is multiplied by: the row's rsqrt(mean(x²) + eps) under a norm.
-  __device__ float row_scale(int row) const { return row_ss ? rsqrtf(row_ss[row] * inv_cols + eps) : scale0; }
+  __device__ float row_scale(int row) const { return row_ss ? rsqrtf(row_ss[row] * inv_cols + eps) : 1.0f; }
   __device__ const float* chunk(int row, int c) const {
     return xs + (int64_t(row) * chunks + c) * chunk_pitch(F);
   }
@@ -322,15 +320,6 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     if (part == 0) sums[p] = sum;
   }
   __syncthreads();
-  if (norm.w && rows == 1) {  // every thread sums the row's parts itself (in order): no second barrier
-    const int parts = cols / kNormWarpCols;
-    float ss = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < parts; ++i) ss += warp_ss[i];
-    Staged<F> st{xs, sums, level_scale, nullptr, chunks, 1.0f / float(cols), norm.eps};
-    st.scale0 = rsqrtf(ss * st.inv_cols + st.eps);
-    return st;
-  }
   if (norm.w) {  // the parts in a fixed order: float atomics would make the sum differ run to run
     const int parts = cols / kNormWarpCols;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
