@@ -9,7 +9,6 @@ constexpr int kMaxExperts = 1024;
 
 constexpr int kTopkSegments = 4;  // segments of 32 logits a warp holds in topk_block
 static_assert(kTopkSegments * 32 * 8 >= kMaxExperts, "topk_block: a block of 8 or more warps holds every logit");
-static_assert(kMaxExperts / 32 <= 32, "topk_block: a lane per segment of 32 logits");
 
 // The float whose ordered_bits are u.
 __device__ __forceinline__ float key_float(unsigned u) {
@@ -52,11 +51,11 @@ __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weigh
     if (lane == 0 && warp + m * warps < segs) seg_max[warp + m * warps] = mx;
   }
   __syncthreads();
-  // The segments' smallest and largest maxima, a segment a lane (segs <= 32): two reductions
-  // instead of a chain of shared-memory reads.
-  const unsigned seg = lane < segs ? seg_max[lane] : 0u;
-  unsigned bound = __reduce_min_sync(0xffffffffu, lane < segs ? seg : 0xffffffffu);
-  const unsigned top = __reduce_max_sync(0xffffffffu, seg);
+  unsigned bound = 0xffffffffu, top = 0u;
+  for (int i = 0; i < segs; ++i) {
+    bound = min(bound, seg_max[i]);
+    top = max(top, seg_max[i]);
+  }
   if (segs < k) bound = 0u;  // too few segments for the bound: rank them all
   const float vmax = key_float(top);
   const unsigned below = (1u << lane) - 1u;
