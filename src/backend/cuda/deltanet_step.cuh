@@ -24,9 +24,10 @@ inline int decode_threads(const DeltaNetShape& d) {
 // conv + SiLU of its key head's q and k channels and of its own v channels (a thread per channel,
 // continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm.
 // Latency decides its time (stamps, docs/performance.md session 26: ~3.5 us after the wait, ~0.5
-// of it the one round trip for x), so everything that does not need the input projections' rows happens before the wait:
-// weights, settled states, the conv's history taps and the reader count below. After it: one
-// round trip of loads, four block barriers, short sums (4 accumulators, float4 reads of q and k).
+// of it the one round trip for x), so everything that does not need the input projections' rows
+// happens before the wait: weights, settled states, the conv's history taps and the reader count
+// below. After it: one round trip of loads, four block barriers, short sums (4 accumulators,
+// float4 reads of q and k).
 // The Hv/Hk blocks of a key head all read its q/k conv state; the last of them to finish reading
 // (counted in readers[row·Hk + key head], left at zero) shifts it. A batched step's row `row` first
 // moves to its operand rows and, from the tables, its sequence's states. The block of value head j
