@@ -281,8 +281,9 @@ class CudaBackend final : public Backend {
   }
 
   int32_t greedy_token() override {
-    token_read_ = true;  // probe nosync: replays go out back to back, the token is never read
-    return 1;
+    const int32_t token = token_->wait(stream_);
+    token_read_ = true;
+    return token;
   }
 
   std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
