@@ -143,12 +143,6 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-// A barrier among the first `threads` threads of the block (whole warps) that leaves the others
-// running; barrier 0 is __syncthreads'.
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

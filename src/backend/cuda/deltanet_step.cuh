@@ -46,7 +46,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   // of each column.
   __shared__ __align__(16) float qs[DK], ks[DK];
   __shared__ float vs[kMaxDv], m_part[kDecodeParts][kMaxDv], o_part[kDecodeParts][kMaxDv];
-  __shared__ float q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kMaxWarps], kq_part[kDecodeParts];
+  __shared__ float q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kMaxWarps];
   __shared__ bool last_reader;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int ratio = d.Hv / d.Hk, kh = j / ratio;
@@ -164,57 +164,53 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   const int rows0 = active ? part * kRows : 0;
   const float4* q4 = reinterpret_cast<const float4*>(qs + rows0);
   const float4* k4 = reinterpret_cast<const float4*>(ks + rows0);
-  // One pass over the old state gives both column sums the update needs: with S' = g·S + k̂·δᵀ,
-  // S'ᵀq = g·Sᵀq + (k̂·q)·δ, so the delta rule needs one exchange between the parts, not two.
-  float mp[4] = {}, sp[4] = {}, kp[4] = {};
+  float mp[4] = {};
+#pragma unroll
+  for (int g = 0; g < kRows / 4; ++g) {
+    const float4 kv = k4[g];
+    const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      col[4 * g + i] *= decay;
+      mp[i] += col[4 * g + i] * kr[i];
+    }
+  }
+  if (active) m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
+  __syncthreads();
+  const float m = (m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]);
+  const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
+  float op[4] = {};
 #pragma unroll
   for (int g = 0; g < kRows / 4; ++g) {
     const float4 kv = k4[g], qv = q4[g];
     const float kr[4] = {kv.x, kv.y, kv.z, kv.w}, qr[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      mp[i] += col[4 * g + i] * kr[i];
-      sp[i] += col[4 * g + i] * qr[i];
-      kp[i] += kr[i] * qr[i];
+      col[4 * g + i] += kr[i] * inv_k * delta;
+      op[i] += col[4 * g + i] * qr[i];
     }
   }
+  // The state rows go out as soon as they are known: their drain is the step's longest part.
   if (active) {
-    m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
-    o_part[part][e] = (sp[0] + sp[1]) + (sp[2] + sp[3]);
-    if (e == 0) kq_part[part] = (kp[0] + kp[1]) + (kp[2] + kp[3]);
-  }
-  __syncthreads();
-  const float m = decay * ((m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]));
-  const float sq = decay * ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e]));
-  const float kq = (kq_part[0] + kq_part[1]) + (kq_part[2] + kq_part[3]);
-  const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
-  const float o = (sq + kq * inv_k * delta) * inv_q;
-  // Part 0's warps finish the gated norm among themselves (a named barrier) and write the output
-  // before their state rows; the other warps store theirs at once. The stores' issue no longer
-  // holds back the barrier the output waits for (stamps: ~1 us for 64 KB an SM).
-  if (warp * 32 < d.dv) {
-    const float o2 = warp_sum(tid < d.dv ? o * o : 0.0f);
-    if (lane == 0) o_sq[warp] = o2;
-    named_barrier(1, div_up(d.dv, 32) * 32);
-    float oo = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kMaxWarps; ++w)
-      if (w * 32 < d.dv) oo += o_sq[w];
-    if (part == 0)
-      out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
-  }
-  if (last_reader && shared_qk) shift_history();
-  if (active) {
-#pragma unroll
-    for (int g = 0; g < kRows / 4; ++g) {
-      const float4 kv = k4[g];
-      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) col[4 * g + i] = col[4 * g + i] * decay + kr[i] * inv_k * delta;
-    }
+    o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
   }
+  __syncthreads();
+  // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
+  const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
+  if (warp * 32 < d.dv) {
+    const float o2 = warp_sum(tid < d.dv ? o * o : 0.0f);
+    if (lane == 0) o_sq[warp] = o2;
+  }
+  __syncthreads();
+  if (last_reader && shared_qk) shift_history();
+  float oo = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w)
+    if (w * 32 < d.dv) oo += o_sq[w];
+  if (part == 0)
+    out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
 }  // namespace petrel::cuda
