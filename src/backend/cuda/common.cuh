@@ -143,32 +143,6 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-// L2 eviction policies (sm_80+). Weights are read once a token and stream past L2: their lines
-// go first. The DeltaNet states are read back a token later: of each head's state, the first
-// `keep` bytes are kept (evict_last) and the rest go first, so that the kept part of all 30
-// layers' states (60 MB at fp32, more than the 50 MB L2) stays resident instead of every line
-// being evicted before its reuse.
-__device__ __forceinline__ uint64_t l2_stream_policy() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t l2_keep_policy(const void* base, uint32_t keep, uint32_t total) {
-  uint64_t p;
-  asm("createpolicy.range.global.L2::evict_last.L2::evict_first.b64 %0, [%1], %2, %3;"
-      : "=l"(p)
-      : "l"(base), "r"(keep), "r"(total));
-  return p;
-}
-__device__ __forceinline__ float ld_cg_hint(const float* a, uint64_t pol) {
-  float v;
-  asm volatile("ld.global.cg.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ void st_cg_hint(float* a, float v, uint64_t pol) {
-  asm volatile("st.global.cg.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(a), "f"(v), "l"(pol) : "memory");
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
