@@ -143,24 +143,6 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-// An L2 eviction policy (sm_80+) for the DeltaNet states, read back a token later: half of the
-// accesses keep their lines (evict_last), the rest let them go first, so that half of the 30
-// layers' 60 MB (more than the 50 MB L2) stays resident instead of every line being evicted
-// before its reuse. Loads and stores take it by the two functions below.
-__device__ __forceinline__ uint64_t l2_keep_policy() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_last.L2::evict_first.b64 %0, 0.5;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ float ld_cg_hint(const float* a, uint64_t pol) {
-  float v;
-  asm volatile("ld.global.cg.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ void st_cg_hint(float* a, float v, uint64_t pol) {
-  asm volatile("st.global.cg.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(a), "f"(v), "l"(pol) : "memory");
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

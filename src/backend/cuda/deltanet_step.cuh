@@ -76,11 +76,10 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   // written once a step through L2 (global space: the pointer may come from a table).
   float* S = nullptr;
   float col[kRows], h[kDecodeMaxTaps - 1], hist_acc = 0.0f;
-  const uint64_t keep = l2_keep_policy();  // the states' L2 policy
   auto load_states = [&] {
     S = state + int64_t(j) * DK * d.dv + part * kRows * d.dv + e;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) col[r] = active ? ld_cg_hint(S + r * d.dv, keep) : 0.0f;
+    for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * d.dv) : 0.0f;
 #pragma unroll
     for (int t = 0; t < kDecodeMaxTaps - 1; ++t) h[t] = has_ch && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
     // The conv over the history (the order of a sum over all taps, x's last).
@@ -195,7 +194,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   if (active) {
     o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) st_cg_hint(S + r * d.dv, col[r], keep);
+    for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
   }
   __syncthreads();
   // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
