@@ -195,28 +195,6 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Bulk stores (TMA, sm_90+): shared memory written by this block's threads, made visible to the
-// copy engine (every writing thread, before the block barrier that precedes the store), then
-// `bytes` (a multiple of 16) shared -> global from one thread, which must wait for the copy to
-// have read its source before the block leaves.
-__device__ __forceinline__ void fence_async_shared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-               "cp.async.bulk.commit_group;" ::"l"(dst),
-               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(src))), "r"(bytes)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_store_wait_read() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#endif
-}
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

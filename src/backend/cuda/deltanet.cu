@@ -513,9 +513,8 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
                                                                const float* a, const float* A_log, const float* dt_bias,
                                                                float* state, const float* norm_w, const bf16* z,
                                                                float eps, bf16* out, int* readers) {
-  extern __shared__ float4 state_stage[];  // DK x dv floats: the new state, stored in bulk
   deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
-                         eps, out, readers, reinterpret_cast<float*>(state_stage), [] { pdl_wait(); });
+                         eps, out, readers, [] { pdl_wait(); });
 }
 
 template <int DK>
@@ -523,9 +522,7 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  const size_t stage = size_t(DK) * d.dv * sizeof(float);
-  allow_dynamic_smem<deltanet_decode_kernel<DK>>(stage);
-  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, stage, s, d, rows, x, conv_w,
+  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
              conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
 

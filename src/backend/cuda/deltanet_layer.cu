@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     DeltaNetRows one;
     one.states_settled = L.states_settled;
     deltanet_head_step<kStepDk>(L.d, b - P.in_blocks, 0, one, L.qkv, L.conv_w, L.conv_state, L.b, L.a, L.A_log,
-                                L.dt_bias, L.state, L.gdn_norm, L.z, L.eps, L.o, L.readers, nullptr, [&] {
+                                L.dt_bias, L.state, L.gdn_norm, L.z, L.eps, L.o, L.readers, [&] {
                                   pdl_wait();
                                   wait_count(counters + kInDone, P.in_blocks);
                                 });

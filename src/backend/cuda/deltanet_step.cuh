@@ -38,8 +38,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
                                                    const bf16* x, const float* conv_w, float* conv_state,
                                                    const float* b, const float* a, const float* A_log,
                                                    const float* dt_bias, float* state, const float* norm_w,
-                                                   const bf16* z, float eps, bf16* out, int* readers, float* stage,
-                                                   Wait wait) {
+                                                   const bf16* z, float eps, bf16* out, int* readers, Wait wait) {
   constexpr int kRows = DK / kDecodeParts, kMaxWarps = 16, kQkWarps = (2 * DK + 31) / 32;
   static_assert(kRows % 4 == 0, "a part's rows are read as float4s");
   constexpr int kMaxDv = 512 / kDecodeParts;
@@ -76,11 +75,9 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   // This thread's first state element; its rows are dv floats apart (32-bit offsets), read and
   // written once a step through L2 (global space: the pointer may come from a table).
   float* S = nullptr;
-  float* S0 = nullptr;  // the head's whole state (the bulk store's destination)
   float col[kRows], h[kDecodeMaxTaps - 1], hist_acc = 0.0f;
   auto load_states = [&] {
-    S0 = state + int64_t(j) * DK * d.dv;
-    S = S0 + part * kRows * d.dv + e;
+    S = state + int64_t(j) * DK * d.dv + part * kRows * d.dv + e;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * d.dv) : 0.0f;
 #pragma unroll
@@ -194,28 +191,12 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     }
   }
   // The state rows go out as soon as they are known: their drain is the step's longest part.
-  // With a stage (sm_90), the new state goes to shared memory and leaves as bulk stores from warp
-  // 0's first lanes after the barrier: the warps' own stores took ~1 us to issue (stamps).
-  constexpr int kStorePieces = 8;  // lanes of warp 0 that each store a slice
-  const uint32_t piece = uint32_t(DK) * d.dv * sizeof(float) / kStorePieces;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const bool bulk = stage != nullptr && uint32_t(DK) * d.dv * sizeof(float) % (16 * kStorePieces) == 0;
-#else
-  const bool bulk = false;
-#endif
   if (active) {
     o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
-    if (bulk) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) stage[(rows0 + r) * d.dv + e] = col[r];
-    } else {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
-    }
+    for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
   }
-  if (bulk) fence_async_shared();
   __syncthreads();
-  if (bulk && tid < kStorePieces) bulk_store(S0 + tid * piece / sizeof(float), stage + tid * piece / sizeof(float), piece);
   // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
   const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
   if (warp * 32 < d.dv) {
@@ -230,7 +211,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (w * 32 < d.dv) oo += o_sq[w];
   if (part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
-  if (bulk && tid < kStorePieces) bulk_store_wait_read();  // the stage stays until the copies have read it
 }
 
 }  // namespace petrel::cuda
