@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <unordered_map>
@@ -261,14 +260,7 @@ class CudaBackend final : public Backend {
       PETREL_CUDA(cudaGraphInstantiate(&s.graph_exec, graph, 0));
       PETREL_CUDA(cudaGraphDestroy(graph));
     }
-    if (!probe_ev_[0]) {
-      cudaEventCreate(&probe_ev_[0]);
-      cudaEventCreate(&probe_ev_[1]);
-    }
-    PETREL_CUDA(cudaEventRecord(probe_ev_[0], stream_));
     PETREL_CUDA(cudaGraphLaunch(s.graph_exec, stream_));
-    PETREL_CUDA(cudaEventRecord(probe_ev_[1], stream_));
-    probe_pending_ = true;
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
   }
 
@@ -290,19 +282,6 @@ class CudaBackend final : public Backend {
 
   int32_t greedy_token() override {
     const int32_t token = token_->wait(stream_);
-    if (probe_pending_) {  // probe: the replay's time on the device, from its launch's record to its end
-      cudaEventSynchronize(probe_ev_[1]);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, probe_ev_[0], probe_ev_[1]);
-      probe_us_.push_back(1e3 * ms);
-      probe_pending_ = false;
-      if (probe_us_.size() == 64) {
-        std::vector<float> v = probe_us_;
-        std::sort(v.begin(), v.end());
-        std::fprintf(stderr, "STEPGPU median %.1f us min %.1f max %.1f (64 replays)\n", v[32], v[0], v[63]);
-        probe_us_.clear();
-      }
-    }
     token_read_ = true;
     return token;
   }
@@ -825,9 +804,6 @@ class CudaBackend final : public Backend {
   int *h_ids_ = nullptr, *h_pos_ = nullptr;  // pinned, mapped: a recorded step's embed reads them in place
   int *m_ids_ = nullptr, *m_pos_ = nullptr;  // their device addresses
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
-  cudaEvent_t probe_ev_[2] = {};
-  bool probe_pending_ = false;
-  std::vector<float> probe_us_;
   int *d_ids_ = nullptr, *d_pos_ = nullptr;
   std::unique_ptr<cuda::TokenMailbox> token_;  // where argmax posts the greedy token
   bool token_read_ = false;  // greedy_token has read the token of the chunk staged last
