@@ -143,14 +143,6 @@ __device__ __forceinline__ unsigned ordered_bits(float f) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-// An L2 eviction policy (sm_80+) for weights, read once a token: their lines leave L2 first, so
-// that they do not push out what is read again (the DeltaNet states, activations).
-__device__ __forceinline__ uint64_t l2_stream_policy() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

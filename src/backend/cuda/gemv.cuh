@@ -420,21 +420,12 @@ __device__ __forceinline__ void copy_async(const void* dst, const void* src, int
 
 // Whole block: starts copying rows [first, first + rows) of m into tile a. The scales' start must
 // be 16-byte aligned: first·groups a multiple of 8.
-// Weights: streamed past L2 (l2_stream_policy).
-__device__ __forceinline__ void copy_async_stream(const void* dst, const void* src, int bytes) {
-  const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
-  const uint64_t pol = l2_stream_policy();
-  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x)
-    if (bytes - i >= 16) cp_async16_hint(smem_addr(d + i), s + i, pol);
-    else cp_async16_part(smem_addr(d + i), s + i, bytes - i);  // the hinted zero-filling form: an illegal instruction?
-}
-
 template <WFormat F>
 __device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int rows) {
-  copy_async_stream(a.w, m.w + first * m.chunks, rows * m.chunks * 16);
+  copy_async(a.w, m.w + first * m.chunks, rows * m.chunks * 16);
   if constexpr (F != WFormat::BF16) {
-    copy_async_stream(a.scales, m.scales + first * m.groups, rows * m.groups * 2);
-    copy_async_stream(a.biases, m.biases + first * m.groups, rows * m.groups * 2);
+    copy_async(a.scales, m.scales + first * m.groups, rows * m.groups * 2);
+    copy_async(a.biases, m.biases + first * m.groups, rows * m.groups * 2);
   }
 }
 
@@ -467,14 +458,6 @@ __device__ __forceinline__ void bulk_copy(const void* dst, const void* src, uint
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
-// bulk_copy of weights, streamed past L2 (l2_stream_policy).
-__device__ __forceinline__ void bulk_copy_stream(const void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_stream_policy())
-      : "memory");
-}
 
 // One thread: rows [first, first + rows) of m into tile a by bulk copies counted on bar, as one
 // arrival. A scale run that does not end on 16 bytes (a matrix's last rows) has its last values
@@ -488,12 +471,12 @@ __device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_
     s_bytes = s_all & ~15u;
   }
   mbar_arrive_expect(bar, w_bytes + 2 * s_bytes);
-  bulk_copy_stream(a.w, m.w + first * m.chunks, w_bytes, bar);
+  bulk_copy(a.w, m.w + first * m.chunks, w_bytes, bar);
   if constexpr (F != WFormat::BF16) {
     const int64_t s0 = first * m.groups;
     if (s_bytes > 0) {
-      bulk_copy_stream(a.scales, m.scales + s0, s_bytes, bar);
-      bulk_copy_stream(a.biases, m.biases + s0, s_bytes, bar);
+      bulk_copy(a.scales, m.scales + s0, s_bytes, bar);
+      bulk_copy(a.biases, m.biases + s0, s_bytes, bar);
     }
     for (uint32_t i = s_bytes / 2; i < s_all / 2; ++i) {
       const_cast<bf16*>(a.scales)[i] = m.scales[s0 + i];

@@ -17,10 +17,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool o
 __device__ __forceinline__ void cp_async16_part(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
-// 16 whole bytes global -> shared with an L2 eviction policy (l2_stream_policy).
-__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(pol));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's copy groups are still in flight.
 template <int N>
