@@ -477,21 +477,6 @@ TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
   attention_chunks(qwen3_pair(), 0, kAttentionChunks);
 }
 
-// Contexts of up to 128 keys, where the split-K kernel's one range writes the output itself (no
-// combine), from the first key on: single rows, a 5-row chunk below the tensor-core prefill's
-// threshold, and decode steps on both sides of 128 keys.
-const std::vector<int> kShortAttentionChunks = {1, 1, 5, 1, 50, 1, 68, 1, 1};
-
-TEST(CudaOps, AttentionShortContextsMatchCpu) {
-  REQUIRE_GPU();
-  attention_chunks(pair(), 1, kShortAttentionChunks);
-}
-
-TEST(CudaOps, AttentionShortContextsHeadDim128MatchCpu) {
-  REQUIRE_GPU();
-  attention_chunks(qwen3_pair(), 0, kShortAttentionChunks);
-}
-
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.
 double deltanet_step(SequenceState& cs, SequenceState& gs, int T, uint64_t seed) {
   const RealShapeModel& m = model();

@@ -37,22 +37,10 @@ __device__ __forceinline__ int keys_of_row(int t, const int* pos0, const KvRows&
 }
 
 // Keys per range of a context of n keys over at most `splits` ranges: at least kMinRangeKeys, so
-// that short contexts use few ranges (those past the last key are left empty and never merged);
-// all n in one range up to one_range_keys, whose partial block then writes the output itself.
-__device__ __forceinline__ int keys_per_split(int n_keys, int splits, int one_range_keys) {
-  return n_keys <= one_range_keys ? n_keys : max(kMinRangeKeys, (n_keys + splits - 1) / splits);
+// that short contexts use few ranges (those past the last key are left empty and never merged).
+__device__ __forceinline__ int keys_per_split(int n_keys, int splits) {
+  return max(kMinRangeKeys, (n_keys + splits - 1) / splits);
 }
-
-// Where a context of at most one_range_keys keys (0: none) goes: the partial block of its one
-// range normalises, gates and writes it, as the combine would (the same bits), and the combine
-// has nothing to do. Short contexts then skip the combine's round trips.
-struct DirectOut {
-  const bf16* gate = nullptr;
-  int64_t gate_stride = 0;
-  bf16* out = nullptr;
-  int64_t out_stride = 0;
-  int one_range_keys = 0;
-};
 
 // PER bf16 values at p (this lane's slice of a row: lane·PER..) as floats.
 template <int PER>
@@ -132,7 +120,7 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
   }
   // Positions are staged by the host before the step: readable before the wait.
   const int first_new = rows.pos ? rows.pos[t] : *pos0;  // keys from here on are the chunk's own
-  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits, 0);
+  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits);
   const int begin = split * per, end = min(n_keys, begin + per);
   if (begin >= end) return;  // past the context: the combine reads the ranges in use only
   const int64_t kv_stride = int64_t(Hkv) * D;
@@ -250,8 +238,7 @@ __device__ void issue_kv_rows(uint32_t sK, uint32_t sV, const bf16* kh, const bf
 template <int D>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     attention_partial_mma_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq, int Hkv,
-                                 const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv,
-                                 DirectOut direct) {
+                                 const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv) {
   constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
   extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
@@ -265,7 +252,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     vc = rows.v[t];
   }
   const int first_new = rows.pos ? rows.pos[t] : *pos0;  // staged by the host: readable before the wait
-  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits, direct.one_range_keys);
+  const int n_keys = keys_of_row(t, pos0, rows), per = keys_per_split(n_keys, splits);
   const int begin = split * per, end = min(n_keys, begin + per);
   if (begin >= end) return;
   const int64_t kv_stride = int64_t(Hkv) * D;
@@ -346,18 +333,6 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   if (g >= G) return;
-  if (n_keys <= direct.one_range_keys) {  // the one range: acc / l, gated, as the combine's merge of one
-    const int64_t col0 = int64_t(kvh * G + g) * D + warp * 8 * NT + 2 * (lane % 4);
-#pragma unroll
-    for (int b = 0; b < NT; ++b)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t col = col0 + 8 * b + e;
-        const float gv = direct.gate ? sigmoidf_(__bfloat162float(direct.gate[t * direct.gate_stride + col])) : 1.0f;
-        direct.out[t * direct.out_stride + col] = __float2bfloat16(o[b][e] / sum * gv);
-      }
-    return;
-  }
   float* rec = partial + ((int64_t(t) * Hq + kvh * G + g) * splits + split) * (D + 2);
   if (warp == 0 && lane % 4 == 0) {
     rec[0] = m[0] * scale;  // the natural-log maximum the combine expects
@@ -428,20 +403,16 @@ __device__ __forceinline__ float merge_many_ranges(const float* base, int used, 
   return acc / L;
 }
 
-// grid (T, Hq, PER), a warp of a head's 32 dimensions a block (a thread per dimension): merges the
-// ranges in use, normalises, applies the sigmoid output gate. The form is uniform over the block
-// (`used` is the row's). One warp a block spreads the records' reads over PER times the SMs (at
-// 4096 keys a head's 64 ranges are 66 KB).
+// grid (T, Hq), a thread per head dimension: merges the ranges in use, normalises, applies the
+// sigmoid output gate. The form is uniform over the block (`used` is the row's).
 template <int PER>
 __global__ void __launch_bounds__(32 * PER)
     attention_combine_kernel(const float* partial, int Hq, int splits, const int* pos0, KvRows rows, const bf16* gate,
-                             int64_t gate_stride, bf16* out, int64_t out_stride, int one_range_keys) {
-  pdl_enter();  // waits even where it has nothing to do: its end stands for the partial kernel's
+                             int64_t gate_stride, bf16* out, int64_t out_stride) {
+  pdl_enter();
   constexpr int D = PER * 32;
-  const int t = blockIdx.x, h = blockIdx.y, i = blockIdx.z * 32 + threadIdx.x;
-  const int n_keys = keys_of_row(t, pos0, rows);
-  if (n_keys <= one_range_keys) return;  // written by the partial kernel
-  const int used = div_up(n_keys, keys_per_split(n_keys, splits, one_range_keys));
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+  const int n_keys = keys_of_row(t, pos0, rows), used = div_up(n_keys, keys_per_split(n_keys, splits));
   const float* base = partial + (int64_t(t) * Hq + h) * splits * (D + 2);
   const int64_t col = int64_t(h) * D + i;
   const float g = gate ? sigmoidf_(__bfloat162float(gate[t * gate_stride + col])) : 1.0f;
@@ -460,15 +431,13 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
   const size_t one_wave = int64_t(T) * Hkv * splits <= sm_count() ? kOneBlockPerSmSmem : 0;
   const bool aligned = reinterpret_cast<uintptr_t>(q) % 16 == 0 && q_stride % 8 == 0;
   bool on_tensor_cores = false;
-  DirectOut direct;  // the tensor-core kernel's contexts of up to its two stages of keys
   if constexpr (D >= 64) {
     on_tensor_cores = Hq / Hkv <= 16 && aligned;
     if (on_tensor_cores) {
-      direct = DirectOut{gate, gate_stride, out, out_stride, 2 * kMmaKeys};
       const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
       allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
       launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
-                 Hq, Hkv, pos0, rows, settled, partial, fresh, direct);
+                 Hq, Hkv, pos0, rows, settled, partial, fresh);
     }
   }
   check(on_tensor_cores || !fresh.k, "CUDA attention: appending needs the tensor-core kernel (attention_appends)");
@@ -479,11 +448,8 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
                Hkv, pos0, rows, settled, partial);
   }
   PETREL_LAUNCHED("attention_partial");
-  // 48 KB of shared memory a block (unused) keeps the one-warp blocks on separate SMs.
-  constexpr size_t kCombineSpread = 48 * 1024;
-  allow_dynamic_smem<attention_combine_kernel<PER>>(kCombineSpread);
-  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq, PER), 32, kCombineSpread, s, partial, Hq, splits, pos0, rows,
-             gate, gate_stride, out, out_stride, direct.one_range_keys);
+  launch_pdl(attention_combine_kernel<PER>, dim3(T, Hq), 32 * PER, 0, s, partial, Hq, splits, pos0, rows, gate,
+             gate_stride, out, out_stride);
   PETREL_LAUNCHED("attention_combine");
 }
 
