@@ -38,6 +38,9 @@ for v in "${variants[@]}"; do
     [ -f "$f" ] || { echo "variant $v replaces $f, which the tree does not have" >&2; exit 2; }
   done || exit 2
 done
+# The device copies the tree with its own time stamps, which can be older than binaries a
+# previous call built from a variant: touching what the variants replace makes "base" rebuild it.
+for v in "${variants[@]}"; do (cd "$v" && find . -type f) | while read -r f; do touch "$f"; done; done
 
 # Builds and times the current tree as variant $1 (JSON into $logs/variant-$1.json).
 run_variant() {
@@ -78,7 +81,7 @@ import json, os, re, sys
 logs, names = sys.argv[1], sys.argv[2:]
 for name in names:
     path = os.path.join(logs, f"variant-{name}.json")
-    if not os.path.exists(path):
+    if not os.path.exists(path) or os.path.getsize(path) == 0:  # bench failed: see variant-NAME.err
         print(f"{name:28s} (no result)")
         continue
     d = json.load(open(path))
