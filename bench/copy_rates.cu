@@ -320,6 +320,20 @@ int main() {
     row("bulk 4KB x32", measure<kBulk>(src, sms, bytes, 4096, 32, x, stamps, sink));
     row("bulk 1KB x32", measure<kBulk>(src, sms, bytes, 1024, 32, x, stamps, sink));
   }
+  // Is the fill rate a multiprocessor's own limit or the whole chip's? The same copies on fewer
+  // multiprocessors: a per-multiprocessor limit keeps "block us" as the grid shrinks, a shared
+  // (DRAM) limit lets it fall toward the latency.
+  std::printf("\nFewer blocks (one a multiprocessor), 96 KB each:\n%-22s %8s %9s %9s %9s %9s %6s\n", "mechanism",
+              "blocks", "span us", "TB/s", "block us", "GB/s/SM", "wrong");
+  for (int blocks : {16, 32, 66, 98, sms}) {
+    const int bytes = 96 * 1024;
+    auto row = [&](const char* name, Result r) {
+      std::printf("%-22s %8d %9.2f %9.2f %9.2f %9.1f %6d\n", name, blocks, r.span_us,
+                  1e-6 * double(bytes) * blocks / r.span_us, r.block_us, 1e-3 * double(bytes) / r.block_us, r.wrong);
+    };
+    row("cp.async 16B x512", measure<kCpAsync>(src, blocks, bytes, 0, 0, x, stamps, sink));
+    row("bulk 16KB x1", measure<kBulk>(src, blocks, bytes, 16384, 1, x, stamps, sink));
+  }
   std::printf("\nL2 prefetch grid (events around one launch; the empty grid is the launch cost) and the bulk\n"
               "copy (16KB x1) of the same range right after:\n%-22s %8s %9s %9s\n",
               "prefetch", "KB/block", "grid us", "copy span");
