@@ -163,25 +163,6 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
-// Probe: launches seen, without and with the router's sums, by grid size (so that a launch's
-// blocks share one index: launches of one size have the same blocks).
-__device__ unsigned probe_gemv_launches[2][1024];
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-// Probe: thread 0 of each block prints its stamps (us after the PDL wait) for launches 1000-1003
-// of its kind and grid size.
-__device__ void probe_print(const unsigned long long (&st)[9], unsigned idx, bool route) {
-  if ((threadIdx.x != 0 && threadIdx.x != 256) || idx < 1000 || idx > 1003) return;
-  printf("STAMP %s%d-t%d-%u %d grid %d enter %.2f issued %.2f xin %.2f staged %.2f lanex %.2f tile0 %.2f dots %.2f sums %.2f\n",
-         route ? "route" : "plain", int(gridDim.x), int(threadIdx.x), idx, int(blockIdx.x), int(gridDim.x),
-         (double(st[0]) - double(st[1])) * 1e-3, (st[6] - st[1]) * 1e-3, (st[7] - st[1]) * 1e-3,
-         (st[8] - st[1]) * 1e-3, (st[2] - st[1]) * 1e-3,
-         (st[3] - st[1]) * 1e-3, (st[4] - st[1]) * 1e-3, (st[5] - st[1]) * 1e-3);
-}
-
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
 // router sums beside the rows (a template flag: the other launches keep their registers).
@@ -189,10 +170,6 @@ template <WFormat F, int TMAX, int CPL, bool ROUTE>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  unsigned long long ps[9] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_gemv_launches[ROUTE][gridDim.x % 1024], 1) / gridDim.x;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -223,46 +200,36 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
-  ps[1] = probe_ns(0.0f);
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
-  ps[6] = probe_ns(0.0f);
-  ps[7] = probe_ns(ahead.v[0] + ahead.v[7] + ahead.w[0]);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
-  ps[8] = probe_ns(0.0f);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
-  ps[2] = probe_ns(scale);
   if constexpr (CPL > 0 && CPL <= 2) {
     if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
       for (int tile = 0; tile < tiles; tile += 2) {
         cp_async_wait<kAsyncStages - 2>();
         __syncthreads();  // every thread's copies of the two tiles have landed
-        if (tile == 0) ps[3] = probe_ns(0.0f);
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
         cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
         cp_async_commit();
       }
-      ps[4] = probe_ns(0.0f);
       if constexpr (ROUTE) {
         __syncthreads();  // every warp's rows are in keep
         add_route_sums(route, route_cols, keep, r1 - r0);
       }
-      ps[5] = probe_ns(0.0f);
-      probe_print(ps, probe_idx, ROUTE);
       return;
     }
   }
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
-    if (tile == 0) ps[3] = probe_ns(0.0f);
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -272,10 +239,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  ps[4] = probe_ns(0.0f);
   if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
-  ps[5] = probe_ns(0.0f);
-  probe_print(ps, probe_idx, ROUTE);
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
