@@ -160,6 +160,13 @@ class Backend {
   // over the whole cache; out = softmax(q·kᵀ/√D)·v, times sigmoid(gate) when gate is given.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
                          SequenceState& st, Tensor out) = 0;
+  // qk_norm_rope, then attention: one operation where a backend fuses the two (a short context's
+  // single decode launch on the GPU); q and k may be left unnormalised.
+  virtual void qk_norm_rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate,
+                                      const AttentionWeights& w, int layer, SequenceState& st, Tensor out) {
+    qk_norm_rope(q, k, w);
+    attention(q, k, v, gate, layer, st, out);
+  }
   // Gated DeltaNet mixer up to (not including) out_proj: causal conv + SiLU over qkv (continuing the
   // conv state), L2-normed q/k, gates β=σ(b), g=-exp(A_log)·softplus(a+dt_bias), the delta rule on
   // the fp32 state (chunked form for T>1, recurrent for T=1), then gated RMSNorm with z.

@@ -176,10 +176,13 @@ Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepSta
   const Tensor proj_out[] = {q, k, v, gate};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
                                 A.gate.valid() ? 4 : 3);
-  backend_.qk_norm_rope(q, k, A);
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
-  if (st.rows) backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
-  else backend_.attention(q, k, v, gate_or_null, layer, *st.chunk, attn);
+  if (st.rows) {
+    backend_.qk_norm_rope(q, k, A);
+    backend_.attention_batch(q, k, v, gate_or_null, layer, st.rows, attn);
+  } else {
+    backend_.qk_norm_rope_attention(q, k, v, gate_or_null, A, layer, *st.chunk, attn);
+  }
   return {attn, &A.o};
 }
 

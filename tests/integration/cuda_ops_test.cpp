@@ -438,27 +438,31 @@ TEST(CudaOps, LinearAddMatchesCpu) {
 
 // Chunks of `chunks` tokens in turn through attention layer `layer` of p's model (the output gate
 // where the model has one), each against the CPU.
-void attention_chunks(Pair& p, int layer, const std::vector<int>& chunks) {
+void attention_chunks_on(Pair& p, int layer, const std::vector<int>& chunks, SequenceState& cs, SequenceState& gs) {
   const ModelConfig& c = p.m.c;
   const AttentionWeights& A = p.m.w.layers[layer].attn;
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
-  auto cs = p.cpu.new_sequence(1024);
-  auto gs = p.gpu->new_sequence(1024);
   for (int T : chunks) {
     std::vector<int32_t> ids(T, 1);
-    stage(ids, *cs, *gs, p);
+    stage(ids, cs, gs, p);
     Input q(T, q_width, 10 + T, 1.0f, false, p), k(T, kv_width, 20 + T, 1.0f, false, p);
     Input v(T, kv_width, 30 + T, 1.0f, false, p), g(T, q_width, 40 + T, 1.0f, false, p);
     p.cpu.qk_norm_rope(q.cpu, k.cpu, A);
     p.gpu->qk_norm_rope(q.gpu, k.gpu, A);
     Output out(T, q_width, false, p);
-    p.cpu.attention(q.cpu, k.cpu, v.cpu, c.attn_output_gate ? &g.cpu : nullptr, layer, *cs, out.cpu);
-    p.gpu->attention(q.gpu, k.gpu, v.gpu, c.attn_output_gate ? &g.gpu : nullptr, layer, *gs, out.gpu);
+    p.cpu.attention(q.cpu, k.cpu, v.cpu, c.attn_output_gate ? &g.cpu : nullptr, layer, cs, out.cpu);
+    p.gpu->attention(q.gpu, k.gpu, v.gpu, c.attn_output_gate ? &g.gpu : nullptr, layer, gs, out.gpu);
     EXPECT_LT(out.rel_error(), kAttentionTol) << "head_dim " << c.head_dim << ", T=" << T << " at position "
-                                              << cs->n_past;
-    cs->n_past += T;
-    gs->n_past += T;
+                                              << cs.n_past;
+    cs.n_past += T;
+    gs.n_past += T;
   }
+}
+
+void attention_chunks(Pair& p, int layer, const std::vector<int>& chunks) {
+  auto cs = p.cpu.new_sequence(1024);
+  auto gs = p.gpu->new_sequence(1024);
+  attention_chunks_on(p, layer, chunks, *cs, *gs);
 }
 
 // Prefill chunks (T >= 16 take the tensor-core kernel): one that is not a multiple of the 64-query
@@ -475,6 +479,44 @@ TEST(CudaOps, AttentionPrefillThenDecodeMatchesCpu) {
 TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
   REQUIRE_GPU();
   attention_chunks(qwen3_pair(), 0, kAttentionChunks);
+}
+
+// Decode steps through qk_norm_rope_attention (raw q and k): contexts of up to kCudaShortAttentionKeys
+// take the one-launch short kernel, which appends its own key; the later steps read those keys, and
+// the steps past the bound fall back to the split-K path over them. From an empty cache, and after
+// a 100-token prefill chunk; each step against the CPU.
+void short_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
+  const ModelConfig& c = p.m.c;
+  const AttentionWeights& A = p.m.w.layers[layer].attn;
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  auto cs = p.cpu.new_sequence(1024);
+  auto gs = p.gpu->new_sequence(1024);
+  if (prefill > 0) attention_chunks_on(p, layer, {prefill}, *cs, *gs);
+  for (int n = prefill + 1; n <= last_keys; ++n) {
+    stage({1}, *cs, *gs, p);
+    Input q(1, q_width, 50 + n, 1.0f, false, p), k(1, kv_width, 60 + n, 1.0f, false, p);
+    Input v(1, kv_width, 70 + n, 1.0f, false, p), g(1, q_width, 80 + n, 1.0f, false, p);
+    Output out(1, q_width, false, p);
+    const bool gated = c.attn_output_gate;
+    p.cpu.qk_norm_rope_attention(q.cpu, k.cpu, v.cpu, gated ? &g.cpu : nullptr, A, layer, *cs, out.cpu);
+    p.gpu->qk_norm_rope_attention(q.gpu, k.gpu, v.gpu, gated ? &g.gpu : nullptr, A, layer, *gs, out.gpu);
+    ASSERT_LT(out.rel_error(), kAttentionTol) << "head_dim " << c.head_dim << ", " << n << " keys";
+    cs->n_past += 1;
+    gs->n_past += 1;
+  }
+}
+
+TEST(CudaOps, ShortContextAttentionStepsMatchCpu) {
+  REQUIRE_GPU();
+  short_attention_steps(pair(), 1, 0, 40);
+  short_attention_steps(pair(), 1, 100, 131);
+}
+
+// head_dim 128, 8 query heads per KV head, no output gate.
+TEST(CudaOps, ShortContextAttentionStepsHeadDim128MatchCpu) {
+  REQUIRE_GPU();
+  short_attention_steps(qwen3_pair(), 0, 0, 40);
+  short_attention_steps(qwen3_pair(), 0, 100, 131);
 }
 
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.
@@ -795,6 +837,32 @@ std::vector<int32_t> random_prompt(int n, int vocab) {
   std::vector<int32_t> ids(n);
   for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
   return ids;
+}
+
+// Recorded decode steps on either side of kCudaShortAttentionKeys: the short context's graph (one
+// attention launch) until the bound, the split-K one past it, on a one-layer dense attention model
+// (no router to flip): every step's logits against the CPU's.
+TEST(CudaModel, DecodeAcrossTheShortAttentionBoundMatchesCpu) {
+  REQUIRE_GPU();
+  static const Qwen3AttentionModel m;
+  CpuBackend cpu_backend;
+  CudaOptions o;
+  o.progress = false;
+  auto gpu_backend = make_cuda_backend(o);
+  Model cpu(m.c, m.w, cpu_backend), gpu(m.c, m.w, *gpu_backend);
+  const std::vector<int32_t> ids = random_prompt(kCudaShortAttentionKeys - 6, m.c.vocab);
+  const int steps = 12, V = m.c.vocab;
+  auto cs = cpu.new_sequence(int(ids.size()) + steps), gs = gpu.new_sequence(int(ids.size()) + steps);
+  std::vector<float> a(size_t(steps) * V), b(size_t(steps) * V, NAN);
+  cpu.forward(ids.data(), int(ids.size()), *cs, nullptr);
+  gpu.forward(ids.data(), int(ids.size()), *gs, nullptr);
+  for (int i = 0; i < steps; ++i) {
+    cpu.forward(&ids[size_t(i)], 1, *cs, a.data() + size_t(i) * V);
+    gpu.forward(&ids[size_t(i)], 1, *gs, b.data() + size_t(i) * V);
+  }
+  const std::vector<double> cosines = test::row_cosines(a, b, steps, V);
+  for (int i = 0; i < steps; ++i)
+    EXPECT_GE(cosines[size_t(i)], 0.999) << "decode step at " << int(ids.size()) + i + 1 << " keys";
 }
 
 // A 7-token random prompt, then `steps` greedy decode steps (recorded and replayed; the last one

@@ -5,6 +5,7 @@
 // does not cover.
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/norm_rope.cuh"
 
 #include <type_traits>
 
@@ -453,6 +454,104 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
   PETREL_LAUNCHED("attention_combine");
 }
 
+// ---- Short contexts: q/k norm + RoPE, the append and the attention of one token in one launch ----
+
+// grid (Hq), a block of D threads per query head, one token at *pos0 with n = *pos0 + 1 <=
+// kShortAttentionKeys keys. Where the split-K path runs three kernels (qk_norm_rope, the partial
+// ranges, the combine) and two boundaries of ~1.2 us each for a few dozen keys, this block holds its
+// KV head's older keys and values in shared memory (copied before the PDL wait where `settled`),
+// normalises and rotates its q and the new k (warps 0 and 1, norm_rope_head: qk_norm_rope's bits),
+// scores a key a thread and sums the values a dimension a thread. The first block of each KV head
+// writes the new key and value to the cache; the others use their own copy of them.
+template <int PER>  // D / 32
+__global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttention a) {
+  constexpr int D = 32 * PER, kWarps = PER, row_pieces = D * 2 / 16;
+  constexpr int kPitch = D + 8;  // keys' row pitch: a thread per key reads 16 bytes of each row at once
+  extern __shared__ __align__(16) unsigned char kv_smem[];
+  bf16* ks = reinterpret_cast<bf16*>(kv_smem);  // [kShortAttentionKeys][kPitch] keys
+  bf16* vs = ks + kShortAttentionKeys * kPitch;  // [kShortAttentionKeys][D] values
+  __shared__ __align__(16) float q_head[D];
+  __shared__ float k_head[D], weight[kShortAttentionKeys], part[2][kWarps];
+  pdl_launch_dependents();
+  const int h = blockIdx.x, group = a.Hq / a.Hkv, kvh = h / group;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int pos = *a.pos0, n = pos + 1;  // staged by the host before the step: readable before the wait
+  const int64_t kv_width = int64_t(a.Hkv) * D;
+  const bf16* kc = a.kc + int64_t(kvh) * D;
+  const bf16* vc = a.vc + int64_t(kvh) * D;
+  auto copy_older = [&]() {  // keys and values 0..pos-1 of the KV head
+    for (int i = tid; i < pos * row_pieces; i += blockDim.x) {
+      const int row = i / row_pieces, piece = i % row_pieces;
+      cp_async16(smem_addr(ks + row * kPitch + piece * 8), kc + row * kv_width + piece * 8, true);
+      cp_async16(smem_addr(vs + row * D + piece * 8), vc + row * kv_width + piece * 8, true);
+    }
+    cp_async_commit();
+  };
+  if (a.settled) copy_older();
+  pdl_wait();
+  if (!a.settled) copy_older();
+  const float position = float(pos);
+  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
+  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
+  const bf16 v_new = a.v[int64_t(kvh) * D + tid];
+  const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
+  cp_async_wait<0>();
+  __syncthreads();  // q and the new k normed and rotated, the older keys landed
+  const bf16 k_new = __float2bfloat16(k_head[tid]);  // already a bf16 value: exact
+  ks[pos * kPitch + tid] = k_new;
+  vs[pos * D + tid] = v_new;
+  if (h % group == 0) {
+    a.kc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = k_new;
+    a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
+  }
+  __syncthreads();  // the new key's row is in place
+  float score = -INFINITY;
+  if (tid < n) {
+    float dot[4] = {};  // four chains: the loads and FMAs overlap
+    const uint4* krow = reinterpret_cast<const uint4*>(ks + tid * kPitch);
+    const float4* q4 = reinterpret_cast<const float4*>(q_head);
+#pragma unroll 4
+    for (int c = 0; c < D / 8; ++c) {
+      const uint4 raw = krow[c];
+      const float4 qa = q4[2 * c], qb = q4[2 * c + 1];
+      const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
+      const float2 k3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
+      float& d = dot[c % 4];
+      d = fmaf(qa.x, k0.x, d);
+      d = fmaf(qa.y, k0.y, d);
+      d = fmaf(qa.z, k1.x, d);
+      d = fmaf(qa.w, k1.y, d);
+      d = fmaf(qb.x, k2.x, d);
+      d = fmaf(qb.y, k2.y, d);
+      d = fmaf(qb.z, k3.x, d);
+      d = fmaf(qb.w, k3.y, d);
+    }
+    score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
+  }
+  const float top_w = warp_max(score);
+  if (lane == 0) part[0][warp] = top_w;
+  __syncthreads();
+  float top = part[0][0];
+  for (int w = 1; w < kWarps; ++w) top = fmaxf(top, part[0][w]);
+  const float e = tid < n ? __expf(score - top) : 0.0f;
+  if (tid < kShortAttentionKeys) weight[tid] = e;
+  const float sum_w = warp_sum(e);
+  if (lane == 0) part[1][warp] = sum_w;
+  __syncthreads();  // the weights and the warps' sums are in place
+  float sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) sum += part[1][w];
+  float acc[4] = {};
+  int i = 0;
+  for (; i + 4 <= n; i += 4)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = fmaf(weight[i + j], __bfloat162float(vs[(i + j) * D + tid]), acc[j]);
+  for (; i < n; ++i) acc[0] = fmaf(weight[i], __bfloat162float(vs[i * D + tid]), acc[0]);
+  const float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
+}
+
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
              const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const NewKv& fresh,
@@ -519,6 +618,24 @@ void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fr
         "CUDA attention_appending: one new key a row and a shape attention_appends accepts");
   split_k(q, q_stride, T, kc, vc, Hq, Hkv, D, pos0, rows, keys_settled, splits, partial, fresh, gate, gate_stride, out,
           out_stride, s);
+}
+
+bool attention_short_fits(int n_keys, int Hq, int Hkv, int D) {
+  return n_keys >= 1 && n_keys <= kShortAttentionKeys && (D == 128 || D == 256) && Hkv > 0 && Hq % Hkv == 0;
+}
+
+void attention_short(const ShortAttention& a, int D, cudaStream_t s) {
+  const size_t smem = size_t(kShortAttentionKeys) * (2 * D + 8) * sizeof(bf16);  // keys (padded), values
+  if (D == 128) {
+    allow_dynamic_smem<attention_short_kernel<4>>(smem);
+    launch_pdl(attention_short_kernel<4>, a.Hq, D, smem, s, a);
+  } else if (D == 256) {
+    allow_dynamic_smem<attention_short_kernel<8>>(smem);
+    launch_pdl(attention_short_kernel<8>, a.Hq, D, smem, s, a);
+  } else {
+    throw Error("CUDA attention_short: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
+  }
+  PETREL_LAUNCHED("attention_short");
 }
 
 }  // namespace petrel::cuda

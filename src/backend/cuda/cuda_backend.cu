@@ -23,7 +23,8 @@ class CudaSequence final : public SequenceState {
  public:
   explicit CudaSequence(cudaStream_t s) : stream_(s) {}
   ~CudaSequence() override {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    for (cudaGraphExec_t g : graph_exec)
+      if (g) cudaGraphExecDestroy(g);
     for (void* p : allocations_) cudaFree(p);
   }
 
@@ -59,7 +60,8 @@ class CudaSequence final : public SequenceState {
 
   std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
   std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
-  cudaGraphExec_t graph_exec = nullptr;
+  // The recorded decode step: [1] for a context short enough for cuda::attention_short, [0] beyond.
+  cudaGraphExec_t graph_exec[2] = {};
 
  private:
   cudaStream_t stream_;
@@ -246,7 +248,8 @@ class CudaBackend final : public Backend {
   void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
     auto& s = dynamic_cast<CudaSequence&>(st);
     if (!opt_.graphs || timer_.enabled()) return ops();
-    if (!s.graph_exec) {
+    cudaGraphExec_t& graph_exec = s.graph_exec[short_attention(st, 1) ? 1 : 0];
+    if (!graph_exec) {
       cudaGraph_t graph = nullptr;
       PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
@@ -257,10 +260,10 @@ class CudaBackend final : public Backend {
         throw;
       }
       PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
-      PETREL_CUDA(cudaGraphInstantiate(&s.graph_exec, graph, 0));
+      PETREL_CUDA(cudaGraphInstantiate(&graph_exec, graph, 0));
       PETREL_CUDA(cudaGraphDestroy(graph));
     }
-    PETREL_CUDA(cudaGraphLaunch(s.graph_exec, stream_));
+    PETREL_CUDA(cudaGraphLaunch(graph_exec, stream_));
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
   }
 
@@ -372,6 +375,28 @@ class CudaBackend final : public Backend {
                  Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "attention");
     attention_at(q, k, v, gate, layer, st, out, d_pos_);
+  }
+
+  // One token of a short context: the norms, the append and the attention in one launch. Its
+  // recorded step is kept apart from the longer contexts' (run_decode_step).
+  void qk_norm_rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
+                              int layer, SequenceState& st, Tensor out) override {
+    if (!short_attention(st, q.rows)) return Backend::qk_norm_rope_attention(q, k, v, gate, w, layer, st, out);
+    const ModelConfig& c = c_;
+    const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope + attention");
+    auto& s = dynamic_cast<CudaSequence&>(st);
+    check(st.n_past < st.capacity, "context full: " + std::to_string(st.n_past + 1) +
+                                       " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
+    const cuda::ShortAttention a{bf(q), bf(k), bf(v), gate ? bf(*gate) : nullptr, weights_->vec(w.q_norm),
+                                 weights_->vec(w.k_norm), c.rms_eps, c.rope_theta, c.rotary_dim, c.n_heads,
+                                 c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out)};
+    cuda::attention_short(a, c.head_dim, stream_);
+  }
+
+  // Whether a step of `rows` tokens of st takes cuda::attention_short: one token, not batched, a
+  // context (the new key included) it holds.
+  bool short_attention(const SequenceState& st, int64_t rows) const {
+    return rows == 1 && !batch_ && cuda::attention_short_fits(st.n_past + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim);
   }
 
   void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,

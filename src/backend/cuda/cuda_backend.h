@@ -25,6 +25,10 @@ struct CudaOptions {
   bool progress = true;   // upload progress bar
 };
 
+// A decode step whose context (its new key included) has at most this many keys runs each
+// attention layer as one launch (cuda::attention_short), recorded apart from longer contexts' steps.
+constexpr int kCudaShortAttentionKeys = 128;
+
 // True when this build has CUDA and a device is present.
 bool cuda_available();
 // One line naming the device and its memory, or why there is none.

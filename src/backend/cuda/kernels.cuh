@@ -2,6 +2,7 @@
 // Activations are bf16 [rows, cols] with a row stride; fp32 where stated.
 #pragma once
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
 
 namespace petrel::cuda {
 
@@ -150,6 +151,24 @@ void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fr
                          int Hq, int Hkv, int D, const int* pos0, const KvRows& rows, bool keys_settled, int splits,
                          float* partial, const bf16* gate, int64_t gate_stride, bf16* out, int64_t out_stride,
                          cudaStream_t s);
+
+// One token's q/k norm + RoPE, cache append and attention in one launch, for contexts of up to
+// kShortAttentionKeys keys (the new one included), where the split-K path's three kernels cost
+// more than the work: q, k, v, gate are the raw projections of one row (k and v of Hkv heads).
+constexpr int kShortAttentionKeys = kCudaShortAttentionKeys;
+struct ShortAttention {
+  const bf16 *q, *k, *v, *gate;  // gate may be null
+  const float *q_norm, *k_norm;
+  float eps, theta;
+  int rotary, Hq, Hkv;
+  bf16 *kc, *vc;      // the caches, [capacity][Hkv·D]
+  const int* pos0;    // the token's position (= the older keys); read before the PDL wait
+  bool settled;       // no kernel that may still run writes the older keys: they go out before the wait
+  bf16* out;          // [Hq·D]
+};
+// True where attention_short takes a context of n_keys keys for this shape.
+bool attention_short_fits(int n_keys, int Hq, int Hkv, int D);
+void attention_short(const ShortAttention& a, int D, cudaStream_t s);
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least

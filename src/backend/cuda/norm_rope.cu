@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/norm_rope.cuh"
 
 namespace petrel::cuda {
 namespace {
@@ -70,12 +71,11 @@ constexpr int kNormRopeWarps = 4;  // heads per qk_norm_rope block
 
 // One warp per (token, head); D <= 512. grid.y: q_blocks blocks of q's heads, then k's. Token t is
 // at *pos + t, or at pos[t] where per_row. Latency decides its time: the head, its norm weights and
-// the position load in one round trip; the normed head (rounded to bf16, as it would be stored)
-// waits in shared memory for the rotation's pairs, and the head is written once.
+// the position load in one round trip; the normed head waits in shared memory for the rotation's
+// pairs, and the head is written once.
 __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_blocks, int D, float eps, int rotary,
                                     float theta, const int* pos, bool per_row) {
-  constexpr int kMaxPer = 16;  // D / 32
-  __shared__ float heads[kNormRopeWarps][32 * kMaxPer];
+  __shared__ float heads[kNormRopeWarps][32 * kNormRopeMaxPer];
   pdl_enter();
   const bool is_k = int(blockIdx.y) >= q_blocks;
   const NormRopeHeads m = is_k ? k : q;
@@ -84,36 +84,8 @@ __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_bloc
   if (h >= m.heads) return;
   bf16* p = m.x + t * m.stride + int64_t(h) * D;
   float* hv = heads[warp];
-  const int per = D / 32;
-  float v[kMaxPer], w[kMaxPer];
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) {
-    v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
-    w[i] = i < per ? m.w[lane + 32 * i] : 0.0f;
-  }
-  const float position = float(per_row ? pos[t] : *pos + t);
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i) ss += v[i] * v[i];
-  const float inv = rsqrtf(warp_sum(ss) / float(D) + eps);
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i)
-    if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * w[i]));
-  __syncwarp();
-  // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
-  const int half = rotary / 2;
-  for (int j = lane; j < half; j += 32) {
-    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
-    float sn, cs;
-    sincosf(position * inv_freq, &sn, &cs);
-    const float x0 = hv[j], x1 = hv[j + half];
-    hv[j] = x0 * cs - x1 * sn;
-    hv[j + half] = x1 * cs + x0 * sn;
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < kMaxPer; ++i)
-    if (i < per) p[lane + 32 * i] = __float2bfloat16(hv[lane + 32 * i]);
+  norm_rope_head(p, m.w, D, eps, rotary, theta, float(per_row ? pos[t] : *pos + t), hv);
+  for (int i = lane; i < D; i += 32) p[i] = __float2bfloat16(hv[i]);
 }
 
 __global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out,
