@@ -460,10 +460,9 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 // kShortAttentionKeys keys. Where the split-K path runs three kernels (qk_norm_rope, the partial
 // ranges, the combine) and two boundaries of ~1.2 us each for a few dozen keys, this block holds its
 // KV head's older keys and values in shared memory (copied before the PDL wait where `settled`),
-// normalises and rotates its q and the new k (warps 0 and 1, norm_rope_head: qk_norm_rope's bits;
-// the angles worked out by the other warps before the wait), scores each key on D / 128 threads
-// and sums the values a dimension a thread. The first block of each KV head writes the new key
-// and value to the cache; the others use their own copy of them.
+// normalises and rotates its q and the new k (warps 0 and 1, norm_rope_head: qk_norm_rope's bits),
+// scores a key a thread and sums the values a dimension a thread. The first block of each KV head
+// writes the new key and value to the cache; the others use their own copy of them.
 template <int PER>  // D / 32
 __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttention a) {
   constexpr int D = 32 * PER, kWarps = PER, row_pieces = D * 2 / 16;
@@ -473,7 +472,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   bf16* vs = ks + kShortAttentionKeys * kPitch;  // [kShortAttentionKeys][D] values
   __shared__ __align__(16) float q_head[D];
   __shared__ float k_head[D], weight[kShortAttentionKeys], part[2][kWarps];
-  __shared__ float2 angles[D / 2];  // the rotation's (sin, cos), worked out before the wait
   pdl_launch_dependents();
   const int h = blockIdx.x, group = a.Hq / a.Hkv, kvh = h / group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -490,14 +488,11 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     cp_async_commit();
   };
   if (a.settled) copy_older();
-  const float position = float(pos);
-  for (int j = tid - 64; j >= 0 && j < a.rotary / 2; j += blockDim.x - 64)  // warps 2.. (0 and 1 norm after the wait)
-    angles[j] = rope_angle(j, a.rotary, a.theta, position);
-  __syncthreads();
   pdl_wait();
   if (!a.settled) copy_older();
-  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head, angles);
-  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head, angles);
+  const float position = float(pos);
+  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
+  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
   const bf16 v_new = a.v[int64_t(kvh) * D + tid];
   const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
   cp_async_wait<0>();
@@ -510,24 +505,20 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
   }
   __syncthreads();  // the new key's row is in place
-  // kSplit adjacent threads a key (each every kSplit-th 8-dim piece), joined by shuffles.
-  constexpr int kSplit = D / kShortAttentionKeys;
-  static_assert(kSplit >= 1 && D % kShortAttentionKeys == 0, "a whole number of threads a key");
-  const int key = tid / kSplit, sub = tid % kSplit;
   float score = -INFINITY;
-  {
+  if (tid < n) {
     float dot[4] = {};  // four chains: the loads and FMAs overlap
-    const uint4* krow = reinterpret_cast<const uint4*>(ks + (key < n ? key : 0) * kPitch);
+    const uint4* krow = reinterpret_cast<const uint4*>(ks + tid * kPitch);
     const float4* q4 = reinterpret_cast<const float4*>(q_head);
 #pragma unroll 4
-    for (int c = sub; c < D / 8; c += kSplit) {
+    for (int c = 0; c < D / 8; ++c) {
       const uint4 raw = krow[c];
       const float4 qa = q4[2 * c], qb = q4[2 * c + 1];
       const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
       const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
       const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
       const float2 k3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
-      float& d = dot[(c / kSplit) % 4];
+      float& d = dot[c % 4];
       d = fmaf(qa.x, k0.x, d);
       d = fmaf(qa.y, k0.y, d);
       d = fmaf(qa.z, k1.x, d);
@@ -537,18 +528,15 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
       d = fmaf(qb.z, k3.x, d);
       d = fmaf(qb.w, k3.y, d);
     }
-    float total = (dot[0] + dot[1]) + (dot[2] + dot[3]);
-#pragma unroll
-    for (int o = 1; o < kSplit; o <<= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    if (key < n) score = total * rsqrtf(float(D));
+    score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
   }
   const float top_w = warp_max(score);
   if (lane == 0) part[0][warp] = top_w;
   __syncthreads();
   float top = part[0][0];
   for (int w = 1; w < kWarps; ++w) top = fmaxf(top, part[0][w]);
-  const float e = key < n && sub == 0 ? __expf(score - top) : 0.0f;
-  if (sub == 0) weight[key] = e;
+  const float e = tid < n ? __expf(score - top) : 0.0f;
+  if (tid < kShortAttentionKeys) weight[tid] = e;
   const float sum_w = warp_sum(e);
   if (lane == 0) part[1][warp] = sum_w;
   __syncthreads();  // the weights and the warps' sums are in place

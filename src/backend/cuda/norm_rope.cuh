@@ -7,22 +7,11 @@ namespace petrel::cuda {
 
 constexpr int kNormRopeMaxPer = 16;  // D / 32: head_dim up to 512
 
-// The rotation of pair j (dims j and j + rotary/2) at `position`: (sin, cos) of its angle, in fp32
-// as HF computes it.
-__device__ __forceinline__ float2 rope_angle(int j, int rotary, float theta, float position) {
-  const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
-  float sn, cs;
-  sincosf(position * inv_freq, &sn, &cs);
-  return make_float2(sn, cs);
-}
-
 // One warp: head p (D values) normalised with weights w, then its first `rotary` dims rotated in
-// pairs (j, j + rotary/2) at `position` (by `angles[j]` from rope_angle where given); the result,
-// rounded to bf16 as it would be stored, is left in hv (D floats of shared memory). The head, its
-// weights and the position are one round trip.
+// pairs (j, j + rotary/2) at `position`; the result, rounded to bf16 as it would be stored, is left
+// in hv (D floats of shared memory). The head, its weights and the position are one round trip.
 __device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, int D, float eps, int rotary,
-                                               float theta, float position, float* hv,
-                                               const float2* angles = nullptr) {
+                                               float theta, float position, float* hv) {
   const int lane = threadIdx.x % 32, per = D / 32;
   float v[kNormRopeMaxPer], wv[kNormRopeMaxPer];
 #pragma unroll
@@ -38,13 +27,15 @@ __device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, in
   for (int i = 0; i < kNormRopeMaxPer; ++i)
     if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * wv[i]));
   __syncwarp();
-  // NeoX rotation: dims j and j + rotary/2, j < rotary/2.
+  // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
   const int half = rotary / 2;
   for (int j = lane; j < half; j += 32) {
-    const float2 a = angles ? angles[j] : rope_angle(j, rotary, theta, position);
+    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
+    float sn, cs;
+    sincosf(position * inv_freq, &sn, &cs);
     const float x0 = hv[j], x1 = hv[j + half];
-    hv[j] = __bfloat162float(__float2bfloat16(x0 * a.y - x1 * a.x));
-    hv[j + half] = __bfloat162float(__float2bfloat16(x1 * a.y + x0 * a.x));
+    hv[j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
+    hv[j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
   }
   __syncwarp();
 }
