@@ -463,20 +463,8 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 // normalises and rotates its q and the new k (warps 0 and 1, norm_rope_head: qk_norm_rope's bits),
 // scores a key a thread and sums the values a dimension a thread. The first block of each KV head
 // writes the new key and value to the cache; the others use their own copy of them.
-// Probe: launches of attention_short seen, and %globaltimer with a data dependence.
-__device__ unsigned probe_short_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-
 template <int PER>  // D / 32
 __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttention a) {
-  unsigned long long ps[8] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_short_launches, 1) / gridDim.x;
   constexpr int D = 32 * PER, kWarps = PER, row_pieces = D * 2 / 16;
   constexpr int kPitch = D + 8;  // keys' row pitch: a thread per key reads 16 bytes of each row at once
   extern __shared__ __align__(16) unsigned char kv_smem[];
@@ -501,17 +489,14 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   };
   if (a.settled) copy_older();
   pdl_wait();
-  ps[1] = probe_ns(0.0f);
   if (!a.settled) copy_older();
   const float position = float(pos);
   if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
   if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
   const bf16 v_new = a.v[int64_t(kvh) * D + tid];
   const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
-  ps[2] = probe_ns(gate);
   cp_async_wait<0>();
   __syncthreads();  // q and the new k normed and rotated, the older keys landed
-  ps[3] = probe_ns(0.0f);
   const bf16 k_new = __float2bfloat16(k_head[tid]);  // already a bf16 value: exact
   ks[pos * kPitch + tid] = k_new;
   vs[pos * D + tid] = v_new;
@@ -520,7 +505,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
   }
   __syncthreads();  // the new key's row is in place
-  ps[4] = probe_ns(0.0f);
   float score = -INFINITY;
   if (tid < n) {
     float dot[4] = {};  // four chains: the loads and FMAs overlap
@@ -546,7 +530,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     }
     score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
   }
-  ps[5] = probe_ns(score);
   const float top_w = warp_max(score);
   if (lane == 0) part[0][warp] = top_w;
   __syncthreads();
@@ -557,7 +540,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   const float sum_w = warp_sum(e);
   if (lane == 0) part[1][warp] = sum_w;
   __syncthreads();  // the weights and the warps' sums are in place
-  ps[6] = probe_ns(0.0f);
   float sum = 0.0f;
   for (int w = 0; w < kWarps; ++w) sum += part[1][w];
   float acc[4] = {};
@@ -568,12 +550,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   for (; i < n; ++i) acc[0] = fmaf(weight[i], __bfloat162float(vs[i * D + tid]), acc[0]);
   const float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
-  ps[7] = probe_ns(o);
-  if ((tid == 0 || tid == 64) && probe_idx >= 1000 && probe_idx <= 1003)
-    printf("STAMP short-t%d-%u %d grid %d keys %d enter %.2f loaded %.2f landed %.2f appended %.2f scored %.2f "
-           "weighted %.2f end %.2f\n", tid, probe_idx, int(blockIdx.x), int(gridDim.x), n,
-           (double(ps[0]) - double(ps[1])) * 1e-3, (ps[2] - ps[1]) * 1e-3, (ps[3] - ps[1]) * 1e-3,
-           (ps[4] - ps[1]) * 1e-3, (ps[5] - ps[1]) * 1e-3, (ps[6] - ps[1]) * 1e-3, (ps[7] - ps[1]) * 1e-3);
 }
 
 // The split-K kernels for head_dim D.
