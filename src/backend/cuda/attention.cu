@@ -465,13 +465,13 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 // writes the new key and value to the cache; the others use their own copy of them.
 template <int PER>  // D / 32
 __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttention a) {
-  constexpr int D = 32 * PER, row_pieces = D * 2 / 16;
+  constexpr int D = 32 * PER, kWarps = PER, row_pieces = D * 2 / 16;
   constexpr int kPitch = D + 8;  // keys' row pitch: a thread per key reads 16 bytes of each row at once
   extern __shared__ __align__(16) unsigned char kv_smem[];
   bf16* ks = reinterpret_cast<bf16*>(kv_smem);  // [kShortAttentionKeys][kPitch] keys
   bf16* vs = ks + kShortAttentionKeys * kPitch;  // [kShortAttentionKeys][D] values
   __shared__ __align__(16) float q_head[D];
-  __shared__ float k_head[D], score[kShortAttentionKeys], weight[kShortAttentionKeys];
+  __shared__ float k_head[D], weight[kShortAttentionKeys], part[2][kWarps];
   pdl_launch_dependents();
   const int h = blockIdx.x, group = a.Hq / a.Hkv, kvh = h / group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -505,10 +505,11 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
   }
   __syncthreads();  // the new key's row is in place
-  const float4* q4 = reinterpret_cast<const float4*>(q_head);
-  for (int key = tid; key < n; key += blockDim.x) {  // a key a thread
+  float score = -INFINITY;
+  if (tid < n) {
     float dot[4] = {};  // four chains: the loads and FMAs overlap
-    const uint4* krow = reinterpret_cast<const uint4*>(ks + key * kPitch);
+    const uint4* krow = reinterpret_cast<const uint4*>(ks + tid * kPitch);
+    const float4* q4 = reinterpret_cast<const float4*>(q_head);
 #pragma unroll 4
     for (int c = 0; c < D / 8; ++c) {
       const uint4 raw = krow[c];
@@ -527,17 +528,20 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
       d = fmaf(qb.z, k3.x, d);
       d = fmaf(qb.w, k3.y, d);
     }
-    score[key] = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
+    score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
   }
+  const float top_w = warp_max(score);
+  if (lane == 0) part[0][warp] = top_w;
   __syncthreads();
-  float top = -INFINITY;  // every warp alike, so no barrier shares it
-  for (int key = lane; key < n; key += 32) top = fmaxf(top, score[key]);
-  top = warp_max(top);
-  for (int key = tid; key < n; key += blockDim.x) weight[key] = __expf(score[key] - top);
-  __syncthreads();
+  float top = part[0][0];
+  for (int w = 1; w < kWarps; ++w) top = fmaxf(top, part[0][w]);
+  const float e = tid < n ? __expf(score - top) : 0.0f;
+  if (tid < kShortAttentionKeys) weight[tid] = e;
+  const float sum_w = warp_sum(e);
+  if (lane == 0) part[1][warp] = sum_w;
+  __syncthreads();  // the weights and the warps' sums are in place
   float sum = 0.0f;
-  for (int key = lane; key < n; key += 32) sum += weight[key];
-  sum = warp_sum(sum);
+  for (int w = 0; w < kWarps; ++w) sum += part[1][w];
   float acc[4] = {};
   int i = 0;
   for (; i + 4 <= n; i += 4)

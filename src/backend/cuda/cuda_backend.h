@@ -27,7 +27,7 @@ struct CudaOptions {
 
 // A decode step whose context (its new key included) has at most this many keys runs each
 // attention layer as one launch (cuda::attention_short), recorded apart from longer contexts' steps.
-constexpr int kCudaShortAttentionKeys = 192;
+constexpr int kCudaShortAttentionKeys = 128;
 
 // True when this build has CUDA and a device is present.
 bool cuda_available();
