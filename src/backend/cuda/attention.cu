@@ -552,6 +552,169 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
 }
 
+// ---- Longer contexts: the same one launch over a cluster of blocks per KV head ----
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ int cluster_rank() {
+  int r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The float at `p` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ float cluster_load(const float* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
+// grid (kClusterAttentionBlocks, Hkv) in clusters of kClusterAttentionBlocks blocks, one token at
+// *pos0. Cluster kvh holds KV head kvh; block r scores key range r of n / kClusterAttentionBlocks
+// keys for all the head's queries as attention_partial_mma_kernel does (its older keys copied
+// before the PDL wait where `settled`), after normalising and rotating the group's q (and, in the
+// block of the last range, the new k, which it appends) with norm_rope_head. The ranges' records
+// stay in their blocks' shared memory; each block then merges one slice of the head's outputs
+// from all of them (distributed shared memory) and gates it: qk_norm_rope, the partial kernel and
+// the combine as one launch.
+template <int D>
+__global__ void __launch_bounds__(32 * kMmaWarps)
+    attention_cluster_kernel(ShortAttention a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8, kBlocks = kClusterAttentionBlocks;
+  constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
+  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
+  __shared__ float normed[kMmaWarps][D];                  // each warp's head from norm_rope_head
+  __shared__ __align__(16) bf16 k_new[D];                 // the new key, normed and rotated
+  const uint32_t sQ = smem_addr(smem);
+  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
+  pdl_launch_dependents();
+  const int r = cluster_rank(), kvh = blockIdx.y, G = a.Hq / a.Hkv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
+  const int per = div_up(n_keys, kBlocks), begin = min(n_keys, r * per), end = min(n_keys, begin + per);
+  const int64_t kv_stride = int64_t(a.Hkv) * D;
+  const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
+  auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
+  auto issue = [&](int tile, int limit) {  // keys before `limit` (one copy group, empty past the range)
+    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
+    if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, limit - s0)), n);
+    cp_async_commit();
+  };
+  // The new key (pos, the last) is not in the cache yet: no copy reads it; the last range's block
+  // appends it and places it in its tile.
+  const bool appends = end == n_keys && begin < end;
+  const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
+  fetch_first_tiles(a.settled, pos, pos, issue, [](int, int) {});
+  // q of the group's heads (rows 0..G-1 of Q, the rest zero) and, in the appending block, k.
+  const float position = float(pos);
+  for (int item = warp; item < G + (appends ? 1 : 0); item += kMmaWarps) {
+    const bool is_k = item == G;
+    const bf16* src = is_k ? a.k + int64_t(kvh) * D : a.q + int64_t(kvh * G + item) * D;
+    norm_rope_head(src, is_k ? a.k_norm : a.q_norm, D, a.eps, a.rotary, a.theta, position, normed[warp]);
+    for (int c = lane; c < chunks; c += 32) {
+      uint4 v;
+      bf16* b = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
+      if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
+      else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
+    }
+    __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
+  }
+  for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)
+    *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
+  __syncthreads();  // Q and the new key in shared memory
+  auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
+    unsigned char* kt = smem + (sK(tile) - sQ);
+    const int row = pos - begin - tile * kMmaKeys;
+    for (int c = lane; c < chunks; c += 32) {
+      *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+  };
+  if (appends && warp == 0) {
+    for (int c = lane; c < chunks; c += 32) {
+      const int64_t at = int64_t(pos) * kv_stride + 8 * c;
+      *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+    if (last_tile < 2) place_new(last_tile);
+  }
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
+  float o[NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<1>();
+    __syncthreads();  // the tile (and the new key's row) in shared memory
+    const int n = keys_in(tile);
+    float sc[kMmaKeys / 8][4];
+    scores<D, kMmaKeys>(sQ, sK(tile), 0, lane, sc);
+    if (n < kMmaKeys)
+#pragma unroll
+      for (int b = 0; b < kMmaKeys / 8; ++b)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * b + 2 * (lane % 4) + (e & 1) >= n) sc[b][e] = -INFINITY;
+    online_softmax<kMmaKeys, NT>(sc, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(sc, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
+    __syncthreads();  // every warp is done with the stage: the tile two on may take it
+    issue(tile + 2, pos);
+    if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are free: the record goes where the first one was
+  // This range's record of head g: [m (natural log), l, o[D]], as the split-K kernels write it.
+  float* rec = reinterpret_cast<float*>(smem + 16 * D * 2);
+  const int g = lane / 4;
+  float sum = l[0];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (g < G) {
+    float* rg = rec + g * (D + 2);
+    if (warp == 0 && lane % 4 == 0) {
+      rg[0] = m[0] * scale;
+      rg[1] = sum;
+    }
+#pragma unroll
+    for (int b = 0; b < NT; ++b)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) rg[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][e];
+  }
+  cluster_sync();  // every range's record in its block
+  // Block r merges outputs r·blockDim + i of the head's G·D (and on, a cluster's worth at a time).
+  for (int idx = r * blockDim.x + threadIdx.x; idx < G * D; idx += kBlocks * blockDim.x) {
+    const int gh = idx / D, d = idx % D;
+    const float* rg = rec + gh * (D + 2);
+    float mu[kBlocks], top = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) {
+      mu[u] = cluster_load(rg, u);
+      top = fmaxf(top, mu[u]);
+    }
+    float L = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) {
+      const float w = __expf(mu[u] - top);  // an empty range: exp(-inf) = 0
+      L += cluster_load(rg + 1, u) * w;
+      acc += cluster_load(rg + 2 + d, u) * w;
+    }
+    const int64_t col = int64_t(kvh * G + gh) * D + d;
+    const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[col])) : 1.0f;
+    a.out[col] = __float2bfloat16(acc / L * gate);
+  }
+  cluster_sync();  // no block leaves while another still reads its record
+#else
+  __trap();  // launched on Hopper and later only (attention_cluster_fits)
+#endif
+}
+
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
              const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const NewKv& fresh,
@@ -636,6 +799,64 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s) {
     throw Error("CUDA attention_short: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
   }
   PETREL_LAUNCHED("attention_short");
+}
+
+bool attention_cluster_fits(int n_keys, int Hq, int Hkv, int D) {
+  if (n_keys <= kShortAttentionKeys || n_keys > kClusterAttentionKeys || (D != 128 && D != 256) || Hkv <= 0 ||
+      Hq % Hkv != 0 || Hq / Hkv > 16 || !pdl_supported())
+    return false;
+  static const int resident = [] {  // clusters of the 256-dim kernel that fit on the device at once
+    const size_t smem = (16 + 2 * 2 * kMmaKeys) * 256 * sizeof(bf16);
+    PETREL_CUDA(cudaFuncSetAttribute(attention_cluster_kernel<256>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    PETREL_CUDA(cudaFuncSetAttribute(attention_cluster_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kClusterAttentionBlocks, 1);
+    cfg.blockDim = 32 * kMmaWarps;
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kClusterAttentionBlocks;
+    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, attention_cluster_kernel<256>, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return clusters;
+  }();
+  return resident >= Hkv;
+}
+
+void attention_cluster(const ShortAttention& a, int D, cudaStream_t s) {
+  auto run = [&](auto kernel) {
+    const size_t smem = (16 + 2 * 2 * kMmaKeys) * size_t(D) * sizeof(bf16);
+    static const bool allowed = [&] {  // once per kernel
+      PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      return true;
+    }();
+    (void)allowed;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kClusterAttentionBlocks;
+    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kClusterAttentionBlocks, a.Hkv);
+    cfg.blockDim = 32 * kMmaWarps;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    PETREL_CUDA(cudaLaunchKernelEx(&cfg, kernel, a));
+  };
+  if (D == 128) run(attention_cluster_kernel<128>);
+  else if (D == 256) run(attention_cluster_kernel<256>);
+  else throw Error("CUDA attention_cluster: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
+  PETREL_LAUNCHED("attention_cluster");
 }
 
 }  // namespace petrel::cuda
