@@ -481,21 +481,17 @@ TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
   attention_chunks(qwen3_pair(), 0, kAttentionChunks);
 }
 
-// Decode steps through qk_norm_rope_attention (raw q and k) from `prefill` keys (prefill chunks of
-// up to 1024 through the ops apart) to `last_keys`, each against the CPU: up to
-// kCudaShortAttentionKeys keys the one-block-a-head launch, then up to kCudaClusterAttentionKeys
-// the cluster launch, past it the split-K ops; the one-launch paths append their own keys, which
-// the later steps read.
-void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
+// Decode steps through qk_norm_rope_attention (raw q and k): contexts of up to kCudaShortAttentionKeys
+// take the one-launch short kernel, which appends its own key; the later steps read those keys, and
+// the steps past the bound fall back to the split-K path over them. From an empty cache, and after
+// a 100-token prefill chunk; each step against the CPU.
+void short_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   const ModelConfig& c = p.m.c;
   const AttentionWeights& A = p.m.w.layers[layer].attn;
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
-  const int capacity = std::max(1024, last_keys + 8);
-  auto cs = p.cpu.new_sequence(capacity);
-  auto gs = p.gpu->new_sequence(capacity);
-  std::vector<int> chunks;
-  for (int done = 0; done < prefill; done += chunks.back()) chunks.push_back(std::min(1024, prefill - done));
-  attention_chunks_on(p, layer, chunks, *cs, *gs);
+  auto cs = p.cpu.new_sequence(1024);
+  auto gs = p.gpu->new_sequence(1024);
+  if (prefill > 0) attention_chunks_on(p, layer, {prefill}, *cs, *gs);
   for (int n = prefill + 1; n <= last_keys; ++n) {
     stage({1}, *cs, *gs, p);
     Input q(1, q_width, 50 + n, 1.0f, false, p), k(1, kv_width, 60 + n, 1.0f, false, p);
@@ -510,24 +506,17 @@ void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   }
 }
 
-// From an empty cache; across the short bound; deep in the cluster range (the appended key in a
-// later tile of its range); across the cluster bound.
-void fused_attention_contexts(Pair& p, int layer) {
-  fused_attention_steps(p, layer, 0, 40);
-  fused_attention_steps(p, layer, kCudaShortAttentionKeys - 28, kCudaShortAttentionKeys + 12);
-  fused_attention_steps(p, layer, 4090, 4100);
-  fused_attention_steps(p, layer, kCudaClusterAttentionKeys - 3, kCudaClusterAttentionKeys + 3);
-}
-
-TEST(CudaOps, FusedAttentionStepsMatchCpu) {
+TEST(CudaOps, ShortContextAttentionStepsMatchCpu) {
   REQUIRE_GPU();
-  fused_attention_contexts(pair(), 1);
+  short_attention_steps(pair(), 1, 0, 40);
+  short_attention_steps(pair(), 1, 100, 131);
 }
 
 // head_dim 128, 8 query heads per KV head, no output gate.
-TEST(CudaOps, FusedAttentionStepsHeadDim128MatchCpu) {
+TEST(CudaOps, ShortContextAttentionStepsHeadDim128MatchCpu) {
   REQUIRE_GPU();
-  fused_attention_contexts(qwen3_pair(), 0);
+  short_attention_steps(qwen3_pair(), 0, 0, 40);
+  short_attention_steps(qwen3_pair(), 0, 100, 131);
 }
 
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.
@@ -850,9 +839,9 @@ std::vector<int32_t> random_prompt(int n, int vocab) {
   return ids;
 }
 
-// Recorded decode steps on either side of kCudaShortAttentionKeys: the short context's graph until
-// the bound, the cluster launch's past it, on a one-layer dense attention model (no router to
-// flip): every step's logits against the CPU's.
+// Recorded decode steps on either side of kCudaShortAttentionKeys: the short context's graph (one
+// attention launch) until the bound, the split-K one past it, on a one-layer dense attention model
+// (no router to flip): every step's logits against the CPU's.
 TEST(CudaModel, DecodeAcrossTheShortAttentionBoundMatchesCpu) {
   REQUIRE_GPU();
   static const Qwen3AttentionModel m;
