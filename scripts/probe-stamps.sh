@@ -3,11 +3,13 @@
 # "STAMP <launch> <block> <name> <value> ..." lines; probes are kept as reverted commits, listed in
 # docs/performance.md): builds petrel, runs a short int4 decode bench, and prints per launch the
 # median [max] over its blocks of each field (times in us after the block's PDL wait).
+# Usage: scripts/probe-stamps.sh [BENCH ARGS]  (default "--prefill 16 --decode-context 0")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs="${OUT:-build-gpu}"
 scripts/gpu-build.sh "$logs" petrel || exit 1
-./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights int4 --prefill 16 --decode-context 0 > "$logs/stamps.txt" 2>&1
+bench_args="${*:---prefill 16 --decode-context 0}"  # a probe of a long-context kernel: "--decode-context 4096"
+./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights int4 $bench_args > "$logs/stamps.txt" 2>&1
 grep -v STAMP "$logs/stamps.txt" | grep decode
 python3 - "$logs/stamps.txt" <<'PY'
 import statistics, sys
