@@ -4,6 +4,7 @@
 // merges the ranges. Decode and the shapes the tensor-core prefill kernel (attention_prefill.cu)
 // does not cover.
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/norm_rope.cuh"
 
@@ -15,6 +16,7 @@ namespace {
 constexpr int kMaxSplits = 64;  // key ranges the combine kernel merges
 constexpr int kTileKeys = 32;   // keys a block stages at a time: one per lane when scoring
 constexpr int kMinRangeKeys = 8;  // a short context's keys spread over ranges of this many (latency)
+constexpr int kShortAttentionKeys = kCudaShortAttentionKeys;  // attention_short's contexts, at most
 
 // grid (T): row t at *pos0 + t of kc, vc; with rows.pos, at rows.pos[t] of its own caches.
 __global__ void kv_append_kernel(const bf16* k, const bf16* v, int64_t stride, int width, bf16* kc, bf16* vc,

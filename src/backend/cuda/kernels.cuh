@@ -2,7 +2,6 @@
 // Activations are bf16 [rows, cols] with a row stride; fp32 where stated.
 #pragma once
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/cuda_backend.h"
 
 namespace petrel::cuda {
 
@@ -153,9 +152,9 @@ void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fr
                          cudaStream_t s);
 
 // One token's q/k norm + RoPE, cache append and attention in one launch, for contexts of up to
-// kShortAttentionKeys keys (the new one included), where the split-K path's three kernels cost
-// more than the work: q, k, v, gate are the raw projections of one row (k and v of Hkv heads).
-constexpr int kShortAttentionKeys = kCudaShortAttentionKeys;
+// kCudaShortAttentionKeys keys (cuda_backend.h; the new one included), where the split-K path's
+// three kernels cost more than the work: q, k, v, gate are the raw projections of one row (k and v
+// of Hkv heads).
 struct ShortAttention {
   const bf16 *q, *k, *v, *gate;  // gate may be null
   const float *q_norm, *k_norm;
