@@ -481,17 +481,21 @@ TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
   attention_chunks(qwen3_pair(), 0, kAttentionChunks);
 }
 
-// Decode steps through qk_norm_rope_attention (raw q and k): contexts of up to kCudaShortAttentionKeys
-// take the one-launch short kernel, which appends its own key; the later steps read those keys, and
-// the steps past the bound fall back to the split-K path over them. From an empty cache, and after
-// a 100-token prefill chunk; each step against the CPU.
-void short_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
+// Decode steps through qk_norm_rope_attention (raw q and k) from `prefill` keys (prefill chunks of
+// up to 1024 through the ops apart) to `last_keys`, each against the CPU: up to
+// kCudaShortAttentionKeys keys the one-block-a-head launch, then up to kCudaClusterAttentionKeys
+// the cluster launch, past it the split-K ops; the one-launch paths append their own keys, which
+// the later steps read.
+void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   const ModelConfig& c = p.m.c;
   const AttentionWeights& A = p.m.w.layers[layer].attn;
   const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
-  auto cs = p.cpu.new_sequence(1024);
-  auto gs = p.gpu->new_sequence(1024);
-  if (prefill > 0) attention_chunks_on(p, layer, {prefill}, *cs, *gs);
+  const int capacity = std::max(1024, last_keys + 8);
+  auto cs = p.cpu.new_sequence(capacity);
+  auto gs = p.gpu->new_sequence(capacity);
+  std::vector<int> chunks;
+  for (int done = 0; done < prefill; done += chunks.back()) chunks.push_back(std::min(1024, prefill - done));
+  attention_chunks_on(p, layer, chunks, *cs, *gs);
   for (int n = prefill + 1; n <= last_keys; ++n) {
     stage({1}, *cs, *gs, p);
     Input q(1, q_width, 50 + n, 1.0f, false, p), k(1, kv_width, 60 + n, 1.0f, false, p);
@@ -506,17 +510,24 @@ void short_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   }
 }
 
-TEST(CudaOps, ShortContextAttentionStepsMatchCpu) {
+// From an empty cache; across the short bound; inside the cluster range (the appended key in the
+// second tile of its range); across the cluster bound.
+void fused_attention_contexts(Pair& p, int layer) {
+  fused_attention_steps(p, layer, 0, 40);
+  fused_attention_steps(p, layer, kCudaShortAttentionKeys - 28, kCudaShortAttentionKeys + 12);
+  fused_attention_steps(p, layer, 1500, 1510);
+  fused_attention_steps(p, layer, kCudaClusterAttentionKeys - 3, kCudaClusterAttentionKeys + 3);
+}
+
+TEST(CudaOps, FusedAttentionStepsMatchCpu) {
   REQUIRE_GPU();
-  short_attention_steps(pair(), 1, 0, 40);
-  short_attention_steps(pair(), 1, 100, 131);
+  fused_attention_contexts(pair(), 1);
 }
 
 // head_dim 128, 8 query heads per KV head, no output gate.
-TEST(CudaOps, ShortContextAttentionStepsHeadDim128MatchCpu) {
+TEST(CudaOps, FusedAttentionStepsHeadDim128MatchCpu) {
   REQUIRE_GPU();
-  short_attention_steps(qwen3_pair(), 0, 0, 40);
-  short_attention_steps(qwen3_pair(), 0, 100, 131);
+  fused_attention_contexts(qwen3_pair(), 0);
 }
 
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.
@@ -839,9 +850,9 @@ std::vector<int32_t> random_prompt(int n, int vocab) {
   return ids;
 }
 
-// Recorded decode steps on either side of kCudaShortAttentionKeys: the short context's graph (one
-// attention launch) until the bound, the split-K one past it, on a one-layer dense attention model
-// (no router to flip): every step's logits against the CPU's.
+// Recorded decode steps on either side of kCudaShortAttentionKeys: the short context's graph until
+// the bound, the cluster launch's past it, on a one-layer dense attention model (no router to
+// flip): every step's logits against the CPU's.
 TEST(CudaModel, DecodeAcrossTheShortAttentionBoundMatchesCpu) {
   REQUIRE_GPU();
   static const Qwen3AttentionModel m;

@@ -554,6 +554,206 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
 }
 
+// ---- Longer contexts: the same one launch over a cluster of blocks per KV head ----
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ int cluster_rank() {
+  int r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+// Two floats to `p` (8-byte aligned, this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ void cluster_store2(float* p, int rank, float x, float y) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(x), "f"(y) : "memory");
+}
+#endif
+
+constexpr int kScorePitch = kMmaKeys + 8;  // floats a row of a tile's shared scores (spreads the banks)
+constexpr int kClusterWarps = 8;  // a cluster block's warps: each scores an eighth of a tile's keys
+constexpr int kClusterKeys = kCudaClusterAttentionKeys;  // attention_cluster's contexts, at most
+constexpr int kClusterMaxGroup = 8;  // query heads a KV head: the records keep the mma's rows 0-7
+
+// grid (kClusterAttentionBlocks, Hkv) in clusters of kClusterAttentionBlocks blocks, one token at
+// *pos0. Cluster kvh holds KV head kvh; block r takes key range r of n / kClusterAttentionBlocks
+// keys for all the head's queries on tensor cores (its older keys copied before the PDL wait
+// where `settled`), after normalising and rotating the group's q (and, in the block of the last
+// range, the new k, which it appends) with norm_rope_head from one round trip of loads. Each warp
+// scores its eighth of a tile's keys; the scores meet in shared memory, and every warp then sums
+// its eighth of the dims. Each range's record is pushed into the blocks that merge it (block r
+// merges outputs [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial
+// kernel and the combine in one launch.
+template <int D>
+__global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int NT = D / 8 / kClusterWarps, chunks = D / 8, kBlocks = kClusterAttentionBlocks;
+  constexpr int KW = kMmaKeys / kClusterWarps;                 // keys a warp scores
+  constexpr int slice = kClusterMaxGroup * D / kBlocks;        // outputs a block merges
+  constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
+  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
+  __shared__ __align__(16) bf16 raw[kClusterMaxGroup + 1][D];  // the group's q heads, then k, as projected
+  __shared__ float norm_w[2][D];                               // q and k norm weights
+  __shared__ float normed[kClusterWarps][D];                   // each warp's head from norm_rope_head
+  __shared__ __align__(16) bf16 k_new[D];                      // the new key, normed and rotated
+  __shared__ __align__(16) float sS[16 * kScorePitch];         // a tile's scores, shared by the warps
+  __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
+  __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
+  const uint32_t sQ = smem_addr(smem);
+  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
+  pdl_launch_dependents();
+  cluster_arrive();  // paired with the wait before the first store into another block
+  const int r = cluster_rank(), kvh = blockIdx.y, G = a.Hq / a.Hkv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
+  const int per = div_up(n_keys, kBlocks), begin = min(n_keys, r * per), end = min(n_keys, begin + per);
+  const int64_t kv_stride = int64_t(a.Hkv) * D;
+  const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
+  auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
+  auto issue = [&](int tile) {  // the tile's older keys (one copy group, empty past the range)
+    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
+    if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, pos - s0)), n);
+    cp_async_commit();
+  };
+  // The new key (pos, the last) is not in the cache yet: no copy reads it; the last range's block
+  // appends it and places it in its tile.
+  const bool appends = end == n_keys && begin < end;
+  const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
+  if (a.settled) {
+    issue(0);
+    issue(1);
+  }
+  float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int e = threadIdx.x + i * blockDim.x;
+    w_ahead[i] = e < 2 * D ? (e < D ? a.q_norm[e] : a.k_norm[e - D]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
+    *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
+  pdl_wait();
+  if (!a.settled) {
+    issue(0);
+    issue(1);
+  }
+  // The group's q heads (contiguous) and the new k in one round trip, then each warp's heads.
+  const int items = G + (appends ? 1 : 0);
+  for (int i = threadIdx.x; i < items * chunks; i += blockDim.x) {
+    const int item = i / chunks, c = i % chunks;
+    const bf16* src = item < G ? a.q + int64_t(kvh * G + item) * D : a.k + int64_t(kvh) * D;
+    reinterpret_cast<uint4*>(raw[item])[c] = reinterpret_cast<const uint4*>(src)[c];
+  }
+  const int gate_j = threadIdx.x, gate_idx = r * slice + gate_j;  // this thread's merged output, if any
+  const bool merges = gate_j < slice && gate_idx < G * D;
+  const float gate = merges && a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(kvh) * G * D + gate_idx])) : 1.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int e = threadIdx.x + i * blockDim.x;
+    if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
+  }
+  __syncthreads();  // the raw heads and the weights in shared memory
+  const float position = float(pos);
+  for (int item = warp; item < items; item += kClusterWarps) {
+    const bool is_k = item == G;
+    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
+    for (int c = lane; c < chunks; c += 32) {
+      uint4 v;
+      bf16* b = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
+      if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
+      else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
+    }
+    __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
+  }
+  __syncthreads();  // Q and the new key in shared memory
+  auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
+    unsigned char* kt = smem + (sK(tile) - sQ);
+    const int row = pos - begin - tile * kMmaKeys;
+    for (int c = lane; c < chunks; c += 32) {
+      *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+  };
+  if (appends && warp == 0) {
+    for (int c = lane; c < chunks; c += 32) {
+      const int64_t at = int64_t(pos) * kv_stride + 8 * c;
+      *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+    if (last_tile < 2) place_new(last_tile);
+  }
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
+  float o[NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<1>();
+    __syncthreads();  // the tile (and the new key's row) in shared memory
+    const int n = keys_in(tile);
+    float mine[KW / 8][4], s[kMmaKeys / 8][4];
+    scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
+    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
+    if (n < kMmaKeys)
+#pragma unroll
+      for (int b = 0; b < kMmaKeys / 8; ++b)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * b + 2 * (lane % 4) + (e & 1) >= n) s[b][e] = -INFINITY;
+    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
+    __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it
+    issue(tile + 2);
+    if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
+  }
+  // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
+  // merge them, (m in natural log, l) into both blocks of the head.
+  const int g = lane / 4;
+  float sum = l[0];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  cluster_wait();  // every block of the cluster has started: its shared memory may be written
+  if (g < G) {
+#pragma unroll
+    for (int b = 0; b < NT; ++b) {
+      const int idx = g * D + warp * 8 * NT + 8 * b + 2 * (lane % 4);
+      cluster_store2(&inbox[r][idx % slice], idx / slice, o[b][0], o[b][1]);
+    }
+    if (warp == 0 && lane % 4 == 0)
+      for (int owner = g * D / slice; owner <= (g * D + D - 1) / slice; ++owner)
+        cluster_store2(ml[r][g], owner, m[0] * scale, sum);
+  }
+  cluster_sync();  // every range's record in the blocks that merge it
+  if (merges) {
+    const int gh = gate_idx / D;
+    float top = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) top = fmaxf(top, ml[u][gh][0]);
+    float L = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) {
+      const float w = __expf(ml[u][gh][0] - top);  // an empty range: exp(-inf) = 0
+      L += ml[u][gh][1] * w;
+      acc += inbox[u][gate_j] * w;
+    }
+    a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
+  }
+#else
+  __trap();  // launched on Hopper and later only (attention_cluster_fits)
+#endif
+}
+
 // The split-K kernels for head_dim D.
 void split_k(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* vc, int Hq, int Hkv, int D,
              const int* pos0, const KvRows& rows, bool settled, int splits, float* partial, const NewKv& fresh,
@@ -638,6 +838,73 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s) {
     throw Error("CUDA attention_short: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
   }
   PETREL_LAUNCHED("attention_short");
+}
+
+namespace {
+
+// attention_cluster_kernel<D>'s launch shape; its attributes are set once, before the first use.
+template <int D>
+cudaLaunchConfig_t cluster_config(int Hkv, cudaStream_t s, cudaLaunchAttribute attr[2]) {
+  constexpr size_t smem = (16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16);
+  static const bool allowed = [] {
+    PETREL_CUDA(cudaFuncSetAttribute(attention_cluster_kernel<D>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    PETREL_CUDA(cudaFuncSetAttribute(attention_cluster_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)allowed;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kClusterAttentionBlocks;
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kClusterAttentionBlocks, Hkv);
+  cfg.blockDim = 32 * kClusterWarps;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  return cfg;
+}
+
+// Clusters of attention_cluster_kernel<D> the device holds at once (0 where it cannot launch one).
+template <int D>
+int resident_clusters() {
+  static const int clusters = [] {
+    cudaLaunchAttribute attr[2];
+    cudaLaunchConfig_t cfg = cluster_config<D>(1, nullptr, attr);
+    cfg.numAttrs = 1;  // the cluster shape alone
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, attention_cluster_kernel<D>, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return clusters;
+}
+
+}  // namespace
+
+bool attention_cluster_fits(int n_keys, int Hq, int Hkv, int D) {
+  if (n_keys <= kShortAttentionKeys || n_keys > kClusterKeys || (D != 128 && D != 256) || Hkv <= 0 ||
+      Hq % Hkv != 0 || Hq / Hkv > kClusterMaxGroup || !pdl_supported())
+    return false;
+  return (D == 128 ? resident_clusters<128>() : resident_clusters<256>()) >= Hkv;
+}
+
+void attention_cluster(const ShortAttention& a, int D, cudaStream_t s) {
+  cudaLaunchAttribute attr[2];
+  if (D == 128) {
+    const cudaLaunchConfig_t cfg = cluster_config<128>(a.Hkv, s, attr);
+    PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<128>, a));
+  } else if (D == 256) {
+    const cudaLaunchConfig_t cfg = cluster_config<256>(a.Hkv, s, attr);
+    PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<256>, a));
+  } else {
+    throw Error("CUDA attention_cluster: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
+  }
+  PETREL_LAUNCHED("attention_cluster");
 }
 
 }  // namespace petrel::cuda

@@ -31,7 +31,7 @@ __device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf gives 0
   return y;
 }
 
-// s = (the 16 query rows from row q0 of sQ)·Kᵀ over KEYS keys, raw dot products.
+// s = (the 16 query rows from row q0 of sQ)·Kᵀ over KEYS keys (a multiple of 8), raw dot products.
 template <int D, int KEYS>
 __device__ __forceinline__ void scores(uint32_t sQ, uint32_t sK, int q0, int lane, float s[KEYS / 8][4]) {
 #pragma unroll
@@ -47,6 +47,37 @@ __device__ __forceinline__ void scores(uint32_t sQ, uint32_t sK, int q0, int lan
       mma_bf16(s[2 * np], a, b[0], b[1]);
       mma_bf16(s[2 * np + 1], a, b[2], b[3]);
     }
+    if constexpr (KEYS % 16 == 8) {  // the last 8 keys: lanes 0-15 address their two matrices
+      uint32_t b[2];
+      ldmatrix_x2(b, sK + swz<D>(KEYS - 8 + lane % 8, 16 * kk + 8 * ((lane / 8) % 2)));
+      mma_bf16(s[KEYS / 8 - 1], a, b[0], b[1]);
+    }
+  }
+}
+
+// The whole tile's scores in every warp, from each warp's share: warp w scored keys [KW·w,
+// KW·(w+1)) into `mine`, and leaves with all KEYS keys in s (the same C layout), through sS
+// ([16][KEYS + 8] floats). Whole block; sS is free again after the block's next barrier.
+template <int KEYS, int KW>
+__device__ __forceinline__ void share_scores(float* sS, const float mine[KW / 8][4], int warp, int lane,
+                                             float s[KEYS / 8][4]) {
+  constexpr int P = KEYS + 8;
+  const int g = lane / 4, c = 2 * (lane % 4);
+#pragma unroll
+  for (int b = 0; b < KW / 8; ++b) {
+    const int col = KW * warp + 8 * b + c;
+    *reinterpret_cast<float2*>(sS + g * P + col) = make_float2(mine[b][0], mine[b][1]);
+    *reinterpret_cast<float2*>(sS + (g + 8) * P + col) = make_float2(mine[b][2], mine[b][3]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int b = 0; b < KEYS / 8; ++b) {
+    const float2 lo = *reinterpret_cast<const float2*>(sS + g * P + 8 * b + c);
+    const float2 hi = *reinterpret_cast<const float2*>(sS + (g + 8) * P + 8 * b + c);
+    s[b][0] = lo.x;
+    s[b][1] = lo.y;
+    s[b][2] = hi.x;
+    s[b][3] = hi.y;
   }
 }
 

@@ -60,8 +60,8 @@ class CudaSequence final : public SequenceState {
 
   std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
   std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
-  // The recorded decode step: [1] for a context short enough for cuda::attention_short, [0] beyond.
-  cudaGraphExec_t graph_exec[2] = {};
+  // The recorded decode step, by the attention path its context takes (CudaBackend::attention_path).
+  cudaGraphExec_t graph_exec[3] = {};
 
  private:
   cudaStream_t stream_;
@@ -248,7 +248,7 @@ class CudaBackend final : public Backend {
   void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
     auto& s = dynamic_cast<CudaSequence&>(st);
     if (!opt_.graphs || timer_.enabled()) return ops();
-    cudaGraphExec_t& graph_exec = s.graph_exec[short_attention(st, 1) ? 1 : 0];
+    cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(st, 1))];
     if (!graph_exec) {
       cudaGraph_t graph = nullptr;
       PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -377,11 +377,13 @@ class CudaBackend final : public Backend {
     attention_at(q, k, v, gate, layer, st, out, d_pos_);
   }
 
-  // One token of a short context: the norms, the append and the attention in one launch. Its
-  // recorded step is kept apart from the longer contexts' (run_decode_step).
+  // One token of a context up to kCudaClusterAttentionKeys: the norms, the append and the attention
+  // in one launch (one block a query head, or a cluster of blocks a KV head). Each path's recorded
+  // step is kept apart (run_decode_step).
   void qk_norm_rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
                               int layer, SequenceState& st, Tensor out) override {
-    if (!short_attention(st, q.rows)) return Backend::qk_norm_rope_attention(q, k, v, gate, w, layer, st, out);
+    const AttentionPath path = attention_path(st, q.rows);
+    if (path == AttentionPath::Split) return Backend::qk_norm_rope_attention(q, k, v, gate, w, layer, st, out);
     const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope + attention");
     auto& s = dynamic_cast<CudaSequence&>(st);
@@ -390,13 +392,19 @@ class CudaBackend final : public Backend {
     const cuda::ShortAttention a{bf(q), bf(k), bf(v), gate ? bf(*gate) : nullptr, weights_->vec(w.q_norm),
                                  weights_->vec(w.k_norm), c.rms_eps, c.rope_theta, c.rotary_dim, c.n_heads,
                                  c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out)};
-    cuda::attention_short(a, c.head_dim, stream_);
+    if (path == AttentionPath::Short) cuda::attention_short(a, c.head_dim, stream_);
+    else cuda::attention_cluster(a, c.head_dim, stream_);
   }
 
-  // Whether a step of `rows` tokens of st takes cuda::attention_short: one token, not batched, a
-  // context (the new key included) it holds.
-  bool short_attention(const SequenceState& st, int64_t rows) const {
-    return rows == 1 && !batch_ && cuda::attention_short_fits(st.n_past + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim);
+  // How a step of `rows` tokens of st attends: one token (not batched) of a context, the new key
+  // included, that attention_short or attention_cluster holds runs as one launch; else the ops apart.
+  enum class AttentionPath { Split, Cluster, Short };
+  AttentionPath attention_path(const SequenceState& st, int64_t rows) const {
+    if (rows != 1 || batch_) return AttentionPath::Split;
+    const int n = int(st.n_past) + 1;
+    if (cuda::attention_short_fits(n, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Short;
+    if (cuda::attention_cluster_fits(n, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Cluster;
+    return AttentionPath::Split;
   }
 
   void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,

@@ -28,6 +28,10 @@ struct CudaOptions {
 // A decode step whose context (its new key included) has at most this many keys runs each
 // attention layer as one launch (cuda::attention_short), recorded apart from longer contexts' steps.
 constexpr int kCudaShortAttentionKeys = 128;
+// Past it, up to this many keys, the same one launch runs on a cluster of blocks per KV head
+// (cuda::attention_cluster, Hopper), recorded apart from the longer contexts' steps too. Its 16
+// blocks a KV head read every key, so longer contexts go faster split over more multiprocessors.
+constexpr int kCudaClusterAttentionKeys = 2048;
 
 // True when this build has CUDA and a device is present.
 bool cuda_available();

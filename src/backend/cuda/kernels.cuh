@@ -168,6 +168,12 @@ struct ShortAttention {
 // True where attention_short takes a context of n_keys keys for this shape.
 bool attention_short_fits(int n_keys, int Hq, int Hkv, int D);
 void attention_short(const ShortAttention& a, int D, cudaStream_t s);
+// The same one launch for longer contexts, up to kCudaClusterAttentionKeys keys: a cluster of
+// kClusterAttentionBlocks blocks per KV head, each a key range, merged in distributed shared
+// memory (Hopper; up to 8 query heads a KV head).
+constexpr int kClusterAttentionBlocks = 16;
+bool attention_cluster_fits(int n_keys, int Hq, int Hkv, int D);
+void attention_cluster(const ShortAttention& a, int D, cudaStream_t s);
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
