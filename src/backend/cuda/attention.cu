@@ -318,12 +318,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     const int n = keys_in(tile);
     float s[kMmaKeys / 8][4];
     scores<D, kMmaKeys>(sQ, sK(tile), 0, lane, s);
-    if (n < kMmaKeys)
-#pragma unroll
-      for (int b = 0; b < kMmaKeys / 8; ++b)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (8 * b + 2 * (lane % 4) + (e & 1) >= n) s[b][e] = -INFINITY;
+    mask_keys_from<kMmaKeys>(s, n, lane);
     online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
     __syncthreads();  // every warp is done with the stage: the tile two on may take it
@@ -705,12 +700,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     float mine[KW / 8][4], s[kMmaKeys / 8][4];
     scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
     share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
-    if (n < kMmaKeys)
-#pragma unroll
-      for (int b = 0; b < kMmaKeys / 8; ++b)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (8 * b + 2 * (lane % 4) + (e & 1) >= n) s[b][e] = -INFINITY;
+    mask_keys_from<kMmaKeys>(s, n, lane);
     online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
     __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it

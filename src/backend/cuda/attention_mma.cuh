@@ -81,6 +81,17 @@ __device__ __forceinline__ void share_scores(float* sS, const float mine[KW / 8]
   }
 }
 
+// The scores of a tile's keys from n on (past the range) to -inf: they weigh nothing.
+template <int KEYS>
+__device__ __forceinline__ void mask_keys_from(float s[KEYS / 8][4], int n, int lane) {
+  if (n >= KEYS) return;
+#pragma unroll
+  for (int b = 0; b < KEYS / 8; ++b)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * b + 2 * (lane % 4) + (e & 1) >= n) s[b][e] = -INFINITY;
+}
+
 // Online softmax over one key tile: turns s into p = 2^(s·scale_log2 - m) in place, rescales the
 // running sums l (this lane's share) and the output o (NT fragments of 8 dims) to the new row
 // maxima m (raw scores).
