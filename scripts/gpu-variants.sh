@@ -98,12 +98,12 @@ for name in names:
         top = ", ".join(f"{short(r['kernel'])} {r['us']:.0f}" for r in g["kernels"][:6])
         print(f"{'':28s} ctx {g.get('context', 0)}: step {g['step_us']:.0f} us: {top}")
         # A layer from the down before its mixer's anchor kernel (any kernel named deltanet*, or
-        # the partial or short attention) to the down after it: how long each kernel ends after the one
+        # the partial, short or cluster attention) to the down after it: how long each kernel ends after the one
         # before, by the kernels' own names (they vary with the code), medians over the layers
         # whose kernels match the most common sequence.
         tl = g.get("timeline", [])
         med = lambda v: sorted(v)[len(v) // 2]
-        for label, anchor in (("DeltaNet layer", ("deltanet",)), ("attention layer", ("attention_partial", "attention_short"))):
+        for label, anchor in (("DeltaNet layer", ("deltanet",)), ("attention layer", ("attention_partial", "attention_short", "attention_cluster"))):
             spans = {}
             for i, k in enumerate(tl):
                 if not k["kernel"].startswith(anchor):
