@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
   }
 #else
-  __trap();  // launched on Hopper and later only (attention_cluster_fits)
+  __trap();  // never launched from this build (resident_clusters)
 #endif
 }
 
@@ -857,10 +857,14 @@ cudaLaunchConfig_t cluster_config(int Hkv, cudaStream_t s, cudaLaunchAttribute a
   return cfg;
 }
 
-// Clusters of attention_cluster_kernel<D> the device holds at once (0 where it cannot launch one).
+// Clusters of attention_cluster_kernel<D> the device holds at once (0 where it cannot launch one,
+// or runs the portable PTX build, whose kernel body is a trap).
 template <int D>
 int resident_clusters() {
   static const int clusters = [] {
+    cudaFuncAttributes fa = {};
+    PETREL_CUDA(cudaFuncGetAttributes(&fa, attention_cluster_kernel<D>));
+    if (fa.ptxVersion < 90) return 0;
     cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg = cluster_config<D>(1, nullptr, attr);
     cfg.numAttrs = 1;  // the cluster shape alone
