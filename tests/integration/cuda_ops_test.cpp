@@ -143,8 +143,10 @@ RealShapeModel& model() {
 // One attention layer (dense MLP) of Qwen3-30B-A3B's attention shape: head_dim 128, 32 query heads,
 // 4 KV heads, no output gate; the rest small.
 struct Qwen3AttentionModel : RandomWeights {
-  Qwen3AttentionModel() {
+  // kv_heads > 0 narrows the KV heads (qwen3-30b-a3b has 32 query heads over 4).
+  explicit Qwen3AttentionModel(int kv_heads = 0) {
     c = synthetic_config("qwen3-30b-a3b");
+    if (kv_heads > 0) c.n_kv_heads = kv_heads;
     c.vocab = 256;
     c.hidden = 512;
     c.n_layers = 1;
@@ -528,6 +530,16 @@ TEST(CudaOps, FusedAttentionStepsMatchCpu) {
 TEST(CudaOps, FusedAttentionStepsHeadDim128MatchCpu) {
   REQUIRE_GPU();
   fused_attention_contexts(qwen3_pair(), 0);
+}
+
+// 16 query heads a KV head (as Qwen3-235B-A22B's 64 over 4): the mma tile's rows 8-15 are heads.
+// Prefill chunks, then decode steps on the split-K path (past the short bound), against the CPU.
+TEST(CudaOps, AttentionSixteenQueryHeadsAKvHeadMatchesCpu) {
+  REQUIRE_GPU();
+  static const Qwen3AttentionModel m(2);
+  static Pair p(m);
+  fused_attention_steps(p, 0, 0, 20);
+  fused_attention_steps(p, 0, 300, 310);
 }
 
 // Runs the DeltaNet op on both backends; chunked for T > 1, recurrent for T = 1.

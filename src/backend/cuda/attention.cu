@@ -325,21 +325,25 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     issue(tile + 2, copy_limit);
     if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
   }
-  // Row g = lane / 4 is head kvh·G + g (rows g + 8 are padding); a quad holds its sum in parts.
-  const int g = lane / 4;
-  float sum = l[0];
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if (g >= G) return;
-  float* rec = partial + ((int64_t(t) * Hq + kvh * G + g) * splits + split) * (D + 2);
-  if (warp == 0 && lane % 4 == 0) {
-    rec[0] = m[0] * scale;  // the natural-log maximum the combine expects
-    rec[1] = sum;
+  // Rows g and g + 8 (g = lane / 4) are heads kvh·G + g and kvh·G + g + 8 where below G; a quad
+  // holds each row's sum in parts.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = lane / 4 + 8 * half;
+    float sum = l[half];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (row >= G) continue;
+    float* rec = partial + ((int64_t(t) * Hq + kvh * G + row) * splits + split) * (D + 2);
+    if (warp == 0 && lane % 4 == 0) {
+      rec[0] = m[half] * scale;  // the natural-log maximum the combine expects
+      rec[1] = sum;
+    }
+#pragma unroll
+    for (int b = 0; b < NT; ++b)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) rec[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][2 * half + e];
   }
-#pragma unroll
-  for (int b = 0; b < NT; ++b)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) rec[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][e];
 }
 
 // The merge of `used` key ranges' records (m, l, then D elements) for element i of a head: the
