@@ -232,13 +232,19 @@ __device__ __forceinline__ void prefetch_l1_rows(const void* p, int rows, int64_
 // Multiprocessors of the current device (cached).
 int sm_count();
 
-// True on Hopper and later, where kernels may overlap through PDL (cached for the current device).
+// The virtual architecture (80, 90, ...) the kernels the device runs were compiled from: 90 where
+// the sm_90a binary loads, the portable PTX's 80 where it had to be compiled for the device.
+int loaded_ptx_version();
+
+// True on Hopper and later running the sm_90a binary, where kernels may overlap through PDL
+// (cached for the current device). A later chip that runs the portable PTX has no pdl_wait()
+// compiled into its kernels, so they must not overlap there.
 inline bool pdl_supported() {
   static const bool yes = [] {
     int device = 0, major = 0;
     PETREL_CUDA(cudaGetDevice(&device));
     PETREL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
+    return major >= 9 && loaded_ptx_version() >= 90;
   }();
   return yes;
 }

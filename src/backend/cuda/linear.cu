@@ -404,6 +404,15 @@ __global__ void round_kernel(const float* x, int64_t x_stride, int n, bf16* out,
 
 }  // namespace
 
+int loaded_ptx_version() {
+  static const int v = [] {
+    cudaFuncAttributes fa = {};
+    PETREL_CUDA(cudaFuncGetAttributes(&fa, round_kernel));
+    return fa.ptxVersion;
+  }();
+  return v;
+}
+
 int sm_count() {
   static const int n = [] {
     int device = 0, count = 0;
