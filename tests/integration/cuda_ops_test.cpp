@@ -486,8 +486,8 @@ TEST(CudaOps, AttentionPrefillThenDecodeHeadDim128MatchesCpu) {
 // Decode steps through qk_norm_rope_attention (raw q and k) from `prefill` keys (prefill chunks of
 // up to 1024 through the ops apart) to `last_keys`, each against the CPU: up to
 // kCudaShortAttentionKeys keys the one-block-a-head launch, then up to kCudaClusterAttentionKeys
-// the cluster launch, past it the split-K ops; the one-launch paths append their own keys, which
-// the later steps read.
+// the one-cluster launch, up to kCudaWideClusterAttentionKeys several clusters a KV head, past it
+// the split-K ops; the one-launch paths append their own keys, which the later steps read.
 void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   const ModelConfig& c = p.m.c;
   const AttentionWeights& A = p.m.w.layers[layer].attn;
@@ -512,13 +512,16 @@ void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
   }
 }
 
-// From an empty cache; across the short bound; inside the cluster range (the appended key in the
-// second tile of its range); across the cluster bound.
+// From an empty cache; across the short bound; inside the one-cluster range (the appended key in
+// the second tile of its range); across its bound into several clusters a KV head; inside that
+// range; across its bound into the split-K ops.
 void fused_attention_contexts(Pair& p, int layer) {
   fused_attention_steps(p, layer, 0, 40);
   fused_attention_steps(p, layer, kCudaShortAttentionKeys - 28, kCudaShortAttentionKeys + 12);
   fused_attention_steps(p, layer, 1500, 1510);
   fused_attention_steps(p, layer, kCudaClusterAttentionKeys - 3, kCudaClusterAttentionKeys + 3);
+  fused_attention_steps(p, layer, 4090, 4100);
+  fused_attention_steps(p, layer, kCudaWideClusterAttentionKeys - 3, kCudaWideClusterAttentionKeys + 3);
 }
 
 TEST(CudaOps, FusedAttentionStepsMatchCpu) {

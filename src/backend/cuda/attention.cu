@@ -581,18 +581,67 @@ __device__ __forceinline__ void cluster_store2(float* p, int rank, float x, floa
 
 constexpr int kScorePitch = kMmaKeys + 8;  // floats a row of a tile's shared scores (spreads the banks)
 constexpr int kClusterWarps = 8;  // a cluster block's warps: each scores an eighth of a tile's keys
-constexpr int kClusterKeys = kCudaClusterAttentionKeys;  // attention_cluster's contexts, at most
+constexpr int kClusterKeys = kCudaClusterAttentionKeys;  // one cluster a KV head up to here
+constexpr int kWideClusterKeys = kCudaWideClusterAttentionKeys;  // several, beyond, up to here
+constexpr int kMaxClusterWidth = kClusterAttentionMaxWidth;
 constexpr int kClusterMaxGroup = 8;  // query heads a KV head: the records keep the mma's rows 0-7
 
-// grid (kClusterAttentionBlocks, Hkv) in clusters of kClusterAttentionBlocks blocks, one token at
-// *pos0. Cluster kvh holds KV head kvh; block r takes key range r of n / kClusterAttentionBlocks
-// keys for all the head's queries on tensor cores (its older keys copied before the PDL wait
+// For C > 1 clusters a KV head: block r of cluster blockIdx.y leaves (top, L, acc) of its slice's
+// element j (j < 0: none) in a.scratch and counts itself; false for all but the last of the C
+// blocks of that slice to arrive, which gets back the merge of all C in top, L, acc and resets the
+// count for the next launch.
+__device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, int r, int C, int slice, int j,
+                                              float& top, float& L, float& acc) {
+  __shared__ bool last;
+  const int64_t base = (int64_t(kvh) * kClusterAttentionBlocks + r) * C;  // the slice's C records
+  auto rec = [&](int c) { return a.scratch + (base + c) * 3 * slice; };  // [top, L, acc] x slice
+  if (j >= 0) {
+    float* mine = rec(blockIdx.y);
+    mine[j] = top;
+    mine[slice + j] = L;
+    mine[2 * slice + j] = acc;
+  }
+  __threadfence();  // the record before the count
+  __syncthreads();
+  int* count = a.counts + kvh * kClusterAttentionBlocks + r;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(count, 1) == C - 1;
+    if (last) *count = 0;  // every arrival is in: the next launch starts from zero
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();  // the others' records after their counts
+  if (j >= 0) {
+    float tops[kMaxClusterWidth], Ls[kMaxClusterWidth], accs[kMaxClusterWidth], T = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kMaxClusterWidth; ++c) {  // every record's loads at once
+      tops[c] = c < C ? __ldcg(rec(c) + j) : -INFINITY;
+      Ls[c] = c < C ? __ldcg(rec(c) + slice + j) : 0.0f;
+      accs[c] = c < C ? __ldcg(rec(c) + 2 * slice + j) : 0.0f;
+      T = fmaxf(T, tops[c]);
+    }
+    L = acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxClusterWidth; ++c) {
+      if (tops[c] == -INFINITY) continue;  // past C, or a cluster of empty ranges (its sums are not numbers)
+      const float w = __expf(tops[c] - T);
+      L += Ls[c] * w;
+      acc += accs[c] * w;
+    }
+  }
+  return true;
+}
+
+// grid (kClusterAttentionBlocks, C, Hkv) in clusters of kClusterAttentionBlocks blocks, one token
+// at *pos0. Cluster c of KV head kvh's C; its block r takes key range 16c + r of the 16C ranges
+// for all the head's queries on tensor cores (its older keys copied before the PDL wait
 // where `settled`), after normalising and rotating the group's q (and, in the block of the last
 // range, the new k, which it appends) with norm_rope_head from one round trip of loads. Each warp
 // scores its eighth of a tile's keys; the scores meet in shared memory, and every warp then sums
 // its eighth of the dims. Each range's record is pushed into the blocks that merge it (block r
 // merges outputs [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial
-// kernel and the combine in one launch.
+// kernel and the combine in one launch. With C > 1 each block leaves its cluster's merge of its
+// slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -612,10 +661,11 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
   cluster_arrive();  // paired with the wait before the first store into another block
-  const int r = cluster_rank(), kvh = blockIdx.y, G = a.Hq / a.Hkv;
+  const int r = cluster_rank(), C = gridDim.y, kvh = blockIdx.z, G = a.Hq / a.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
-  const int per = div_up(n_keys, kBlocks), begin = min(n_keys, r * per), end = min(n_keys, begin + per);
+  const int per = div_up(n_keys, kBlocks * C), range = blockIdx.y * kBlocks + r;
+  const int begin = min(n_keys, range * per), end = min(n_keys, begin + per);
   const int64_t kv_stride = int64_t(a.Hkv) * D;
   const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
   auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
@@ -729,20 +779,20 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
         cluster_store2(ml[r][g], owner, m[0] * scale, sum);
   }
   cluster_sync();  // every range's record in the blocks that merge it
+  float top = -INFINITY, L = 0.0f, acc = 0.0f;
   if (merges) {
     const int gh = gate_idx / D;
-    float top = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kBlocks; ++u) top = fmaxf(top, ml[u][gh][0]);
-    float L = 0.0f, acc = 0.0f;
 #pragma unroll
     for (int u = 0; u < kBlocks; ++u) {
       const float w = __expf(ml[u][gh][0] - top);  // an empty range: exp(-inf) = 0
       L += ml[u][gh][1] * w;
       acc += inbox[u][gate_j] * w;
     }
-    a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
   }
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (resident_clusters)
 #endif
@@ -838,7 +888,7 @@ namespace {
 
 // attention_cluster_kernel<D>'s launch shape; its attributes are set once, before the first use.
 template <int D>
-cudaLaunchConfig_t cluster_config(int Hkv, cudaStream_t s, cudaLaunchAttribute attr[2]) {
+cudaLaunchConfig_t cluster_config(int C, int Hkv, cudaStream_t s, cudaLaunchAttribute attr[2]) {
   constexpr size_t smem = (16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16);
   static const bool allowed = [] {
     PETREL_CUDA(cudaFuncSetAttribute(attention_cluster_kernel<D>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -852,7 +902,7 @@ cudaLaunchConfig_t cluster_config(int Hkv, cudaStream_t s, cudaLaunchAttribute a
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kClusterAttentionBlocks, Hkv);
+  cfg.gridDim = dim3(kClusterAttentionBlocks, C, Hkv);
   cfg.blockDim = 32 * kClusterWarps;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
@@ -870,7 +920,7 @@ int resident_clusters() {
     PETREL_CUDA(cudaFuncGetAttributes(&fa, attention_cluster_kernel<D>));
     if (fa.ptxVersion < 90) return 0;
     cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = cluster_config<D>(1, nullptr, attr);
+    cudaLaunchConfig_t cfg = cluster_config<D>(1, 1, nullptr, attr);
     cfg.numAttrs = 1;  // the cluster shape alone
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, attention_cluster_kernel<D>, &cfg) != cudaSuccess) {
@@ -884,20 +934,24 @@ int resident_clusters() {
 
 }  // namespace
 
-bool attention_cluster_fits(int n_keys, int Hq, int Hkv, int D) {
-  if (n_keys <= kShortAttentionKeys || n_keys > kClusterKeys || (D != 128 && D != 256) || Hkv <= 0 ||
+int attention_cluster_width(int n_keys, int Hq, int Hkv, int D) {
+  if (n_keys <= kShortAttentionKeys || n_keys > kWideClusterKeys || (D != 128 && D != 256) || Hkv <= 0 ||
       Hq % Hkv != 0 || Hq / Hkv > kClusterMaxGroup || !pdl_supported())
-    return false;
-  return (D == 128 ? resident_clusters<128>() : resident_clusters<256>()) >= Hkv;
+    return 0;
+  const int fit = (D == 128 ? resident_clusters<128>() : resident_clusters<256>()) / Hkv;
+  if (n_keys <= kClusterKeys) return fit >= 1 ? 1 : 0;
+  return fit >= 2 ? std::min(fit, kMaxClusterWidth) : 0;
 }
 
-void attention_cluster(const ShortAttention& a, int D, cudaStream_t s) {
+void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s) {
+  check(width == 1 || (width <= kMaxClusterWidth && a.scratch && a.counts),
+        "CUDA attention_cluster: several clusters a KV head need scratch records and counts");
   cudaLaunchAttribute attr[2];
   if (D == 128) {
-    const cudaLaunchConfig_t cfg = cluster_config<128>(a.Hkv, s, attr);
+    const cudaLaunchConfig_t cfg = cluster_config<128>(width, a.Hkv, s, attr);
     PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<128>, a));
   } else if (D == 256) {
-    const cudaLaunchConfig_t cfg = cluster_config<256>(a.Hkv, s, attr);
+    const cudaLaunchConfig_t cfg = cluster_config<256>(width, a.Hkv, s, attr);
     PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<256>, a));
   } else {
     throw Error("CUDA attention_cluster: head_dim " + std::to_string(D) + " is not supported (128 or 256)");

@@ -61,7 +61,7 @@ class CudaSequence final : public SequenceState {
   std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
   std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
   // The recorded decode step, by the attention path its context takes (CudaBackend::attention_path).
-  cudaGraphExec_t graph_exec[3] = {};
+  cudaGraphExec_t graph_exec[4] = {};
 
  private:
   cudaStream_t stream_;
@@ -115,6 +115,10 @@ class CudaBackend final : public Backend {
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
     attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
+    // The wide cluster attention's records go in the same buffer (never in use at once).
+    check(cuda::attention_cluster_scratch(c.n_kv_heads, c.head_dim) <= attn_partial_records_ * (c.head_dim + 2),
+          "CUDA reserve: the cluster attention's records exceed the split-K buffer");
+    cluster_counts_ = alloc_raw<int>(cuda::attention_cluster_counts(c.n_kv_heads));
     if (c.hybrid()) {
       const int64_t C = c.gdn_conv_channels();
       gdn_u_ = alloc_raw<float>(T * C);
@@ -391,20 +395,25 @@ class CudaBackend final : public Backend {
                                        " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
     const cuda::ShortAttention a{bf(q), bf(k), bf(v), gate ? bf(*gate) : nullptr, weights_->vec(w.q_norm),
                                  weights_->vec(w.k_norm), c.rms_eps, c.rope_theta, c.rotary_dim, c.n_heads,
-                                 c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out)};
+                                 c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out),
+                                 attn_partial_, cluster_counts_};
     if (path == AttentionPath::Short) cuda::attention_short(a, c.head_dim, stream_);
-    else cuda::attention_cluster(a, c.head_dim, stream_);
+    else cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
   }
 
   // How a step of `rows` tokens of st attends: one token (not batched) of a context, the new key
   // included, that attention_short or attention_cluster holds runs as one launch; else the ops apart.
-  enum class AttentionPath { Split, Cluster, Short };
+  enum class AttentionPath { Split, Cluster, WideCluster, Short };
   AttentionPath attention_path(const SequenceState& st, int64_t rows) const {
     if (rows != 1 || batch_) return AttentionPath::Split;
-    const int n = int(st.n_past) + 1;
-    if (cuda::attention_short_fits(n, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Short;
-    if (cuda::attention_cluster_fits(n, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Cluster;
-    return AttentionPath::Split;
+    if (cuda::attention_short_fits(int(st.n_past) + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim))
+      return AttentionPath::Short;
+    const int width = cluster_width(st);
+    return width == 0 ? AttentionPath::Split : width == 1 ? AttentionPath::Cluster : AttentionPath::WideCluster;
+  }
+  // Clusters a KV head attention_cluster takes for st's next token (0: not that launch).
+  int cluster_width(const SequenceState& st) const {
+    return cuda::attention_cluster_width(int(st.n_past) + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim);
   }
 
   void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
@@ -844,6 +853,7 @@ class CudaBackend final : public Backend {
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)
   float* attn_partial_ = nullptr;
+  int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
