@@ -215,8 +215,7 @@ __global__ void attention_partial_kernel(const bf16* q, int64_t q_stride, const 
 // ---- The same records on tensor cores (head_dim 64, 128, 256; up to 16 query heads a KV head) ----
 
 constexpr int kMmaKeys = 64;   // keys a tile holds
-constexpr int kMmaWarps = 4;   // each scores a quarter of a tile's keys and accumulates a quarter of the dims
-constexpr int kScorePitch = kMmaKeys + 8;  // floats a row of a tile's shared scores (spreads the banks)
+constexpr int kMmaWarps = 4;   // each scores the whole tile and accumulates a quarter of the dims
 
 // Whole block: rows [0, copy_to) of a tile (row r: key s0 + r of one KV head) into the swizzled
 // [kMmaKeys][D] key and value tiles at sK and sV by cp.async, rows from zero_from on zero-filled
@@ -236,8 +235,8 @@ __device__ void issue_kv_rows(uint32_t sK, uint32_t sV, const bf16* kh, const bf
 
 // grid (T, Hkv, splits), kMmaWarps warps: attention_partial_kernel's records, the Hq / Hkv query
 // heads of a KV head as the rows of one m16n8k16 tile (Q·Kᵀ and P·V on tensor cores, P rounded to
-// bf16 as in the prefill kernel). Each warp scores a quarter of the key tile, the scores meet in
-// shared memory, and each accumulates its quarter of the head dimensions; keys and values stream through two shared-memory
+// bf16 as in the prefill kernel). Every warp scores the whole key tile (the rows are few) and
+// accumulates its quarter of the head dimensions; keys and values stream through two shared-memory
 // stages of kMmaKeys keys, the older keys before the PDL wait where `settled`.
 template <int D>
 __global__ void __launch_bounds__(32 * kMmaWarps)
@@ -245,9 +244,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
                                  const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv) {
   constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
-  constexpr int KW = kMmaKeys / kMmaWarps;  // keys a warp scores
   extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
-  __shared__ __align__(16) float sS[16 * kScorePitch];  // a tile's scores, shared by the warps
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
@@ -319,9 +316,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     cp_async_wait<1>();
     __syncthreads();  // the tile (and Q, the plain copies) in shared memory
     const int n = keys_in(tile);
-    float mine[KW / 8][4], s[kMmaKeys / 8][4];
-    scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
-    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
+    float s[kMmaKeys / 8][4];
+    scores<D, kMmaKeys>(sQ, sK(tile), 0, lane, s);
     mask_keys_from<kMmaKeys>(s, n, lane);
     online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
@@ -583,6 +579,7 @@ __device__ __forceinline__ void cluster_store2(float* p, int rank, float x, floa
 }
 #endif
 
+constexpr int kScorePitch = kMmaKeys + 8;  // floats a row of a tile's shared scores (spreads the banks)
 constexpr int kClusterWarps = 8;  // a cluster block's warps: each scores an eighth of a tile's keys
 constexpr int kClusterKeys = kCudaClusterAttentionKeys;  // one cluster a KV head up to here
 constexpr int kWideClusterKeys = kCudaWideClusterAttentionKeys;  // several, beyond, up to here
