@@ -80,22 +80,22 @@ __device__ __forceinline__ float reduce_scatter32(float (&v)[kTileKeys], int lan
   return v[0];
 }
 
-// Whole block, the PDL wait included: the copies of a range's first STAGES tiles. With `settled`,
-// the keys before first_new go out before the wait (issue(tile, limit): cp.async of the keys before
+// Whole block, the PDL wait included: the copies of a range's first two tiles. With `settled`, the
+// keys before first_new go out before the wait (issue(tile, limit): cp.async of the keys before
 // limit) and the chunk's own keys after it by plain loads (copy_rest(tile, from)); else all after.
-template <int STAGES = 2, typename Issue, typename CopyRest>
+template <typename Issue, typename CopyRest>
 __device__ __forceinline__ void fetch_first_tiles(bool settled, int first_new, int end, Issue issue,
                                                   CopyRest copy_rest) {
   if (settled) {
-#pragma unroll
-    for (int i = 0; i < STAGES; ++i) issue(i, first_new);
+    issue(0, first_new);
+    issue(1, first_new);
     pdl_wait();
-#pragma unroll
-    for (int i = 0; i < STAGES; ++i) copy_rest(i, first_new);
+    copy_rest(0, first_new);
+    copy_rest(1, first_new);
   } else {
     pdl_wait();
-#pragma unroll
-    for (int i = 0; i < STAGES; ++i) issue(i, end);
+    issue(0, end);
+    issue(1, end);
   }
 }
 
@@ -236,18 +236,17 @@ __device__ void issue_kv_rows(uint32_t sK, uint32_t sV, const bf16* kh, const bf
 // grid (T, Hkv, splits), kMmaWarps warps: attention_partial_kernel's records, the Hq / Hkv query
 // heads of a KV head as the rows of one m16n8k16 tile (Q·Kᵀ and P·V on tensor cores, P rounded to
 // bf16 as in the prefill kernel). Every warp scores the whole key tile (the rows are few) and
-// accumulates its quarter of the head dimensions; keys and values stream through STAGES
-// shared-memory stages of kMmaKeys keys, the older keys before the PDL wait where `settled` (three
-// stages where a block has a multiprocessor to itself: more of a long range lands before the wait).
-template <int D, int STAGES>
+// accumulates its quarter of the head dimensions; keys and values stream through two shared-memory
+// stages of kMmaKeys keys, the older keys before the PDL wait where `settled`.
+template <int D>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     attention_partial_mma_kernel(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, int Hq, int Hkv,
                                  const int* pos0, KvRows rows, bool settled, float* partial, NewKv fresh_kv) {
   constexpr int NT = D / 8 / kMmaWarps, chunks = D / 8;  // a warp's 8-dim output fragments
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
-  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then STAGES stages of K, V [kMmaKeys][D]
+  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
   const uint32_t sQ = smem_addr(smem);
-  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % STAGES) * 2 * tile_bytes; };
+  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = Hq / Hkv;
@@ -283,7 +282,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
   const int copy_limit = fresh ? first_new : end;
   uint4 nk = make_uint4(0, 0, 0, 0), nv = nk;  // warp 0 of the appending range: chunk `lane` of the new key, value
-  fetch_first_tiles<STAGES>(settled, first_new, copy_limit, issue, [&](int tile, int from) {
+  fetch_first_tiles(settled, first_new, copy_limit, issue, [&](int tile, int from) {
     if (!fresh) copy_rest(tile, from);
   });
   auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
@@ -302,7 +301,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
       *reinterpret_cast<uint4*>(const_cast<bf16*>(kh) + at) = nk;
       *reinterpret_cast<uint4*>(const_cast<bf16*>(vh) + at) = nv;
     }
-    if (last_tile < STAGES) place_new(last_tile);
+    if (last_tile < 2) place_new(last_tile);
   }
   for (int i = threadIdx.x; i < 16 * chunks; i += blockDim.x) {  // Q: the group's heads, then zero rows
     const int r = i / chunks, c = 8 * (i % chunks);
@@ -314,7 +313,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int tile = 0; tile < tiles; ++tile) {
-    cp_async_wait<STAGES - 1>();
+    cp_async_wait<1>();
     __syncthreads();  // the tile (and Q, the plain copies) in shared memory
     const int n = keys_in(tile);
     float s[kMmaKeys / 8][4];
@@ -322,9 +321,9 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     mask_keys_from<kMmaKeys>(s, n, lane);
     online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
-    __syncthreads();  // every warp is done with the stage: the tile STAGES on may take it
-    issue(tile + STAGES, copy_limit);
-    if (appends && warp == 0 && tile + STAGES == last_tile) place_new(last_tile);
+    __syncthreads();  // every warp is done with the stage: the tile two on may take it
+    issue(tile + 2, copy_limit);
+    if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
   }
   // Rows g and g + 8 (g = lane / 4) are heads kvh·G + g and kvh·G + g + 8 where below G; a quad
   // holds each row's sum in parts.
@@ -437,15 +436,10 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
   if constexpr (D >= 64) {
     on_tensor_cores = Hq / Hkv <= 16 && aligned;
     if (on_tensor_cores) {
-      auto run = [&](auto stages) {
-        constexpr int S = decltype(stages)::value;
-        const size_t smem = std::max<size_t>((16 + S * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
-        allow_dynamic_smem<attention_partial_mma_kernel<D, S>>(smem);
-        launch_pdl(attention_partial_mma_kernel<D, S>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc,
-                   vc, Hq, Hkv, pos0, rows, settled, partial, fresh);
-      };
-      if (one_wave) run(std::integral_constant<int, 3>{});
-      else run(std::integral_constant<int, 2>{});
+      const size_t smem = std::max<size_t>((16 + 2 * 2 * kMmaKeys) * D * sizeof(bf16), one_wave);
+      allow_dynamic_smem<attention_partial_mma_kernel<D>>(smem);
+      launch_pdl(attention_partial_mma_kernel<D>, dim3(T, Hkv, splits), 32 * kMmaWarps, smem, s, q, q_stride, kc, vc,
+                 Hq, Hkv, pos0, rows, settled, partial, fresh);
     }
   }
   check(on_tensor_cores || !fresh.k, "CUDA attention: appending needs the tensor-core kernel (attention_appends)");

@@ -229,7 +229,6 @@ class CudaBackend final : public Backend {
     stage_ids(ids, n);
     token_->advance();
     *h_pos_ = st.n_past;
-    step_keys_ = n == 1 ? int(st.n_past) + 1 : 0;
     batch_ = false;
   }
 
@@ -340,18 +339,14 @@ class CudaBackend final : public Backend {
 
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
-                            const Tensor* outs, int n, Feeds feeds) override {
+                            const Tensor* outs, int n, bool for_deltanet) override {
     const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
-    // A long context's split-K attention does the same (split_attention_blocks).
-    const int leave = h.rows != 1                  ? 0
-                      : feeds == Feeds::DeltaNet   ? cuda::deltanet_decode_blocks(gdn_shape())
-                      : feeds == Feeds::Attention ? split_attention_blocks()
-                                                   : 0;
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }
@@ -411,28 +406,14 @@ class CudaBackend final : public Backend {
   enum class AttentionPath { Split, Cluster, WideCluster, Short };
   AttentionPath attention_path(const SequenceState& st, int64_t rows) const {
     if (rows != 1 || batch_) return AttentionPath::Split;
-    return one_token_path(int(st.n_past) + 1);
-  }
-  // The path of one token's attention over n_keys keys (its own included).
-  AttentionPath one_token_path(int n_keys) const {
-    if (cuda::attention_short_fits(n_keys, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Short;
-    const int width = cuda::attention_cluster_width(n_keys, c_.n_heads, c_.n_kv_heads, c_.head_dim);
+    if (cuda::attention_short_fits(int(st.n_past) + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim))
+      return AttentionPath::Short;
+    const int width = cluster_width(st);
     return width == 0 ? AttentionPath::Split : width == 1 ? AttentionPath::Cluster : AttentionPath::WideCluster;
   }
   // Clusters a KV head attention_cluster takes for st's next token (0: not that launch).
   int cluster_width(const SequenceState& st) const {
     return cuda::attention_cluster_width(int(st.n_past) + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim);
-  }
-  // Blocks of the staged one-token step's split-K attention where it runs on multiprocessors of its
-  // own (0: it shares them): its input projections leave them free, so its key ranges start beside
-  // the projections and land their older keys there before the wait, as the DeltaNet step loads its
-  // states. One wave, a whole number of ranges a KV head.
-  int split_attention_blocks() const {
-    const int blocks = cuda::kSplitAttentionBlocks;
-    if (batch_ || step_keys_ == 0 || one_token_path(step_keys_) != AttentionPath::Split || !cuda::pdl_supported() ||
-        c_.n_kv_heads <= 0 || blocks % c_.n_kv_heads != 0 || blocks / c_.n_kv_heads > 64)
-      return 0;
-    return blocks;
   }
 
   void attention_batch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer,
@@ -797,8 +778,7 @@ class CudaBackend final : public Backend {
     check(st.n_past + T <= st.capacity, "context full: " + std::to_string(st.n_past + T) +
                                             " tokens exceed the sequence capacity of " + std::to_string(st.capacity));
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
-    const int own = T == 1 ? split_attention_blocks() : 0;
-    const int splits = own > 0 ? own / c.n_kv_heads : attention_splits(T);
+    const int splits = attention_splits(T);
     if (T == 1 && cuda::attention_appends(bf(q), q.stride, c.n_heads, c.n_kv_heads, c.head_dim)) {
       cuda::attention_appending(bf(q), q.stride, 1, {bf(k), bf(v), k.stride}, s.k[layer], s.v[layer], c.n_heads,
                                 c.n_kv_heads, c.head_dim, pos0, cuda::KvRows{}, /*keys_settled=*/capturing(), splits,
@@ -872,7 +852,6 @@ class CudaBackend final : public Backend {
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)
-  int step_keys_ = 0;  // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
   int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds

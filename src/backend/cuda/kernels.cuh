@@ -144,9 +144,6 @@ struct NewKv {
 };
 // True where the split-K kernels append the new keys themselves (NewKv) for this shape.
 bool attention_appends(const bf16* q, int64_t q_stride, int Hq, int Hkv, int D);
-// Blocks (key ranges over all KV heads) of one token's split-K attention where it runs on
-// multiprocessors of its own beside its input projections (CudaBackend::split_attention_blocks).
-constexpr int kSplitAttentionBlocks = 40;
 // kv_append (or kv_append_rows) and the split-K attention in one, for one new key a row (T = 1 at
 // *pos0, or rows.pos set).
 void attention_appending(const bf16* q, int64_t q_stride, int T, const NewKv& fresh, const bf16* kc, const bf16* vc,
