@@ -794,7 +794,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
   if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
-  __trap();  // never launched from this build (resident_clusters)
+  __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
 }
 
@@ -911,14 +911,12 @@ cudaLaunchConfig_t cluster_config(int C, int Hkv, cudaStream_t s, cudaLaunchAttr
   return cfg;
 }
 
-// Clusters of attention_cluster_kernel<D> the device holds at once (0 where it cannot launch one,
-// or runs the portable PTX build, whose kernel body is a trap).
+// Clusters of attention_cluster_kernel<D> the device holds at once (0 where it cannot launch one).
+// Asked only where pdl_supported(): the sm_90a binary is loaded, not the portable PTX whose
+// kernel body is a trap.
 template <int D>
 int resident_clusters() {
   static const int clusters = [] {
-    cudaFuncAttributes fa = {};
-    PETREL_CUDA(cudaFuncGetAttributes(&fa, attention_cluster_kernel<D>));
-    if (fa.ptxVersion < 90) return 0;
     cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg = cluster_config<D>(1, 1, nullptr, attr);
     cfg.numAttrs = 1;  // the cluster shape alone
