@@ -3,6 +3,7 @@
 // (deltanet_layer.cu).
 #pragma once
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 #include <algorithm>
 
@@ -211,6 +212,185 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (w * 32 < d.dv) oo += o_sq[w];
   if (part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
+}
+
+// The same step for one token (one sequence, states passed directly) in a 4-warp block whose fp32 state sits in shared memory (a thread
+// per value column, dv <= kBesideThreads), so that it needs 128 threads' registers and 64 KB: its
+// blocks fit beside the input projections' (96 registers x 512 threads, 116 KB), which then take
+// every multiprocessor instead of leaving one per value head. The state is copied in whole before
+// the wait; the sums keep deltanet_head_step's order (its four parts of DK / 4 rows, their
+// accumulators of every fourth row, the q/k norms' 32-channel warps), so both give the same bits.
+constexpr int kBesideThreads = 128;
+
+inline bool decode_beside_fits(const DeltaNetShape& d) { return d.dv <= kBesideThreads && d.dv % 4 == 0; }
+inline size_t decode_beside_smem(const DeltaNetShape& d) { return size_t(d.dk) * d.dv * sizeof(float); }
+
+template <int DK, typename Wait>
+__device__ __forceinline__ void deltanet_head_step_beside(const DeltaNetShape& d, int j, bool states_settled,
+                                                          const bf16* x, const float* conv_w, float* conv_state,
+                                                          const float* b, const float* a, const float* A_log,
+                                                          const float* dt_bias, float* state, const float* norm_w,
+                                                          const bf16* z, float eps, bf16* out, int* readers,
+                                                          float* Ss, Wait wait) {
+  constexpr int kThreads = kBesideThreads, kWarps = kThreads / 32, kRows = DK / kDecodeParts;
+  constexpr int kQkWarps = (2 * DK + 31) / 32, kCh = (2 * DK + kThreads + kThreads - 1) / kThreads;
+  static_assert(kRows % 4 == 0, "a part's rows are read as float4s");
+  __shared__ __align__(16) float qs[DK], ks[DK];
+  __shared__ float vs[kThreads], q_sq[kQkWarps], k_sq[kQkWarps], o_sq[kWarps];
+  __shared__ bool last_reader;
+  const int tid = threadIdx.x, warp = tid / 32, e = tid;
+  const bool active = e < d.dv;
+  const int ratio = d.Hv / d.Hk, kh = j / ratio;
+  const int key_dim = d.Hk * DK, C = 2 * key_dim + d.Hv * d.dv, hist = d.K - 1;
+  // Conv channels tid + i·kThreads: q (< DK) and k (< 2·DK) of the key head, then this head's v.
+  auto channel = [&](int ch) {
+    return ch < DK ? kh * DK + ch : ch < 2 * DK ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + ch - 2 * DK;
+  };
+  auto has = [&](int i) { return tid + i * kThreads < 2 * DK + d.dv; };
+  float taps[kCh][kDecodeMaxTaps], tap_x[kCh], h[kCh][kDecodeMaxTaps - 1], hist_acc[kCh];
+#pragma unroll
+  for (int i = 0; i < kCh; ++i) {
+    const int c = channel(tid + i * kThreads);
+    tap_x[i] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kDecodeMaxTaps; ++t) {
+      taps[i][t] = has(i) && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
+      if (t == hist) tap_x[i] = taps[i][t];
+    }
+  }
+  const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[e] : 0.0f;
+  pdl_launch_dependents();
+  auto load_states = [&] {
+    const float* src = state + int64_t(j) * DK * d.dv;
+    for (int i = tid; i < DK * d.dv / 4; i += kThreads) cp_async16(smem_addr(Ss + 4 * i), src + 4 * i, true);
+    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < kCh; ++i) {
+      const int c = channel(tid + i * kThreads);
+      hist_acc[i] = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kDecodeMaxTaps - 1; ++t) {
+        h[i][t] = has(i) && t < hist ? conv_state[int64_t(t) * C + c] : 0.0f;
+        if (t < hist) hist_acc[i] += taps[i][t] * h[i][t];
+      }
+    }
+  };
+  auto count_reader = [&] {
+    if (tid == 0) {
+      __threadfence();
+      int* count = readers + kh;
+      const bool last = atomicAdd(count, 1) == ratio - 1;
+      if (last) *count = 0;
+      last_reader = last;
+    }
+  };
+  if (states_settled) {
+    load_states();
+    __syncthreads();  // every thread has read its channels' history
+    count_reader();
+    wait();
+  } else {
+    if (tid == 0) prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
+    wait();
+    load_states();
+  }
+  const float av = a[j] + dt, bj = b[j];
+  const float zc = active ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
+  float xc[kCh];
+#pragma unroll
+  for (int i = 0; i < kCh; ++i) xc[i] = has(i) ? __bfloat162float(x[channel(tid + i * kThreads)]) : 0.0f;
+  const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
+  const float beta = 1.0f / (1.0f + expf(-bj));
+  auto shift_history = [&](int i) {
+    const int c = channel(tid + i * kThreads);
+#pragma unroll
+    for (int t = 1; t < kDecodeMaxTaps - 1; ++t)
+      if (t < hist) conv_state[int64_t(t - 1) * C + c] = h[i][t];
+    if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc[i];
+  };
+#pragma unroll
+  for (int i = 0; i < kCh; ++i) {
+    const int ch = tid + i * kThreads;
+    const float u = has(i) ? siluf_(hist_acc[i] + tap_x[i] * xc[i]) : 0.0f;
+    if (ch < DK) qs[ch] = u;
+    else if (ch < 2 * DK) ks[ch - DK] = u;
+    else if (has(i)) {
+      vs[ch - 2 * DK] = u;
+      shift_history(i);
+    }
+    const int w = ch / 32;  // the 32 channels the decode kernel's warp w sums, in its lane order
+    if (w < kQkWarps) {
+      const float q2 = warp_sum(ch < DK ? u * u : 0.0f), k2 = warp_sum(ch >= DK ? u * u : 0.0f);
+      if (ch % 32 == 0) {
+        q_sq[w] = q2;
+        k_sq[w] = k2;
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (!states_settled) count_reader();
+  float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kQkWarps; ++w) {
+    qq += q_sq[w];
+    kk += k_sq[w];
+  }
+  const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
+  const float* col = Ss + (active ? e : 0);
+  float part_sum[kDecodeParts];
+#pragma unroll
+  for (int p = 0; p < kDecodeParts; ++p) {
+    float mp[4] = {};
+#pragma unroll
+    for (int g = 0; g < kRows / 4; ++g) {
+      const float4 kv = reinterpret_cast<const float4*>(ks + p * kRows)[g];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float s = col[(p * kRows + 4 * g + i) * d.dv] * decay;
+        mp[i] += s * kr[i];
+      }
+    }
+    part_sum[p] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
+  }
+  const float m = (part_sum[0] + part_sum[1]) + (part_sum[2] + part_sum[3]);
+  const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
+  float* S = state + int64_t(j) * DK * d.dv + e;
+#pragma unroll
+  for (int p = 0; p < kDecodeParts; ++p) {
+    float op[4] = {};
+#pragma unroll
+    for (int g = 0; g < kRows / 4; ++g) {
+      const float4 kv = reinterpret_cast<const float4*>(ks + p * kRows)[g];
+      const float4 qv = reinterpret_cast<const float4*>(qs + p * kRows)[g];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w}, qr[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = p * kRows + 4 * g + i;
+        float s = col[r * d.dv] * decay;
+        s += kr[i] * inv_k * delta;
+        op[i] += s * qr[i];
+        if (active) __stcg(S + r * d.dv, s);
+      }
+    }
+    part_sum[p] = (op[0] + op[1]) + (op[2] + op[3]);
+  }
+  const float o = ((part_sum[0] + part_sum[1]) + (part_sum[2] + part_sum[3])) * inv_q;
+  if (warp * 32 < d.dv) {
+    const float o2 = warp_sum(active ? o * o : 0.0f);
+    if (tid % 32 == 0) o_sq[warp] = o2;
+  }
+  __syncthreads();
+  if (last_reader)
+#pragma unroll
+    for (int i = 0; i < kCh; ++i)
+      if (tid + i * kThreads < 2 * DK) shift_history(i);
+  float oo = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    if (w * 32 < d.dv) oo += o_sq[w];
+  if (active) out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
 }  // namespace petrel::cuda
