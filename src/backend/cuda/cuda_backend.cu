@@ -345,8 +345,8 @@ class CudaBackend final : public Backend {
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
-    // loads its states while they run: on multiprocessors they leave, or beside their blocks.
-    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_own_multiprocessors(gdn_shape()) : 0;
+    // loads its states while they run.
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }

@@ -517,31 +517,11 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
                          eps, out, readers, [] { pdl_wait(); });
 }
 
-// At most 128 registers a thread (__launch_bounds__' 4 blocks): 16K registers a block, what an
-// input projection block (512 threads of 96) leaves of a multiprocessor's 64K.
-template <int DK>
-__global__ void __launch_bounds__(kBesideThreads, 4)
-    deltanet_decode_beside_kernel(DeltaNetShape d, bool states_settled, const bf16* x, const float* conv_w,
-                                  float* conv_state, const float* b, const float* a, const float* A_log,
-                                  const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
-                                  bf16* out, int* readers) {
-  extern __shared__ float4 beside_smem[];
-  deltanet_head_step_beside<DK>(d, blockIdx.x, states_settled, x, conv_w, conv_state, b, a, A_log, dt_bias, state,
-                                norm_w, z, eps, out, readers, reinterpret_cast<float*>(beside_smem), [] { pdl_wait(); });
-}
-
 template <int DK>
 void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  if (rows.B == 1 && !rows.states && decode_beside_fits(d) && reinterpret_cast<uintptr_t>(state) % 16 == 0) {
-    const size_t smem = decode_beside_smem(d);
-    allow_dynamic_smem<deltanet_decode_beside_kernel<DK>>(smem);
-    launch_pdl(deltanet_decode_beside_kernel<DK>, deltanet_decode_blocks(d), kBesideThreads, smem, s, d,
-               rows.states_settled, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
-    return;
-  }
   launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
              conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
@@ -633,8 +613,6 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 }
 
 int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
-
-int deltanet_decode_own_multiprocessors(const DeltaNetShape& d) { return decode_beside_fits(d) ? 0 : d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,

@@ -225,11 +225,8 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
-// Blocks of one token's deltanet_decode.
+// Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
-// Multiprocessors one token's deltanet_decode needs free of the input projections' blocks (what
-// they leave): 0 where its blocks fit beside theirs (value heads of up to 128 columns).
-int deltanet_decode_own_multiprocessors(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
 // and writes out at r times their row strides, and continues the states conv_states[r] ([K-1, C])
 // and states[r] ([Hv, dk, dv]). The default is one sequence whose states are passed directly.
