@@ -31,7 +31,7 @@ constexpr int kCudaShortAttentionKeys = 128;
 // Past it, up to this many keys, the same one launch runs on a cluster of blocks per KV head
 // (cuda::attention_cluster, Hopper), recorded apart from the longer contexts' steps too. Its 16
 // blocks a KV head read every key, so longer contexts go faster split over more multiprocessors.
-constexpr int kCudaClusterAttentionKeys = 128;
+constexpr int kCudaClusterAttentionKeys = 2048;
 // Past it, up to this many keys, the same launch takes several clusters a KV head (more
 // multiprocessors pulling the keys), merged by the last to finish; its steps are recorded apart.
 constexpr int kCudaWideClusterAttentionKeys = 8192;

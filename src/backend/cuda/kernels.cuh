@@ -177,8 +177,8 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s);
 // head); past kCudaClusterAttentionKeys up to kCudaWideClusterAttentionKeys keys several clusters
 // a KV head, merged by the last to finish. attention_cluster_width gives the clusters a KV head
 // for n_keys keys (0 where this launch does not take them).
-constexpr int kClusterAttentionBlocks = 8;
-constexpr int kClusterAttentionMaxWidth = 8;  // clusters a KV head at most
+constexpr int kClusterAttentionBlocks = 16;
+constexpr int kClusterAttentionMaxWidth = 4;  // clusters a KV head at most
 int attention_cluster_width(int n_keys, int Hq, int Hkv, int D);
 void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s);
 // (top, sum, output) of 8 query heads' D dims for each KV head and cluster.
