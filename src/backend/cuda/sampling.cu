@@ -46,15 +46,26 @@ __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, 
   }
 }
 
+// The post with its sequence number in hand: a recorded kernel's is read from mapped host memory
+// (a PCIe round trip).
+__device__ __forceinline__ TokenPost with_seq(TokenPost post) {
+  if (post.seq_at) post.seq = *static_cast<const volatile unsigned int*>(post.seq_at);
+  post.seq_at = nullptr;
+  return post;
+}
+
 // One system-scope 8-byte store: the host sees the token and its sequence number together.
 __device__ __forceinline__ void post_token(TokenPost post, int token) {
-  const unsigned int seq = post.seq_at ? *static_cast<const volatile unsigned int*>(post.seq_at) : post.seq;
-  const unsigned long long word = static_cast<unsigned long long>(seq) << 32 | static_cast<unsigned int>(token);
+  post = with_seq(post);
+  const unsigned long long word = static_cast<unsigned long long>(post.seq) << 32 | static_cast<unsigned int>(token);
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(post.word), "l"(word) : "memory");
 }
 
 __global__ void argmax_final_kernel(const float* cand_v, const int* cand_i, int blocks, int* out, TokenPost post) {
-  pdl_enter();
+  pdl_launch_dependents();
+  // The host writes the number before it launches the graph: its round trip overlaps the wait.
+  if (threadIdx.x == 0) post = with_seq(post);
+  pdl_wait();
   float v = -INFINITY;
   int idx = 0x7fffffff;
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) keep_better(v, idx, cand_v[b], cand_i[b]);
