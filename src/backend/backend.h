@@ -97,6 +97,9 @@ class Backend {
   // Queues the index of the largest value of a one-row fp32 logits tensor (lowest index on ties)
   // for greedy_token(). A decode step queues it inside its ops, so a recorded step records it too.
   virtual void queue_argmax(const Tensor& logits) = 0;
+  // Says that queue_argmax(logits) follows the next op that writes `logits` (the LM head), which
+  // may then do the argmax's first stage on the way. A hint: ignored by default.
+  virtual void expect_argmax(const Tensor& logits) { (void)logits; }
   // The token of the last queue_argmax since begin_forward: the only value a greedy decode step
   // reads back from the device.
   virtual int32_t greedy_token() = 0;

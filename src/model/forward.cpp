@@ -98,15 +98,17 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
   backend_.begin_forward(ids, T, st);
   // The last row's argmax rides along (greedy callers read it back); a decode step always queues
   // it, inside the ops a backend may record, so one recording serves greedy and sampling callers
-  // alike (a sampled step pays the unread argmax: a few microseconds).
-  const auto argmax_last = [&] { backend_.queue_argmax(logits.rows_view(logits.rows - 1, 1)); };
+  // alike (a sampled step pays the unread argmax: a few microseconds). The backend hears of it
+  // before the LM head, which may take its first stage.
+  const bool argmax = decode || want_last;
+  const auto last = [&] { return logits.rows_view(logits.rows - 1, 1); };
   auto ops = [&] {
+    if (argmax) backend_.expect_argmax(last());
     compute_chunk(T, StepStates{&st, nullptr}, first, logits);
-    if (decode) argmax_last();
+    if (argmax) backend_.queue_argmax(last());
   };
   if (decode) backend_.run_decode_step(st, ops);
   else ops();
-  if (!decode && want_last) argmax_last();
   st.n_past += T;
   return logits;
 }

@@ -12,6 +12,7 @@
 #include "../unit/test_util.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "generate/sampler.h"
 #include "model/forward.h"
 #include "model/synthetic.h"
 
@@ -946,6 +947,94 @@ TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
   EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
       << "the decode step never ran the persistent layer";
+}
+
+// A model of no layers (a token's logits: its embedding row through the final norm and the LM
+// head), fresh random weights every run. Its 4-bit LM head of the released width holds one fresh
+// row at every row of `tied` (neighbours in a block and rows of other blocks) and another at the
+// last two rows only. Embedding row 0 points at the first (x = its codes less their mean: its
+// copies' logits stand ~45 standard deviations above the rest), row 1 at the second; row 2 is zero
+// (every logit 0), row 3 NaN (every logit NaN), rows 4-7 noise.
+struct TiedHeadModel : RandomWeights {
+  std::vector<int> tied, last;  // the planted rows, lowest first
+  explicit TiedHeadModel(int vocab) {
+    rng.seed(std::random_device{}());
+    c = synthetic_config("qwen3.5-35b-a3b");
+    c.vocab = vocab;
+    c.n_layers = 0;
+    c.layer_kinds.clear();
+    c.layer_is_moe.clear();
+    const int64_t H = c.hidden, words = H / 8;  // a row's 4-bit codes, 8 to a word
+    tied = {vocab / 3, vocab / 3 + 1, vocab / 3 + 16, vocab / 2, vocab - 5};
+    last = {vocab - 2, vocab - 1};
+    w.lm_head = affine("lm_head", vocab, H);
+    uint32_t* codes = word_buffers.back().data();
+    const auto plant = [&](const std::vector<int>& rows) {
+      std::vector<uint32_t> row(static_cast<size_t>(words));
+      for (auto& v : row) v = uint32_t(rng());
+      for (int r : rows) std::copy(row.begin(), row.end(), codes + r * words);
+      return row;
+    };
+    const std::vector<uint32_t> a = plant(tied), b = plant(last);
+    w.final_norm.assign(size_t(H), 1.0f);
+    w.embed = dense("embed", 8, H);
+    uint16_t* e = bf16_buffers.back().data();
+    const auto aim = [&](int t, const std::vector<uint32_t>& row) {
+      for (int64_t j = 0; j < H; ++j) e[t * H + j] = f32_to_bf16(float((row[j / 8] >> (4 * (j % 8))) & 15u) - 7.5f);
+    };
+    aim(0, a);
+    aim(1, b);
+    std::fill_n(e + 2 * H, H, f32_to_bf16(0.0f));
+    std::fill_n(e + 3 * H, H, f32_to_bf16(NAN));
+  }
+};
+
+// A greedy step's LM head leaves an argmax candidate a block and the argmax's last stage reduces
+// them: the token must be the CPU's argmax of the logits the step wrote (the lowest of tied rows;
+// a NaN never wins, and all NaN give the vocabulary size, as the two-kernel argmax does), for a
+// prefill's last row and recorded decode steps, on the released vocabulary (a block streams ~1,900
+// rows through its ring) and a short one (a block's tiles all in flight at once).
+TEST(CudaModel, LmHeadArgmaxCandidatesGiveTheCpuArgmax) {
+  REQUIRE_GPU();
+  for (int vocab : {248320, 5000}) {
+    const TiedHeadModel m(vocab);
+    CudaOptions o;
+    o.progress = false;
+    auto backend = make_cuda_backend(o);
+    Model model(m.c, m.w, *backend);
+    const std::vector<std::vector<int32_t>> steps = {{5, 0}, {0}, {1}, {2}, {3}, {4}, {1}, {6}, {7}, {0}, {5}};
+    auto st = model.new_sequence(16);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const bool timed = i + 1 == steps.size();  // the last step op by op, to see which argmax ran
+      if (timed) backend->time_ops(true);
+      const Tensor out = model.forward_device(steps[i].data(), int(steps[i].size()), *st, KeepLogits::Last);
+      const int32_t token = backend->greedy_token();
+      backend->to_host(out, logits.data());
+      const int32_t id = steps[i].back();
+      const std::string where = "vocab " + std::to_string(vocab) + ", step " + std::to_string(i) + " (token " +
+                                std::to_string(id) + ")";
+      if (timed) {
+        bool folded = false;
+        for (const auto& [name, seconds] : backend->take_op_times()) folded |= name == "argmax (last stage)";
+        backend->time_ops(false);
+        EXPECT_TRUE(folded) << where << ": the LM head left no argmax candidates";
+      }
+      if (id == 3) {
+        EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); })) << where;
+        EXPECT_EQ(token, vocab) << where;
+        continue;
+      }
+      EXPECT_EQ(token, argmax(logits.data(), vocab)) << where;
+      if (id == 2) {
+        EXPECT_EQ(token, 0) << where << ": every logit 0";
+      }
+      const std::vector<int>* planted = id == 0 ? &m.tied : id == 1 ? &m.last : nullptr;
+      if (!planted) continue;
+      EXPECT_EQ(token, planted->front()) << where;
+      for (int r : *planted) EXPECT_EQ(logits[r], logits[planted->front()]) << where << ": row " << r << " is no tie";
+    }
+  }
 }
 
 }  // namespace

@@ -167,6 +167,31 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Argmax pairs (value, index): the larger value wins, the lower index on ties. A NaN never wins, so
+// a reduction started from (-inf, n) ends there only where every value is NaN.
+__device__ __forceinline__ void keep_better(float& v, int& i, float ov, int oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+// Whole block (whole warps): thread 0 ends with the block's best pair.
+__device__ inline void block_argmax(float& v, int& idx) {
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  for (int o = 16; o > 0; o >>= 1)
+    keep_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    best_v[warp] = v;
+    best_i[warp] = idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < int(blockDim.x / 32); ++w) keep_better(v, idx, best_v[w], best_i[w]);
+}
+constexpr int kBlockArgmaxSmem = 32 * (4 + 4);  // block_argmax's shared memory
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x / (1.0f + __expf(-x)); }
 

@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
     d_pos_ = alloc_raw<int>(1);
     d_row_pos_ = alloc_raw<int>(T);
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
-    argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxBlocks);
+    argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxCandidates);
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
     attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
@@ -280,12 +280,20 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<std::string, double>> take_op_times() override { return timer_.take(stream_); }
 
   // Inside a recorded step the post reads the sequence number begin_forward staged for the replay.
+  // Where the LM head left candidates of these logits (expect_argmax), only the last stage runs.
   void queue_argmax(const Tensor& logits) override {
     check(logits.elem_size == 4 && logits.rows == 1, "argmax needs one row of fp32 logits");
-    const cuda::TimedOp timed(timer_, stream_, "argmax");
-    cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr,
-                 token_->current(capturing()), stream_);
+    const bool left = argmax_left_ == logits.data;
+    const cuda::TimedOp timed(timer_, stream_, left ? "argmax (last stage)" : "argmax");
+    const cuda::TokenPost post = token_->current(capturing());
+    if (left)
+      cuda::argmax_final(argmax_scratch_, argmax_left_count_, nullptr, post, stream_);
+    else
+      cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr, post, stream_);
+    argmax_expected_ = argmax_left_ = nullptr;
   }
+
+  void expect_argmax(const Tensor& logits) override { argmax_expected_ = logits.data; }
 
   int32_t greedy_token() override {
     const int32_t token = token_->wait(stream_);
@@ -344,6 +352,16 @@ class CudaBackend final : public Backend {
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
+    if (n == 1 && h.rows == 1 && outs[0].data == argmax_expected_) {  // the LM head, an argmax to follow
+      argmax_expected_ = nullptr;
+      argmax_left_count_ = cuda::linear_argmax(*p.mats[0], p.dst[0], h.data, h.stride, h.elem_size,
+                                               {weights_->vec(w), eps}, cuda::argmax_candidates(argmax_scratch_),
+                                               stream_);
+      if (argmax_left_count_ > 0) {
+        argmax_left_ = outs[0].data;
+        return;
+      }
+    }
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
@@ -856,6 +874,9 @@ class CudaBackend final : public Backend {
   int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
+  const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them
+  const void* argmax_left_ = nullptr;  // the logits whose argmax candidates the LM head left in argmax_scratch_
+  int argmax_left_count_ = 0;
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel

@@ -583,6 +583,19 @@ __device__ inline void add_route_sums(const RouteSums& route, const bf16* cols, 
   }
 }
 
+// Whole block, once the values it stored for its `rows` rows from row r0 on are in keep: its best
+// (value, row) to cand, `none` where every value is NaN (as argmax's first stage finds it).
+__device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, const float* keep, int r0, int rows,
+                                              int none) {
+  float v = -INFINITY;
+  int idx = none;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) keep_better(v, idx, keep[r], r0 + r);
+  block_argmax(v, idx);
+  if (threadIdx.x == 0) {
+    cand.v[blockIdx.x] = v;
+    cand.i[blockIdx.x] = idx;
+  }
+}
 
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
 // scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and

@@ -45,6 +45,13 @@ struct RouteSums {
   int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
 };
 constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
+// The first stage of an argmax over a one-token GEMV's fp32 output row, left by the GEMV: block b's
+// best (value, row) at v[b], i[b], as argmax's first stage orders them (argmax_final reduces them).
+struct ArgmaxCandidates {
+  float* v = nullptr;
+  int* i = nullptr;
+  int smem_at = 0;  // set at launch: where a block keeps its rows' values in its shared memory
+};
 struct GemvSegments {
   static constexpr int kMax = 4;
   DeviceMatrix w[kMax];
@@ -54,6 +61,7 @@ struct GemvSegments {
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
+  ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -77,6 +85,11 @@ bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& r
 // h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
                       const RouteSums& route, cudaStream_t s);
+// rms_norm(x)·norm.w · wᵀ for one token into an fp32 row (an LM head), each block also leaving the
+// argmax candidate of its rows in cand (a block per multiprocessor at most): returns how many
+// candidates, 0 where the one-token async GEMV does not take w (nothing launched then).
+int linear_argmax(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+                  StageNorm norm, const ArgmaxCandidates& cand, cudaStream_t s);
 // Grouped GEMM over expert segments: row p of A is x[row_token[p]] (or row p of x when row_token is
 // null; rows with token -1 are zero), tile i of kGemmTileM rows uses stack entry tile_expert[i]
 // (tiles with -1 are skipped). y has max_rows rows.
@@ -367,9 +380,16 @@ class TokenMailbox {
 };
 
 // Index of the largest of n fp32 logits (lowest index on ties) -> *out where out is set, and posted.
-// scratch: 2·kArgmaxBlocks floats of device memory for the per-block candidates.
+// scratch: 2·kArgmaxCandidates floats of device memory for the per-block candidates.
 constexpr int kArgmaxBlocks = 128;
+constexpr int kArgmaxCandidates = 256;  // the first stage's blocks, or an LM head's (linear_argmax)
 void argmax(const float* logits, int n, float* scratch, int* out, TokenPost post, cudaStream_t s);
+// Where the per-block candidates sit in argmax's scratch.
+inline ArgmaxCandidates argmax_candidates(float* scratch) {
+  return {scratch, reinterpret_cast<int*>(scratch + kArgmaxCandidates)};
+}
+// argmax's last stage alone, over the `count` candidates a GEMV left in scratch (linear_argmax).
+void argmax_final(float* scratch, int count, int* out, TokenPost post, cudaStream_t s);
 
 // The device sampler's steps, in the order cuda_sampler.cu runs them (semantics: the CPU Sampler).
 // Penalty history: per token id, its occurrences in the window and among generated tokens in it.

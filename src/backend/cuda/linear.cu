@@ -163,10 +163,14 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
+// What a one-row block does once its rows are written, from their values kept in shared memory:
+// segs.route's router sums, or segs.argmax's candidate (a template parameter: the other launches
+// keep their registers).
+enum class GemvEpilogue { None, RouteSums, Argmax };
+
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
-// decode step); CPL = 0: up to TMAX rows read from shared memory. ROUTE (one row): segs.route's
-// router sums beside the rows (a template flag: the other launches keep their registers).
-template <WFormat F, int TMAX, int CPL, bool ROUTE>
+// decode step); CPL = 0: up to TMAX rows read from shared memory.
+template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
@@ -191,10 +195,16 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   const RouteSums& route = segs.route;
   const bf16* route_cols = reinterpret_cast<const bf16*>(ring + route.smem_at);
   float* keep = nullptr;
-  if constexpr (ROUTE) {
+  if constexpr (E == GemvEpilogue::RouteSums) {
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
+  } else if constexpr (E == GemvEpilogue::Argmax) {
+    keep = reinterpret_cast<float*>(ring + segs.argmax.smem_at);
   }
+  const auto epilogue = [&] {  // whole block, once every warp's rows are in keep
+    if constexpr (E == GemvEpilogue::RouteSums) add_route_sums(route, route_cols, keep, r1 - r0);
+    else if constexpr (E == GemvEpilogue::Argmax) leave_argmax_candidate(segs.argmax, keep, r0, r1 - r0, seg.w.rows);
+  };
   // The first tiles go out before waiting for x; x's loads go out before the rest (they would
   // queue behind them), while those tiles land.
 #pragma unroll
@@ -220,9 +230,9 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
         cp_async_commit();
       }
-      if constexpr (ROUTE) {
+      if constexpr (E != GemvEpilogue::None) {
         __syncthreads();  // every warp's rows are in keep
-        add_route_sums(route, route_cols, keep, r1 - r0);
+        epilogue();
       }
       return;
     }
@@ -239,7 +249,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  if constexpr (ROUTE) add_route_sums(route, route_cols, keep, r1 - r0);
+  epilogue();
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
@@ -262,9 +272,10 @@ bool gemv_async_fits(const GemvSegments& segs, int T) {
          staged_bytes(F, segs.w[0].cols, T) <= 16 * 1024;
 }
 
+// Launches the blocks of segs and returns how many.
 template <WFormat F, int TMAX, int CPL>
-void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
-                       cudaStream_t s) {
+int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+                      cudaStream_t s) {
   const DeviceMatrix& w0 = segs.w[0];
   const int align = async_row_align(w0);
   int64_t total = 0;
@@ -292,25 +303,36 @@ void launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x
     segs.route.smem_at = div_up(int64_t(smem), 16) * 16;
     smem = segs.route.smem_at + size_t(per_max) * (segs.route.ld * 2 + 4);
   }
+  if (segs.argmax.v) {  // the values of the block's rows
+    segs.argmax.smem_at = div_up(int64_t(smem), 16) * 16;
+    smem = segs.argmax.smem_at + size_t(per_max) * 4;
+  }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
-  const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F));
+  const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
+  const auto launch = [&](auto kernel) {
+    launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
+               norm);
+    return blocks;
+  };
   if constexpr (TMAX == 1) {
     if (segs.route.sums) {
-      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, true>>(smem);
-      launch_pdl(gemv_async_kernel<F, TMAX, CPL, true>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs,
-                 x, x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
-      return;
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>);
+    }
+    if (segs.argmax.v) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>);
     }
   }
-  check(!segs.route.sums, "CUDA GEMV: the router sums ride on one-row launches only");
-  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, false>>(smem);
-  launch_pdl(gemv_async_kernel<F, TMAX, CPL, false>, segs.first_block[segs.n], 32 * kAsyncWarps, smem, s, segs, x,
-             x_stride, x_elem, T, lpr, tile_rows, ring_slots, norm);
+  check(!segs.route.sums && !segs.argmax.v, "CUDA GEMV: router sums and argmax candidates need one-row launches");
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>>(smem);
+  return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>);
 }
 
+// Returns the blocks launched.
 template <WFormat F>
-void gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
-                cudaStream_t s) {
+int gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
+               cudaStream_t s) {
   switch (T == 1 ? lane_x_chunks(F, segs.w[0].cols / chunk_weights(F)) : 0) {
     case 1: return launch_gemv_async<F, 1, 1>(segs, x, x_stride, x_elem, T, norm, s);
     case 2: return launch_gemv_async<F, 1, 2>(segs, x, x_stride, x_elem, T, norm, s);
@@ -318,16 +340,19 @@ void gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x
     case 8:
       if constexpr (F != WFormat::Q4) return launch_gemv_async<F, 1, 8>(segs, x, x_stride, x_elem, T, norm, s);
   }
-  if (T == 1) launch_gemv_async<F, 1, 0>(segs, x, x_stride, x_elem, T, norm, s);
-  else if (T == 2) launch_gemv_async<F, 2, 0>(segs, x, x_stride, x_elem, T, norm, s);
-  else launch_gemv_async<F, 4, 0>(segs, x, x_stride, x_elem, T, norm, s);
+  if (T == 1) return launch_gemv_async<F, 1, 0>(segs, x, x_stride, x_elem, T, norm, s);
+  if (T == 2) return launch_gemv_async<F, 2, 0>(segs, x, x_stride, x_elem, T, norm, s);
+  return launch_gemv_async<F, 4, 0>(segs, x, x_stride, x_elem, T, norm, s);
 }
 
 template <WFormat F>
 void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                  cudaStream_t s) {
   const size_t smem = staged_bytes(F, segs.w[0].cols, T);
-  if (gemv_async_fits<F>(segs, T)) return gemv_async<F>(segs, x, x_stride, x_elem, T, norm, s);
+  if (gemv_async_fits<F>(segs, T)) {
+    gemv_async<F>(segs, x, x_stride, x_elem, T, norm, s);
+    return;
+  }
   if (T == 1) gemv_staged_rows<F, 1>(segs, x, x_stride, x_elem, T, smem, norm, s);
   else if (T == 2) gemv_staged_rows<F, 2>(segs, x, x_stride, x_elem, T, smem, norm, s);
   else gemv_staged_rows<F, 4>(segs, x, x_stride, x_elem, T, smem, norm, s);
@@ -496,9 +521,13 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
   staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
 }
 
-bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route) {
+namespace {
+
+// True where the one-token async GEMV takes w alone (input stride x_stride; norm: it stages a norm)
+// with `row_bytes` more shared memory for each row of a block's range and `block_bytes` more a block.
+bool gemv_one_row_fits(const DeviceMatrix& w, int64_t x_stride, bool norm, int row_bytes, int block_bytes) {
   const DeviceMatrix* m = &w;
-  if (!gemv_stageable(&m, 1, 1, x_stride, /*norm=*/false) || route.ld % 8 != 0 || route.n > route.ld) return false;
+  if (!gemv_stageable(&m, 1, 1, x_stride, norm)) return false;
   GemvSegments segs;
   segs.add(w, {});
   const bool async = w.format == WFormat::Q4   ? gemv_async_fits<WFormat::Q4>(segs, 1)
@@ -506,7 +535,25 @@ bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& r
                                                : gemv_async_fits<WFormat::BF16>(segs, 1);
   if (!async) return false;
   const int align = async_row_align(w), per = div_up(div_up(w.rows, sm_count()), align) * align;
-  return kAsyncRingBytes + staged_bytes(w.format, w.cols, 1) + 16 + size_t(per) * (route.ld * 2 + 4) <= 227 * 1024;
+  return kAsyncRingBytes + staged_bytes(w.format, w.cols, 1) + 16 + size_t(per) * row_bytes + block_bytes <=
+         227 * 1024;
+}
+
+// The one-token async GEMV of segs (gemv_one_row_fits): returns the blocks launched.
+int gemv_async_x1(const GemvSegments& segs, const void* x, int64_t x_stride, int x_elem, StageNorm norm,
+                  cudaStream_t s) {
+  switch (segs.w[0].format) {
+    case WFormat::Q4: return gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, norm, s);
+    case WFormat::Q8: return gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, norm, s);
+    default: return gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, norm, s);
+  }
+}
+
+}  // namespace
+
+bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route) {
+  return route.ld % 8 == 0 && route.n <= route.ld &&
+         gemv_one_row_fits(w, x_stride, /*norm=*/false, route.ld * 2 + 4, 0);
 }
 
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
@@ -516,12 +563,21 @@ void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, 
   GemvSegments segs;
   segs.add(w, out);
   segs.route = route;
-  switch (w.format) {
-    case WFormat::Q4: gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, {}, s); break;
-    case WFormat::Q8: gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, {}, s); break;
-    case WFormat::BF16: gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, {}, s); break;
-  }
+  gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
+}
+
+int linear_argmax(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+                  StageNorm norm, const ArgmaxCandidates& cand, cudaStream_t s) {
+  if (out.add || out.elem != 4 || sm_count() > kArgmaxCandidates ||
+      !gemv_one_row_fits(w, x_stride, norm.w != nullptr, 4, kBlockArgmaxSmem))
+    return 0;
+  GemvSegments segs;
+  segs.add(w, out);
+  segs.argmax = cand;
+  const int blocks = gemv_async_x1(segs, x, x_stride, x_elem, norm, s);
+  PETREL_LAUNCHED("gemv + argmax candidates");
+  return blocks;
 }
 
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,

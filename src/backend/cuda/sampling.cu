@@ -10,29 +10,6 @@
 namespace petrel::cuda {
 namespace {
 
-// (value, index) pairs: larger value wins, the lower index on ties.
-__device__ __forceinline__ void keep_better(float& v, int& i, float ov, int oi) {
-  if (ov > v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
-
-__device__ void block_argmax(float& v, int& idx) {
-  __shared__ float best_v[32];
-  __shared__ int best_i[32];
-  for (int o = 16; o > 0; o >>= 1)
-    keep_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    best_v[warp] = v;
-    best_i[warp] = idx;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int w = 1; w < int(blockDim.x / 32); ++w) keep_better(v, idx, best_v[w], best_i[w]);
-}
-
 // Each block reduces a strided share of the logits to one candidate.
 __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, int* cand_i) {
   pdl_enter();
@@ -279,10 +256,15 @@ __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, f
 
 void argmax(const float* logits, int n, float* scratch, int* out, TokenPost post, cudaStream_t s) {
   const int blocks = std::min(kArgmaxBlocks, div_up(n, 1024));
-  int* cand_i = reinterpret_cast<int*>(scratch + kArgmaxBlocks);
-  launch_pdl(argmax_blocks_kernel, blocks, 256, 0, s, logits, n, scratch, cand_i);
+  const ArgmaxCandidates cand = argmax_candidates(scratch);
+  launch_pdl(argmax_blocks_kernel, blocks, 256, 0, s, logits, n, cand.v, cand.i);
   PETREL_LAUNCHED("argmax blocks");
-  launch_pdl(argmax_final_kernel, 1, 256, 0, s, scratch, cand_i, blocks, out, post);
+  argmax_final(scratch, blocks, out, post, s);
+}
+
+void argmax_final(float* scratch, int count, int* out, TokenPost post, cudaStream_t s) {
+  const ArgmaxCandidates cand = argmax_candidates(scratch);
+  launch_pdl(argmax_final_kernel, 1, 256, 0, s, cand.v, cand.i, count, out, post);
   PETREL_LAUNCHED("argmax");
 }
 
