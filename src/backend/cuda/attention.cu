@@ -5,7 +5,6 @@
 // does not cover.
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/norm_rope.cuh"
 
@@ -349,8 +348,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
 
 // The merge of `used` key ranges' records (m, l, then D elements) for element i of a head: the
 // weighted sum of the ranges' elements over the sum of their weights l·exp(m - max m). Latency
-// decides the combine's time, so each form issues its loads together; from L2 (other blocks of the
-// same launch may have written them: attention_own_kernel).
+// decides the combine's time, so each form issues its loads together.
 
 // Up to kFewRanges (a short context): each thread loads every range's (m, l) and weighs them itself.
 constexpr int kFewRanges = 16;
@@ -361,9 +359,9 @@ __device__ __forceinline__ float merge_few_ranges(const float* base, int used, i
   for (int u = 0; u < kFewRanges; ++u) {
     const float* rec = base + u * (D + 2);
     const bool in = u < used;
-    m[u] = in ? __ldcg(rec) : -INFINITY;
-    l[u] = in ? __ldcg(rec + 1) : 0.0f;
-    a[u] = in ? __ldcg(rec + 2 + i) : 0.0f;
+    m[u] = in ? rec[0] : -INFINITY;
+    l[u] = in ? rec[1] : 0.0f;
+    a[u] = in ? rec[2 + i] : 0.0f;
   }
   float M = -INFINITY;
 #pragma unroll
@@ -387,13 +385,13 @@ __device__ __forceinline__ float merge_many_ranges(const float* base, int used, 
   const int lane = i % 32;
   float a[kMaxSplits];
 #pragma unroll
-  for (int u = 0; u < kMaxSplits; ++u) a[u] = u < used ? __ldcg(base + u * (D + 2) + 2 + i) : 0.0f;
+  for (int u = 0; u < kMaxSplits; ++u) a[u] = u < used ? base[u * (D + 2) + 2 + i] : 0.0f;
   float m[2], l[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = lane + 32 * j;
-    m[j] = r < used ? __ldcg(base + r * (D + 2)) : -INFINITY;
-    l[j] = r < used ? __ldcg(base + r * (D + 2) + 1) : 0.0f;
+    m[j] = r < used ? base[r * (D + 2)] : -INFINITY;
+    l[j] = r < used ? base[r * (D + 2) + 1] : 0.0f;
   }
   const float M = warp_max(fmaxf(m[0], m[1]));
   float c[2];  // the weight exp(m - M) of lane r's ranges (0 past the ranges in use)
@@ -933,182 +931,6 @@ int resident_clusters() {
 }
 
 }  // namespace
-
-// ---- Long contexts on multiprocessors of their own: one launch, a grid-wide merge ----
-
-constexpr int kOwnStages = 3;  // key tiles in flight a block: all of them land before the wait
-
-// grid (R·Hkv) (block kvh·R + r), one token at *pos0, every block resident at once (the input projections leave
-// their multiprocessors free, and a block takes a whole one): block r takes key range r of the KV
-// head's R on tensor cores as attention_cluster_kernel's blocks do (the group's q/k norm + RoPE
-// from one round trip, 8 warps each scoring an eighth of a tile, the new key appended by the last
-// range's block), with three tiles of older keys copied before the PDL wait, so at 4096 keys
-// (R = 20) its keys have landed while the projections ran. Its records go to a.scratch ([Hq][R]
-// of m, l, D outputs, as the split-K kernel's); a count in a.counts[0] holds every block until all
-// are written (grid_counts.cuh), then block r merges its slice of the head's G·D outputs
-// (merge_*_ranges) and gates them; the last block out resets the counts for the next launch.
-template <int D>
-__global__ void __launch_bounds__(32 * kClusterWarps) attention_own_kernel(ShortAttention a) {
-  constexpr int NT = D / 8 / kClusterWarps, chunks = D / 8;
-  constexpr int KW = kMmaKeys / kClusterWarps;
-  constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
-  extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then kOwnStages stages of K, V [kMmaKeys][D]
-  __shared__ __align__(16) bf16 raw[kClusterMaxGroup + 1][D];
-  __shared__ float norm_w[2][D];
-  __shared__ float normed[kClusterWarps][D];
-  __shared__ __align__(16) bf16 k_new[D];
-  __shared__ __align__(16) float sS[16 * kScorePitch];
-  const uint32_t sQ = smem_addr(smem);
-  auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % kOwnStages) * 2 * tile_bytes; };
-  pdl_launch_dependents();
-  const int R = gridDim.x / a.Hkv, r = blockIdx.x % R, kvh = blockIdx.x / R, G = a.Hq / a.Hkv;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
-  const int per = div_up(n_keys, R), used = div_up(n_keys, per);
-  const int begin = min(n_keys, r * per), end = min(n_keys, begin + per);
-  const int64_t kv_stride = int64_t(a.Hkv) * D;
-  const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
-  auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
-  auto issue = [&](int tile) {
-    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
-    if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, pos - s0)), n);
-    cp_async_commit();
-  };
-  const bool appends = end == n_keys && begin < end;
-  const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
-  if (a.settled)
-    for (int t = 0; t < kOwnStages; ++t) issue(t);
-  float w_ahead[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int e = threadIdx.x + i * blockDim.x;
-    w_ahead[i] = e < 2 * D ? (e < D ? a.q_norm[e] : a.k_norm[e - D]) : 0.0f;
-  }
-  for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)
-    *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
-  pdl_wait();
-  if (!a.settled)
-    for (int t = 0; t < kOwnStages; ++t) issue(t);
-  const int items = G + (appends ? 1 : 0);
-  for (int i = threadIdx.x; i < items * chunks; i += blockDim.x) {
-    const int item = i / chunks, c = i % chunks;
-    const bf16* src = item < G ? a.q + int64_t(kvh * G + item) * D : a.k + int64_t(kvh) * D;
-    reinterpret_cast<uint4*>(raw[item])[c] = reinterpret_cast<const uint4*>(src)[c];
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int e = threadIdx.x + i * blockDim.x;
-    if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
-  }
-  __syncthreads();
-  const float position = float(pos);
-  for (int item = warp; item < items; item += kClusterWarps) {
-    const bool is_k = item == G;
-    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
-    for (int c = lane; c < chunks; c += 32) {
-      uint4 v;
-      bf16* b = reinterpret_cast<bf16*>(&v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
-      if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
-      else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
-    }
-    __syncwarp();
-  }
-  __syncthreads();
-  auto place_new = [&](int tile) {
-    unsigned char* kt = smem + (sK(tile) - sQ);
-    const int row = pos - begin - tile * kMmaKeys;
-    for (int c = lane; c < chunks; c += 32) {
-      *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
-      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
-          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
-    }
-  };
-  if (appends && warp == 0) {
-    for (int c = lane; c < chunks; c += 32) {
-      const int64_t at = int64_t(pos) * kv_stride + 8 * c;
-      *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
-      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
-          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
-    }
-    if (last_tile < kOwnStages) place_new(last_tile);
-  }
-  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
-  float o[NT][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int tile = 0; tile < tiles; ++tile) {
-    cp_async_wait<kOwnStages - 1>();
-    __syncthreads();
-    const int n = keys_in(tile);
-    float mine[KW / 8][4], s[kMmaKeys / 8][4];
-    scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
-    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
-    mask_keys_from<kMmaKeys>(s, n, lane);
-    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
-    accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
-    __syncthreads();
-    issue(tile + kOwnStages);
-    if (appends && warp == 0 && tile + kOwnStages == last_tile) place_new(last_tile);
-  }
-  // This range's record of head g, as the split-K kernel writes it (rows g + 8 are padding).
-  const int g = lane / 4;
-  float sum = l[0];
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if (g < G && r < used) {
-    float* rec = a.scratch + (int64_t(kvh * G + g) * R + r) * (D + 2);
-    if (warp == 0 && lane % 4 == 0) {
-      rec[0] = m[0] * scale;
-      rec[1] = sum;
-    }
-#pragma unroll
-    for (int b = 0; b < NT; ++b)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) rec[2 + warp * 8 * NT + 8 * b + 2 * (lane % 4) + e] = o[b][e];
-  }
-  // Every block's records written before any merge reads them (all blocks are resident).
-  signal_count(a.counts);
-  wait_count(a.counts, int(gridDim.x));
-  // This block's slice of the head's G·D outputs, whole warps (merge_many_ranges' shuffles).
-  const int slice = div_up(div_up(G * D, R), 32) * 32;
-  for (int t = threadIdx.x; t < slice && r * slice < G * D; t += blockDim.x) {
-    const int j = r * slice + t;
-    const bool in = j < G * D;
-    const int gh = in ? j / D : 0, i = in ? j % D : lane;
-    const float* base = a.scratch + int64_t(kvh * G + gh) * R * (D + 2);
-    const float out = used <= kFewRanges ? merge_few_ranges<D>(base, used, i) : merge_many_ranges<D>(base, used, i);
-    if (in) {
-      const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(kvh) * G * D + j])) : 1.0f;
-      a.out[int64_t(kvh) * G * D + j] = __float2bfloat16(out * gate);
-    }
-  }
-  reset_counts_at_exit(a.counts, 2);
-}
-
-int attention_own_ranges(int n_keys, int Hq, int Hkv, int D, int blocks) {
-  if (n_keys <= kClusterKeys || (D != 128 && D != 256) || Hkv <= 0 || Hq % Hkv != 0 ||
-      Hq / Hkv > kClusterMaxGroup || blocks % Hkv != 0 || blocks / Hkv > kMaxSplits || blocks / Hkv < 2 ||
-      !pdl_supported() || blocks + 8 > sm_count())
-    return 0;
-  return blocks / Hkv;
-}
-
-void attention_own(const ShortAttention& a, int D, int ranges, cudaStream_t s) {
-  check(a.scratch && a.counts && ranges >= 2, "CUDA attention_own: needs scratch records, counts and 2+ ranges");
-  if (D == 128) {
-    constexpr size_t smem = (16 + kOwnStages * 2 * kMmaKeys) * 128 * sizeof(bf16);
-    allow_dynamic_smem<attention_own_kernel<128>>(smem);
-    launch_pdl(attention_own_kernel<128>, ranges * a.Hkv, 32 * kClusterWarps, smem, s, a);
-  } else if (D == 256) {
-    constexpr size_t smem = (16 + kOwnStages * 2 * kMmaKeys) * 256 * sizeof(bf16);
-    allow_dynamic_smem<attention_own_kernel<256>>(smem);
-    launch_pdl(attention_own_kernel<256>, ranges * a.Hkv, 32 * kClusterWarps, smem, s, a);
-  } else {
-    throw Error("CUDA attention_own: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
-  }
-  PETREL_LAUNCHED("attention_own");
-}
 
 int attention_cluster_width(int n_keys, int Hq, int Hkv, int D) {
   if (n_keys <= kShortAttentionKeys || n_keys > kWideClusterKeys || (D != 128 && D != 256) || Hkv <= 0 ||

@@ -229,7 +229,6 @@ class CudaBackend final : public Backend {
     stage_ids(ids, n);
     token_->advance();
     *h_pos_ = st.n_past;
-    step_keys_ = n == 1 ? int(st.n_past) + 1 : 0;
     batch_ = false;
   }
 
@@ -348,7 +347,7 @@ class CudaBackend final : public Backend {
 
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
-                            const Tensor* outs, int n, Feeds feeds) override {
+                            const Tensor* outs, int n, bool for_deltanet) override {
     const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
@@ -364,11 +363,8 @@ class CudaBackend final : public Backend {
       }
     }
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
-    // loads its states while they run; a long context's attention does the same (own_attention_ranges).
-    const int leave = h.rows != 1                 ? 0
-                      : feeds == Feeds::DeltaNet  ? cuda::deltanet_decode_blocks(gdn_shape())
-                      : feeds == Feeds::Attention ? own_attention_ranges(step_keys_) * c_.n_kv_heads
-                                                  : 0;
+    // loads its states while they run.
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }
@@ -420,25 +416,18 @@ class CudaBackend final : public Backend {
                                  c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out),
                                  attn_partial_, cluster_counts_};
     if (path == AttentionPath::Short) cuda::attention_short(a, c.head_dim, stream_);
-    else if (path == AttentionPath::Own) cuda::attention_own(a, c.head_dim, own_attention_ranges(step_keys_), stream_);
     else cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
   }
 
   // How a step of `rows` tokens of st attends: one token (not batched) of a context, the new key
   // included, that attention_short or attention_cluster holds runs as one launch; else the ops apart.
-  enum class AttentionPath { Split, Cluster, Own, Short };
+  enum class AttentionPath { Split, Cluster, WideCluster, Short };
   AttentionPath attention_path(const SequenceState& st, int64_t rows) const {
     if (rows != 1 || batch_) return AttentionPath::Split;
-    const int n_keys = int(st.n_past) + 1;
-    if (cuda::attention_short_fits(n_keys, c_.n_heads, c_.n_kv_heads, c_.head_dim)) return AttentionPath::Short;
-    if (own_attention_ranges(n_keys) > 0) return AttentionPath::Own;
-    return cluster_width(st) == 1 ? AttentionPath::Cluster : AttentionPath::Split;
-  }
-  // Key ranges a KV head of one token's attention over n_keys keys on multiprocessors of its own
-  // (0: not that launch). Asked by the input projections too, which then leave them free.
-  int own_attention_ranges(int n_keys) const {
-    if (batch_ || n_keys == 0 || n_keys > kCudaWideClusterAttentionKeys) return 0;
-    return cuda::attention_own_ranges(n_keys, c_.n_heads, c_.n_kv_heads, c_.head_dim, cuda::kOwnAttentionBlocks);
+    if (cuda::attention_short_fits(int(st.n_past) + 1, c_.n_heads, c_.n_kv_heads, c_.head_dim))
+      return AttentionPath::Short;
+    const int width = cluster_width(st);
+    return width == 0 ? AttentionPath::Split : width == 1 ? AttentionPath::Cluster : AttentionPath::WideCluster;
   }
   // Clusters a KV head attention_cluster takes for st's next token (0: not that launch).
   int cluster_width(const SequenceState& st) const {
@@ -881,7 +870,6 @@ class CudaBackend final : public Backend {
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;                               // the staged step is a batch (begin_batch)
-  int step_keys_ = 0;  // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
   int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds

@@ -197,14 +197,6 @@ void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s
 // (top, sum, output) of 8 query heads' D dims for each KV head and cluster.
 constexpr int64_t attention_cluster_scratch(int Hkv, int D) { return int64_t(kClusterAttentionMaxWidth) * Hkv * 3 * 8 * D; }
 constexpr int attention_cluster_counts(int Hkv) { return Hkv * kClusterAttentionBlocks; }
-// Past kCudaClusterAttentionKeys: one token's attention as one launch of `blocks` blocks (key
-// ranges over all KV heads) on multiprocessors of their own, which the input projections leave
-// free (their older keys land while the projections run), merged across the grid in the same
-// launch. attention_own_ranges gives the ranges a KV head (0 where this launch does not take the
-// shape); a.scratch holds Hq x ranges records, a.counts two zeroed counts.
-constexpr int kOwnAttentionBlocks = 64;
-int attention_own_ranges(int n_keys, int Hq, int Hkv, int D, int blocks);
-void attention_own(const ShortAttention& a, int D, int ranges, cudaStream_t s);
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
