@@ -60,10 +60,6 @@ struct GemvSegments {
   int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
-  // One token: blocks of kBesideWarps warps that start beside the down projection's blocks before
-  // them (registers and shared memory for both on one multiprocessor) and copy every tile of
-  // their ring before the wait, so that a layer's input projections land while down runs.
-  bool beside = false;
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   void add(const DeviceMatrix& m, const GemvOut& o) {
@@ -82,7 +78,7 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
 // (PDL) and can fetch what no earlier kernel writes while it runs.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0, bool beside = false);
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);

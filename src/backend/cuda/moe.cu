@@ -382,9 +382,6 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
 // multiprocessor, all of its rows in flight at once (bf16 experts' rows do not fit: they keep the
 // register-streaming kernels, and a ring of tiles measured slower than those).
 constexpr int kExpertAsyncWarps = 16;
-// down_async_kernel's warps: 9 x 128 registers leave room for an input projection block of
-// kBesideWarps beside it (GemvSegments::beside), and two down blocks never share a multiprocessor.
-constexpr int kDownAsyncWarps = 9;
 constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 
 // grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
@@ -536,6 +533,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
                       int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
+  pdl_launch_dependents();
   const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
   const ChunkMatrix<F> dm = chunk_matrix<F>(down);
   const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
@@ -573,9 +571,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   clear_route_sums(clear, clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
-  // The next layer's input projections start beside this block only now that its copies are out:
-  // theirs queue behind them on this multiprocessor.
-  pdl_launch_dependents();
   const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   mbar_wait(&landed, 0);
@@ -583,7 +578,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  down_rows<F, PPL, kDownAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
@@ -608,7 +603,7 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
                        DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kDownAsyncWarps, split.smem, s, down,
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
              pick.sums, pick.E + 1);
 }
