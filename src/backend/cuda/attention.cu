@@ -642,21 +642,9 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 // merges outputs [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial
 // kernel and the combine in one launch. With C > 1 each block leaves its cluster's merge of its
 // slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
-// Probe: launches of attention_cluster seen, and %globaltimer with a data dependence.
-__device__ unsigned probe_cluster_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned long long ps[12] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  const unsigned probe_blocks = gridDim.x * gridDim.y * gridDim.z;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_cluster_launches, 1) / probe_blocks;
   constexpr int NT = D / 8 / kClusterWarps, chunks = D / 8, kBlocks = kClusterAttentionBlocks;
   constexpr int KW = kMmaKeys / kClusterWarps;                 // keys a warp scores
   constexpr int slice = kClusterMaxGroup * D / kBlocks;        // outputs a block merges
@@ -703,7 +691,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
   pdl_wait();
-  ps[1] = probe_ns(0.0f);
   if (!a.settled) {
     issue(0);
     issue(1);
@@ -724,7 +711,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
   }
   __syncthreads();  // the raw heads and the weights in shared memory
-  ps[2] = probe_ns(0.0f);
   const float position = float(pos);
   for (int item = warp; item < items; item += kClusterWarps) {
     const bool is_k = item == G;
@@ -740,7 +726,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
   }
   __syncthreads();  // Q and the new key in shared memory
-  ps[3] = probe_ns(0.0f);
   auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
     unsigned char* kt = smem + (sK(tile) - sQ);
     const int row = pos - begin - tile * kMmaKeys;
@@ -765,7 +750,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<1>();
     __syncthreads();  // the tile (and the new key's row) in shared memory
-    ps[tile == 0 ? 4 : 5] = probe_ns(0.0f);
     const int n = keys_in(tile);
     float mine[KW / 8][4], s[kMmaKeys / 8][4];
     scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
@@ -779,13 +763,11 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   }
   // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
   // merge them, (m in natural log, l) into both blocks of the head.
-  ps[6] = probe_ns(o[0][0]);
   const int g = lane / 4;
   float sum = l[0];
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   cluster_wait();  // every block of the cluster has started: its shared memory may be written
-  ps[7] = probe_ns(0.0f);
   if (g < G) {
 #pragma unroll
     for (int b = 0; b < NT; ++b) {
@@ -797,7 +779,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
         cluster_store2(ml[r][g], owner, m[0] * scale, sum);
   }
   cluster_sync();  // every range's record in the blocks that merge it
-  ps[8] = probe_ns(0.0f);
   float top = -INFINITY, L = 0.0f, acc = 0.0f;
   if (merges) {
     const int gh = gate_idx / D;
@@ -810,16 +791,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  const bool last = C == 1 || last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc);
-  ps[9] = probe_ns(acc);
-  if (last && merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
-  ps[10] = probe_ns(0.0f);
-  if (threadIdx.x == 0 && probe_idx >= 1000 && probe_idx <= 1003) {
-    auto us = [&](int i) { return i == 5 && ps[5] == 0 ? -1.0 : (double(ps[i]) - double(ps[1])) * 1e-3; };
-    printf("STAMP cluster-%u %d keys %d enter %.2f qkin %.2f normed %.2f tile0 %.2f tilelast %.2f loop %.2f "
-           "cwait %.2f csync %.2f merged %.2f end %.2f last %d\n", probe_idx, int(blockIdx.x + 16 * (blockIdx.y + gridDim.y * blockIdx.z)),
-           n_keys, us(0), us(2), us(3), us(4), us(5), us(6), us(7), us(8), us(9), us(10), int(last));
-  }
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
