@@ -1,5 +1,6 @@
 // `petrel bench`: prefill and batch-1 decode throughput (median of several runs), bytes moved per
-// decode token and the fraction of the measured HBM bandwidth it represents.
+// decode token and the fraction of the measured memory bandwidth it represents, on the GPU (CUDA
+// backend) or the CPU (the CPU backend, a checkpoint's weights as stored).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +9,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/host_memory.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernel_trace.h"
 #include "cli/common.h"
@@ -22,10 +25,19 @@ namespace petrel::cli {
 namespace {
 
 struct Args {
-  std::string dir, synthetic, weights = "int4", prefill = "512,2048,8192", contexts = "0,4096", concurrency;
-  int decode_tokens = 64, runs = 5, chunk = 8192;
+  std::string dir, synthetic, device = "auto", weights = "int4", prefill = "512,2048,8192", contexts = "0,4096",
+                                   concurrency;
+  int decode_tokens = 64, runs = 5, chunk = 8192, threads = 0;
   bool json = false, graphs = true, breakdown = false, persistent = false;
+  // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
+  // takes sizes of its own where they are left out, and no --weights.
+  bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
 };
+
+// The CPU's sizes where the command line leaves them out: a laptop's minute, not a GPU's.
+constexpr const char* kCpuPrefill = "128,512";
+constexpr const char* kCpuContexts = "0,512";
+constexpr int kCpuDecodeTokens = 32;
 
 struct Stat {
   double median = 0, min = 0, max = 0;
@@ -40,16 +52,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Where a decode token's weights are read from: the CUDA backend's int4 or bf16 copies, or the
+// checkpoint's own tensors on the host (the CPU backend, whose KV cache is fp32).
+enum class WeightBytes { CudaInt4, CudaAsStored, Host };
+
 // Bytes one decode token reads and writes: every non-expert weight, top_k experts and the shared
 // expert per layer, the LM head, DeltaNet state (read + write) and the KV cache up to `ctx`.
-double decode_bytes(const ModelConfig& c, const ModelWeights& w, bool int4, int ctx) {
+double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes where, int ctx) {
   auto bytes = [&](const Matrix& m, bool router_like) -> double {
     if (!m.valid()) return 0;
-    if (m.format == MatrixFormat::Affine) return double(m.bytes());
-    if (int4 && m.cols % 64 == 0)
+    if (m.format == MatrixFormat::Affine || where == WeightBytes::Host) return double(m.bytes());
+    if (where == WeightBytes::CudaInt4 && m.cols % 64 == 0)
       return double(m.rows * m.cols) * (router_like ? 1.0 : 0.5) + 4.0 * double(m.rows * (m.cols / 64));
     return 2.0 * double(m.rows * m.cols);
   };
+  const double kv_elem = where == WeightBytes::Host ? 4.0 : 2.0;
   double total = bytes(w.lm_head, false) + 2.0 * c.hidden;
   for (const LayerWeights& L : w.layers) {
     for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b,
@@ -64,7 +81,7 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, bool int4, int 
     if (L.kind == LayerKind::DeltaNet)
       total += 2.0 * 4.0 * c.lin_v_heads * c.lin_k_dim * c.lin_v_dim;
     else
-      total += 2.0 * 2.0 * double(ctx) * c.n_kv_heads * c.head_dim;
+      total += 2.0 * kv_elem * double(ctx) * c.n_kv_heads * c.head_dim;
   }
   return total;
 }
@@ -252,37 +269,66 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
   return rows;
 }
 
-void run(const Args& a) {
+// The CPU's refusals, before any weights are read: what only the CUDA backend measures.
+void check_cpu_args(const Args& a) {
+  if (a.dir.empty()) {
+    const std::string why = a.device == "auto" ? "no CUDA GPU here (" + cuda_device_summary() + ")" : "--device cpu";
+    throw Error("petrel bench --synthetic measures the CUDA backend, and " + why +
+                ": on the CPU give a checkpoint DIR (the synthetic shapes have no weights on the host)");
+  }
+  check(!a.weights_set, "--weights applies to --device cuda; the CPU reads the checkpoint's weights as stored");
+  check(!a.breakdown, "--breakdown times the CUDA backend's kernels; it has no CPU form");
+  check(!a.persistent && a.graphs, "--persistent-layers and --no-cuda-graphs apply to --device cuda");
+}
+
+void run(Args a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
-  check(a.weights == "int4" || a.weights == "bf16", "--weights '" + a.weights + "': expected int4 or bf16");
-  check(cuda_available(), "petrel bench measures the CUDA backend: " + cuda_device_summary());
-  const bool int4 = a.weights == "int4";
+  const std::string device = a.device == "auto" ? (cuda_available() ? "cuda" : "cpu") : a.device;
+  check(device == "cuda" || device == "cpu", "--device '" + a.device + "': expected auto, cuda or cpu");
+  const bool cpu = device == "cpu";
+  if (cpu) {
+    check_cpu_args(a);
+    if (!a.prefill_set) a.prefill = kCpuPrefill;
+    if (!a.contexts_set) a.contexts = kCpuContexts;
+    if (!a.decode_tokens_set) a.decode_tokens = kCpuDecodeTokens;
+  } else {
+    check(a.weights == "int4" || a.weights == "bf16", "--weights '" + a.weights + "': expected int4 or bf16");
+    check(cuda_available(), "petrel bench --device cuda: " + cuda_device_summary());
+  }
+  const bool int4 = !cpu && a.weights == "int4";
+  const WeightBytes where = cpu ? WeightBytes::Host : int4 ? WeightBytes::CudaInt4 : WeightBytes::CudaAsStored;
   std::unique_ptr<Checkpoint> ck;
   std::unique_ptr<ModelWeights> synth;
   ModelConfig config;
   if (!a.dir.empty()) {
-    ck = Checkpoint::open(a.dir);
+    ProgressBar bar("loading " + a.dir);
+    ck = Checkpoint::open(a.dir, [&](size_t done, size_t total) { bar.update(done, total); });
     config = ck->config();
   } else {
     config = synthetic_config(a.synthetic);
     synth = synthetic_weights(config);
   }
   const ModelWeights& weights = ck ? ck->weights() : *synth;
-  const double bandwidth = cuda_copy_bandwidth();
-  CudaOptions co;
-  co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
-  co.graphs = a.graphs;
-  co.persistent_layers = a.persistent;
-  auto backend = make_cuda_backend(co);
+  const double bandwidth = cpu ? cpu_copy_bandwidth(a.threads) : cuda_copy_bandwidth();
+  std::unique_ptr<Backend> backend;
+  if (cpu) {
+    backend = std::make_unique<CpuBackend>(CpuOptions{a.threads});
+  } else {
+    CudaOptions co;
+    co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
+    co.graphs = a.graphs;
+    co.persistent_layers = a.persistent;
+    backend = make_cuda_backend(co);
+  }
   ForwardOptions fo;
   fo.max_chunk = a.chunk;
   Model model(config, weights, *backend, fo);
 
   nlohmann::json out;
   out["model"] = ck ? a.dir : a.synthetic + " (synthetic)";
-  out["weights"] = a.weights;
-  out["device"] = cuda_device_summary();
-  out["hbm_copy_bandwidth_GBps"] = bandwidth / 1e9;
+  out["weights"] = cpu ? "as stored" : a.weights;
+  out["device"] = cpu ? cpu_device_summary(a.threads) : cuda_device_summary();
+  out["memory_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = a.graphs;
   out["persistent_layers"] = a.persistent;
   out["runs"] = a.runs;
@@ -312,7 +358,7 @@ void run(const Args& a) {
       if (r > 0) tps.push_back(a.decode_tokens / seconds_since(t0));
     }
     const Stat s = stats(tps);
-    const double bytes = decode_bytes(config, weights, int4, ctx);
+    const double bytes = decode_bytes(config, weights, where, ctx);
     out["decode"].push_back({{"context", ctx},
                              {"tok_per_s", s.median},
                              {"min", s.min},
@@ -340,20 +386,24 @@ void run(const Args& a) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s\n",
-              out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
-              a.persistent ? "on" : "off");
+  if (cpu)
+    std::printf("model     %s, weights as stored\n", out["model"].get<std::string>().c_str());
+  else
+    std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s\n",
+                out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
+                a.persistent ? "on" : "off");
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
-  std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
+  std::printf("%s  %.2f %s (read + write)\n", cpu ? "memory copy" : "HBM copy", cpu ? bandwidth / 1e9 : bandwidth / 1e12,
+              cpu ? "GB/s" : "TB/s");
   std::printf("%-22s %12s %12s %12s\n", "", "median", "min", "max");
   for (const auto& p : out["prefill"])
     std::printf("prefill T=%-11d %10.0f/s %10.0f/s %10.0f/s\n", p["tokens"].get<int>(), p["tok_per_s"].get<double>(),
                 p["min"].get<double>(), p["max"].get<double>());
   for (const auto& d : out["decode"])
-    std::printf("decode ctx=%-10d %10.1f/s %10.1f/s %10.1f/s   %s/token, %.1f%% of HBM bandwidth\n",
+    std::printf("decode ctx=%-10d %10.1f/s %10.1f/s %10.1f/s   %s/token, %.1f%% of %s bandwidth\n",
                 d["context"].get<int>(), d["tok_per_s"].get<double>(), d["min"].get<double>(), d["max"].get<double>(),
                 format_bytes(d["bytes_per_token"].get<double>()).c_str(),
-                100.0 * d["fraction_of_bandwidth"].get<double>());
+                100.0 * d["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
   if (out.contains("serving"))
     for (const auto& r : out["serving"])
       std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams\n",
@@ -375,14 +425,22 @@ void run(const Args& a) {
 
 void add(CLI::App& app) {
   static Args a;
-  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput on the GPU");
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput on the GPU or the CPU");
   cmd->add_option("dir", a.dir, "Checkpoint folder (or use --synthetic)");
-  cmd->add_option("--synthetic", a.synthetic, "Random weights of a released shape: qwen3.5-35b-a3b, "
+  cmd->add_option("--synthetic", a.synthetic, "Random weights of a released shape (CUDA): qwen3.5-35b-a3b, "
                                               "qwen3-next-80b-a3b, qwen3-30b-a3b");
-  cmd->add_option("--weights", a.weights, "int4 (MLX affine, group 64; router 8-bit) or bf16")->capture_default_str();
-  cmd->add_option("--prefill", a.prefill, "Prompt lengths to time")->capture_default_str();
-  cmd->add_option("--decode-context", a.contexts, "Context lengths before timed decode")->capture_default_str();
-  cmd->add_option("--decode-tokens", a.decode_tokens, "Decode steps per run")->capture_default_str();
+  cmd->add_option("--device", a.device, "auto (cuda when a GPU is present), cuda or cpu")->capture_default_str();
+  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--weights", a.weights, "CUDA: int4 (MLX affine, group 64; router 8-bit) or bf16")
+      ->capture_default_str();
+  cmd->add_option("--prefill", a.prefill, std::string("Prompt lengths to time (CPU default ") + kCpuPrefill + ")")
+      ->capture_default_str();
+  cmd->add_option("--decode-context", a.contexts,
+                  std::string("Context lengths before timed decode (CPU default ") + kCpuContexts + ")")
+      ->capture_default_str();
+  cmd->add_option("--decode-tokens", a.decode_tokens,
+                  "Decode steps per run (CPU default " + std::to_string(kCpuDecodeTokens) + ")")
+      ->capture_default_str();
   cmd->add_option("--runs", a.runs, "Timed runs per measurement (median reported)")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
@@ -395,7 +453,13 @@ void add(CLI::App& app) {
   cmd->add_flag("--breakdown", a.breakdown,
                 "Device time per op of one decode step and of the longest prefill (ops timed one by one), "
                 "and a replayed decode step's kernels at each decode context");
-  cmd->callback([] { run(a); });
+  cmd->callback([cmd] {
+    a.weights_set = cmd->count("--weights") > 0;
+    a.prefill_set = cmd->count("--prefill") > 0;
+    a.contexts_set = cmd->count("--decode-context") > 0;
+    a.decode_tokens_set = cmd->count("--decode-tokens") > 0;
+    run(a);
+  });
 }
 
 CommandRegistrar reg(add);

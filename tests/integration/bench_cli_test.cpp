@@ -1,0 +1,85 @@
+// `petrel bench --device cpu` as a person runs it on the bundled petrel-tiny model: the JSON
+// figures and the refusals of what only the CUDA backend measures.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/checkpoint.h"
+
+namespace petrel {
+namespace {
+
+const std::string kTiny = std::string(PETREL_SOURCE_DIR) + "/models/petrel-tiny";
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+// Runs petrel with `args`; `streams` picks what is read back ("2>/dev/null": stdout alone).
+Result run(const std::string& args, const std::string& streams) {
+  const std::string cmd = std::string(PETREL_BINARY_DIR) + "/src/petrel " + args + " " + streams;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+void expect_timed(const nlohmann::json& row) {
+  EXPECT_GT(row["tok_per_s"].get<double>(), 0.0) << row;
+  EXPECT_LE(row["min"].get<double>(), row["tok_per_s"].get<double>()) << row;
+  EXPECT_LE(row["tok_per_s"].get<double>(), row["max"].get<double>()) << row;
+}
+
+TEST(BenchCli, CpuPrefillAndDecodeFigures) {
+  const Result r = run("bench " + kTiny + " --device cpu --threads 2 --prefill 16,32 --decode-context 0,24 "
+                       "--decode-tokens 4 --runs 3 --json", "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  EXPECT_EQ(d["device"], "CPU, 2 threads");
+  EXPECT_EQ(d["weights"], "as stored");
+  EXPECT_GT(d["memory_copy_bandwidth_GBps"].get<double>(), 0.0);
+  ASSERT_EQ(d["prefill"].size(), 2u);
+  EXPECT_EQ(d["prefill"][0]["tokens"], 16);
+  EXPECT_EQ(d["prefill"][1]["tokens"], 32);
+  for (const auto& p : d["prefill"]) expect_timed(p);
+  ASSERT_EQ(d["decode"].size(), 2u);
+  EXPECT_EQ(d["decode"][0]["context"], 0);
+  EXPECT_EQ(d["decode"][1]["context"], 24);
+  for (const auto& q : d["decode"]) {
+    expect_timed(q);
+    EXPECT_GT(q["fraction_of_bandwidth"].get<double>(), 0.0) << q;
+  }
+  // 24 more keys and values in fp32 (the CPU's KV cache) for each attention layer.
+  const ModelConfig c = Checkpoint::open(kTiny)->config();
+  int attention_layers = 0;
+  for (LayerKind k : c.layer_kinds) attention_layers += k == LayerKind::FullAttention;
+  ASSERT_GT(attention_layers, 0);
+  const double kv = 2.0 * 4.0 * 24 * c.n_kv_heads * c.head_dim * attention_layers;
+  EXPECT_DOUBLE_EQ(d["decode"][1]["bytes_per_token"].get<double>() - d["decode"][0]["bytes_per_token"].get<double>(),
+                   kv);
+}
+
+TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
+  const Result synthetic = run("bench --synthetic qwen3.5-35b-a3b --device cpu", "2>&1");
+  EXPECT_EQ(synthetic.status, 1);
+  EXPECT_NE(synthetic.out.find("on the CPU give a checkpoint DIR"), std::string::npos) << synthetic.out;
+  const Result weights = run("bench " + kTiny + " --device cpu --weights int4", "2>&1");
+  EXPECT_EQ(weights.status, 1);
+  EXPECT_NE(weights.out.find("--weights applies to --device cuda"), std::string::npos) << weights.out;
+  const Result breakdown = run("bench " + kTiny + " --device cpu --breakdown", "2>&1");
+  EXPECT_EQ(breakdown.status, 1);
+  EXPECT_NE(breakdown.out.find("--breakdown times the CUDA backend's kernels"), std::string::npos) << breakdown.out;
+  const Result device = run("bench " + kTiny + " --device gpu", "2>&1");
+  EXPECT_EQ(device.status, 1);
+  EXPECT_NE(device.out.find("--device 'gpu': expected auto, cuda or cpu"), std::string::npos) << device.out;
+}
+
+}  // namespace
+}  // namespace petrel
