@@ -1,35 +1,16 @@
 // `petrel bench --device cpu` as a person runs it on the bundled petrel-tiny model: the JSON
 // figures and the refusals of what only the CUDA backend measures.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../unit/test_util.h"
 #include "io/checkpoint.h"
 
 namespace petrel {
 namespace {
 
-const std::string kTiny = std::string(PETREL_SOURCE_DIR) + "/models/petrel-tiny";
-
-struct Result {
-  int status;
-  std::string out;
-};
-
-// Runs petrel with `args`; `streams` picks what is read back ("2>/dev/null": stdout alone).
-Result run(const std::string& args, const std::string& streams) {
-  const std::string cmd = std::string(PETREL_BINARY_DIR) + "/src/petrel " + args + " " + streams;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+const std::string kTiny = test::tiny_model_dir();
 
 void expect_timed(const nlohmann::json& row) {
   EXPECT_GT(row["tok_per_s"].get<double>(), 0.0) << row;
@@ -38,8 +19,10 @@ void expect_timed(const nlohmann::json& row) {
 }
 
 TEST(BenchCli, CpuPrefillAndDecodeFigures) {
-  const Result r = run("bench " + kTiny + " --device cpu --threads 2 --prefill 16,32 --decode-context 0,24 "
-                       "--decode-tokens 4 --runs 3 --json", "2>/dev/null");
+  const test::CliResult r = test::run_petrel("bench " + kTiny +
+                                                 " --device cpu --threads 2 --prefill 16,32 --decode-context 0,24 "
+                                                 "--decode-tokens 4 --runs 3 --json",
+                                             "2>/dev/null");
   ASSERT_EQ(r.status, 0) << r.out;
   const nlohmann::json d = nlohmann::json::parse(r.out);
   EXPECT_EQ(d["device"], "CPU, 2 threads");
@@ -67,16 +50,16 @@ TEST(BenchCli, CpuPrefillAndDecodeFigures) {
 }
 
 TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
-  const Result synthetic = run("bench --synthetic qwen3.5-35b-a3b --device cpu", "2>&1");
+  const test::CliResult synthetic = test::run_petrel("bench --synthetic qwen3.5-35b-a3b --device cpu", "2>&1");
   EXPECT_EQ(synthetic.status, 1);
   EXPECT_NE(synthetic.out.find("on the CPU give a checkpoint DIR"), std::string::npos) << synthetic.out;
-  const Result weights = run("bench " + kTiny + " --device cpu --weights int4", "2>&1");
+  const test::CliResult weights = test::run_petrel("bench " + kTiny + " --device cpu --weights int4", "2>&1");
   EXPECT_EQ(weights.status, 1);
   EXPECT_NE(weights.out.find("--weights applies to --device cuda"), std::string::npos) << weights.out;
-  const Result breakdown = run("bench " + kTiny + " --device cpu --breakdown", "2>&1");
+  const test::CliResult breakdown = test::run_petrel("bench " + kTiny + " --device cpu --breakdown", "2>&1");
   EXPECT_EQ(breakdown.status, 1);
   EXPECT_NE(breakdown.out.find("--breakdown times the CUDA backend's kernels"), std::string::npos) << breakdown.out;
-  const Result device = run("bench " + kTiny + " --device gpu", "2>&1");
+  const test::CliResult device = test::run_petrel("bench " + kTiny + " --device gpu", "2>&1");
   EXPECT_EQ(device.status, 1);
   EXPECT_NE(device.out.find("--device 'gpu': expected auto, cuda or cpu"), std::string::npos) << device.out;
 }

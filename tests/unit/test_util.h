@@ -1,7 +1,10 @@
 // Small helpers for tests: temporary folders, fixture paths, a safetensors writer.
 #pragma once
+#include <sys/wait.h>
+
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -91,6 +94,23 @@ inline std::vector<double> row_cosines(const std::vector<float>& a, const std::v
     out.push_back(dot / std::sqrt(na * nb));
   }
   return out;
+}
+
+// The petrel program run with `args` through the shell: its exit status and what `streams` sends
+// to the pipe ("2>&1": stdout then stderr; "2>/dev/null": stdout alone).
+struct CliResult {
+  int status;
+  std::string out;
+};
+inline CliResult run_petrel(const std::string& args, const std::string& streams = "2>&1") {
+  const std::string cmd = std::string(PETREL_BINARY_DIR) + "/src/petrel " + args + " " + streams;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace petrel::test

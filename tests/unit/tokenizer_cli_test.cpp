@@ -1,31 +1,17 @@
 // `petrel tokenize`, `detokenize` and `template` as a person runs them: output and exit status.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "test_util.h"
 #include "tokenizer_test_util.h"
 
 namespace petrel {
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout followed by stderr
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(PETREL_BINARY_DIR) + "/src/petrel " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = test::CliResult;
+Result run(const std::string& args) { return test::run_petrel(args); }
 
 std::string qwen3_arg() { return test::qwen3_dir().string(); }
 
