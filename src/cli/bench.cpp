@@ -329,8 +329,8 @@ void run(Args a) {
   out["weights"] = cpu ? "as stored" : a.weights;
   out["device"] = cpu ? cpu_device_summary(a.threads) : cuda_device_summary();
   out["memory_copy_bandwidth_GBps"] = bandwidth / 1e9;
-  out["cuda_graphs"] = a.graphs;
-  out["persistent_layers"] = a.persistent;
+  out["cuda_graphs"] = !cpu && a.graphs;
+  out["persistent_layers"] = !cpu && a.persistent;
   out["runs"] = a.runs;
 
   for (int T : parse_ids(a.prefill, "--prefill")) {

@@ -27,6 +27,7 @@ TEST(BenchCli, CpuPrefillAndDecodeFigures) {
   const nlohmann::json d = nlohmann::json::parse(r.out);
   EXPECT_EQ(d["device"], "CPU, 2 threads");
   EXPECT_EQ(d["weights"], "as stored");
+  EXPECT_EQ(d["cuda_graphs"], false);
   EXPECT_GT(d["memory_copy_bandwidth_GBps"].get<double>(), 0.0);
   ASSERT_EQ(d["prefill"].size(), 2u);
   EXPECT_EQ(d["prefill"][0]["tokens"], 16);
