@@ -19,6 +19,7 @@
 #include "core/progress.h"
 #include "io/checkpoint.h"
 #include "model/synthetic.h"
+#include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
 
 namespace petrel::cli {
@@ -283,9 +284,7 @@ void check_cpu_args(const Args& a) {
 
 void run(Args a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
-  const std::string device = a.device == "auto" ? (cuda_available() ? "cuda" : "cpu") : a.device;
-  check(device == "cuda" || device == "cpu", "--device '" + a.device + "': expected auto, cuda or cpu");
-  const bool cpu = device == "cpu";
+  const bool cpu = resolve_device(a.device) == "cpu";
   if (cpu) {
     check_cpu_args(a);
     if (!a.prefill_set) a.prefill = kCpuPrefill;

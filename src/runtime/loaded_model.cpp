@@ -22,8 +22,14 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   return m;
 }
 
+std::string resolve_device(const std::string& device) {
+  const std::string resolved = device == "auto" ? (cuda_available() ? "cuda" : "cpu") : device;
+  check(resolved == "cuda" || resolved == "cpu", "--device '" + device + "' is not known (expected auto, cuda or cpu)");
+  return resolved;
+}
+
 std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
-  const std::string device = options.device == "auto" ? (cuda_available() ? "cuda" : "cpu") : options.device;
+  const std::string device = resolve_device(options.device);
   check(options.quantize == "none" || options.quantize == "int4",
         "--quantize '" + options.quantize + "' is not supported (expected none or int4)");
   if (device == "cuda") {
@@ -33,7 +39,6 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
     cuda.progress = options.progress;
     return make_cuda_backend(cuda);
   }
-  check(device == "cpu", "--device '" + options.device + "' is not known (expected auto, cuda or cpu)");
   check(options.quantize == "none", "--quantize int4 applies to --device cuda; the CPU reads weights as stored");
   CpuOptions cpu;
   cpu.threads = options.threads;

@@ -31,5 +31,7 @@ struct LoadedModel {
 LoadedModel load_model(const std::string& dir, const LoadOptions& options);
 // The backend LoadOptions ask for (the device resolved, "auto" included).
 std::unique_ptr<Backend> make_backend(const LoadOptions& options);
+// "cuda" or "cpu" for a --device value ("auto": cuda when a GPU is present); throws on others.
+std::string resolve_device(const std::string& device);
 
 }  // namespace petrel
