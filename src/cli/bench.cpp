@@ -392,8 +392,8 @@ void run(Args a) {
                 out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
                 a.persistent ? "on" : "off");
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
-  std::printf("%s  %.2f %s (read + write)\n", cpu ? "memory copy" : "HBM copy", cpu ? bandwidth / 1e9 : bandwidth / 1e12,
-              cpu ? "GB/s" : "TB/s");
+  if (cpu) std::printf("memory copy  %.2f GB/s (read + write)\n", bandwidth / 1e9);
+  else std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
   std::printf("%-22s %12s %12s %12s\n", "", "median", "min", "max");
   for (const auto& p : out["prefill"])
     std::printf("prefill T=%-11d %10.0f/s %10.0f/s %10.0f/s\n", p["tokens"].get<int>(), p["tok_per_s"].get<double>(),

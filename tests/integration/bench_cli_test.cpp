@@ -62,7 +62,8 @@ TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
   EXPECT_NE(breakdown.out.find("--breakdown times the CUDA backend's kernels"), std::string::npos) << breakdown.out;
   const test::CliResult device = test::run_petrel("bench " + kTiny + " --device gpu", "2>&1");
   EXPECT_EQ(device.status, 1);
-  EXPECT_NE(device.out.find("--device 'gpu' is not known (expected auto, cuda or cpu)"), std::string::npos) << device.out;
+  EXPECT_NE(device.out.find("--device 'gpu' is not known (expected auto, cuda or cpu)"), std::string::npos)
+      << device.out;
 }
 
 }  // namespace
