@@ -397,24 +397,9 @@ template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
-                         int per, StageNorm norm, TopK pick, DeviceMatrix down, DeviceMatrix s_down,
-                         unsigned long long* part) {
+                         int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
-  constexpr int kSliceBytes = 43008;  // PROBE: this block's output rows of its expert's down
-  char* dsl = reinterpret_cast<char*>(smem4);
-  const int per_d = (down.rows + gridDim.x - 1) / gridDim.x, d0 = blockIdx.x * per_d;
-  const int dn = min(per_d, down.rows - d0);
-  auto issue_down = [&](const DeviceMatrix& d) {
-    if constexpr (F == WFormat::Q4) {
-      const ChunkMatrix<F> dm = chunk_matrix<F>(d);
-      copy_async(dsl, dm.w + int64_t(d0) * dm.chunks, dn * dm.chunks * 16);
-      copy_async(dsl + per_d * dm.chunks * 16, dm.scales + int64_t(d0) * dm.groups, dn * dm.groups * 2);
-      copy_async(dsl + per_d * dm.chunks * 16 + per_d * dm.groups * 2, dm.biases + int64_t(d0) * dm.groups,
-                 dn * dm.groups * 2);
-    }
-    cp_async_commit();
-  };
   const int slot = blockIdx.y;
   const bool routed = slot < k;
   if (!routed && !has_shared) return;
@@ -422,19 +407,15 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int rows = routed ? gate.rows : s_gate.rows, r0 = blockIdx.x * per, n = min(per, rows - r0);
   if (n <= 0) return;
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
-  char* smem = reinterpret_cast<char*>(smem4) + kSliceBytes;
+  char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
   auto issue = [&]() {
     copy_rows_async(gt, gm, r0, n);
     copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
-  if (!routed) {
-    issue();  // the shared expert's weights: in flight before waiting
-  }
+  if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  if (pick.clear && blockIdx.x == 0 && slot == 0)
-    for (int i = threadIdx.x; i < pick.E + 1; i += blockDim.x) pick.clear[i] = 0;
   // The token's activations are loaded before a routed expert's copies go out (behind them they
   // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
@@ -449,36 +430,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  {
-    ChunkX<F> xr[CPL];
-    load_lane_x(st, xr);
-    const float scale = st.row_scale(0);
-    cp_async_wait<0>();
-    __syncthreads();  // gate and up have landed
-    gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, n, xr, scale, act + int64_t(slot) * act_stride + r0);
-  }
-  // PROBE: the expert's act rows exchanged among its blocks through a count, then this block's
-  // output rows of that expert's down (landed beside gate and up), added in fixed point.
-  __shared__ float sact[512];
-  __syncthreads();  // this block's act rows are written
-  unsigned int* count = reinterpret_cast<unsigned int*>(pick.part + 2048) + slot;
-  if (threadIdx.x == 0) {
-    unsigned int a, v;
-    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(a) : "l"(count) : "memory");
-    const unsigned int target = (a / gridDim.x + 1) * gridDim.x;
-    while (true) {
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-      if (int(v - target) >= 0) break;
-      __nanosleep(64);
-    }
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < rows && i < 512; i += blockDim.x) sact[i] = __ldcg(act + int64_t(slot) * act_stride + i);
-  cp_async_wait<0>();
-  __syncthreads();
-  if (threadIdx.x == 0 && sact[threadIdx.x + 1] == 12345.0f) pick.part[0] = 1;  // keeps the exchange
-
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -497,16 +449,15 @@ GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
 }
 
 template <WFormat F, int CPL>
-void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                          const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int x_elem, int k, int* ids, float* weights,
+void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix* s_gate,
+                          const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights,
                           float* act, int width, GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
-  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem + 43008);
-  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps,
-             split.smem + 43008, s, gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared, x, x_elem, k, ids, weights, act, width, split.per, norm, pick, down,
-             s_down ? *s_down : DeviceMatrix{}, pick.part);
+  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
+             gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
+             weights, act, width, split.per, norm, pick);
 }
 
 // Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
@@ -683,8 +634,8 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
-      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
-                                                    act, width, split, norm, pick, s);
+      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
+                                                    split, norm, pick, s);
     };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
       case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -702,7 +653,6 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
-  if (split.per > 0 && pick.clear) return;  // PROBE: no down launch
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
