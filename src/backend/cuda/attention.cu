@@ -791,7 +791,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  if (C > 1 && blockIdx.y != 0) return;  // PROBE nomerge: cluster 0's merge stands for all C (values wrong)
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
   if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
