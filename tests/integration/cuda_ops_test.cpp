@@ -849,13 +849,12 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
-// A CUDA backend on 4-bit weights (the persistent DeltaNet layers or the fused experts where asked).
-std::unique_ptr<Backend> int4_backend(bool persistent = false, bool fused_experts = false) {
+// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
+std::unique_ptr<Backend> int4_backend(bool persistent = false) {
   CudaOptions o;
   o.progress = false;
   o.weights = DeviceWeights::Int4;
   o.persistent_layers = persistent;
-  o.fused_experts = fused_experts;
   return make_cuda_backend(o);
 }
 
@@ -948,18 +947,6 @@ TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
   EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
       << "the decode step never ran the persistent layer";
-}
-
-// The fused experts (gate+up and down in one launch, joined by a count) against the two kernels:
-// the same device functions compute every row, so the logits are the same bits, step after step.
-TEST(CudaModel, FusedExpertsMatchTheTwoKernels) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  auto fused_backend = int4_backend(/*persistent=*/false, /*fused_experts=*/true), plain_backend = int4_backend();
-  Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 8);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "moe.experts fused + add"), ops.end())
-      << "the decode step never ran the fused experts";
 }
 
 // A model of no layers (a token's logits: its embedding row through the final norm and the LM

@@ -145,7 +145,6 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      moe_join_ = alloc_raw<unsigned long long>(1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -586,15 +585,6 @@ class CudaBackend final : public Backend {
     pick.renorm = c_.norm_topk_prob;
     const cuda::GemvOut out{h.data, h.stride, h.elem_size, /*add=*/true};
     const cuda::StageNorm staged_norm{weights_->vec(norm), eps};
-    const bool fused =
-        opt_.fused_experts && cuda::moe_fused_fits(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, c_.top_k, pick, out);
-    if (fused) {
-      const cuda::TimedOp timed(timer_, stream_, "moe.experts fused + add");
-      const int width = std::max(E.gate.rows, sh.gate->rows);
-      cuda::moe_fused(E.gate, E.up, E.down, *sh.gate, *sh.up, *sh.down, h.data, h.elem_size, c_.top_k, moe_ids_, moe_w_,
-                      moe_sgate_, moe_decode_act_, width, staged_norm, pick, out, moe_join_, stream_);
-      return;
-    }
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
                      moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out, stream_);
@@ -896,7 +886,6 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
-  unsigned long long* moe_join_ = nullptr;  // the fused experts' count (only ever grows)
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;

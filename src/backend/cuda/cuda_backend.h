@@ -22,9 +22,6 @@ struct CudaOptions {
   // shapes keep the kernel-per-op path). Off by default: measured 21% slower than the kernel
   // chain so far (docs/performance.md, session 18).
   bool persistent_layers = false;
-  // One token's experts (gate+up and down) as one launch joined by a count (Hopper, 4-bit); the
-  // same bits as the two kernels. Off by default until measured faster.
-  bool fused_experts = false;
   bool progress = true;   // upload progress bar
 };
 

@@ -332,16 +332,6 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
                 int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
                 float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);
-// One token's experts (routed top-k from pick.sums, shared expert) as one launch whose two phases
-// meet at a count in *join (moe_fused.cu): the bits of moe_decode's two kernels, with down's rows
-// copied beside gate+up's. Where moe_fused_fits (Hopper, 4-bit, a block per multiprocessor).
-bool moe_fused_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                    const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k,
-                    const TopK& pick, const GemvOut& out);
-void moe_fused(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix& s_gate,
-               const DeviceMatrix& s_up, const DeviceMatrix& s_down, const void* x, int x_elem, int k, int* ids,
-               float* weights, const float* sgate, float* act, int act_stride, StageNorm norm, TopK pick,
-               const GemvOut& out, unsigned long long* join, cudaStream_t s);
 // True when router and experts stage their input (router staged with its shared gate, experts
 // staged), so that both can apply the block's norm themselves.
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
