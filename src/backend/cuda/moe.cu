@@ -551,8 +551,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   __syncthreads();
   pdl_wait();
-  const float mix_t = t < n ? 0.125f : 0.0f;  // PROBE fixedids: no round trip for the ids and weights (values wrong)
-  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(t)), r0, rows, &landed);
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
