@@ -634,10 +634,10 @@ class CudaBackend final : public Backend {
   // tensors written as the ops one by one write them.
   bool deltanet_moe_layer(int layer, const LayerWeights& L, float eps, Tensor h, const DeltaNetScratch& s,
                           SequenceState& st) override {
+    flush_down();
     if (!opt_.persistent_layers || batch_ || h.rows != 1 || h.elem_size != 4 || !L.ffn.has_shared ||
         s.b.elem_size != 4 || s.a.elem_size != 4)
       return false;
-    flush_down();
     const cuda::RouteSums* cols = weights_->route(L.ffn);
     if (!cols) return false;
     auto& seq = dynamic_cast<CudaSequence&>(st);

@@ -18,14 +18,10 @@ __device__ __forceinline__ void clear_route_sums(unsigned long long* sums, int n
 // rows go out by bulk copy before the PDL wait, a routed expert's (thread j: matrix j) as soon as
 // the ids are read; the n activation rows are staged while they land. Once every tile has landed
 // every thread runs landed() (down_project issues its projection rows there, behind down's), then
-// a warp per output row adds Σ_j mix_j·(row · act_j) to d.out. With RESID_AHEAD (d.out.add, d.per
-// <= kDownRowsAhead) the block's rows of d.out are loaded right after the wait, before any copy
-// that landed() issues could hold those loads back.
-constexpr int kDownRowsAhead = 64;
-template <WFormat F, int PPL, int WARPS, bool RESID_AHEAD = false, typename Landed>
+// a warp per output row adds Σ_j mix_j·(row · act_j) to d.out.
+template <WFormat F, int PPL, int WARPS, typename Landed>
 __device__ __forceinline__ void down_block_bulk(char* smem, const DownLaunch& d, Landed landed) {
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  __shared__ float resid[RESID_AHEAD ? kDownRowsAhead : 1];
   __shared__ uint64_t rows_in;
   const int n = d.k + (d.has_shared ? 1 : 0), r0 = blockIdx.x * d.per, rows = min(d.per, d.down.rows - r0);
   const ChunkMatrix<F> dm = chunk_matrix<F>(d.down);
@@ -43,7 +39,6 @@ __device__ __forceinline__ void down_block_bulk(char* smem, const DownLaunch& d,
   if (t < d.k) bulk_rows(tile(t), with_data(dm, d.down.entry(d.ids[t])), r0, rows, &rows_in);
   prefetch_l1_rows(d.act, n, int64_t(d.act_stride) * 4, d.down.cols * 4);
   if (t < n) mix[t] = mix_t;
-  if (RESID_AHEAD && t < rows) resid[t] = load_act(d.out.y, d.out.elem, r0 + t);
   clear_route_sums(d.clear, d.clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), d.act, 4, d.down.cols, n,
                                      [&](int r) { return int64_t(r) * d.act_stride; });
@@ -51,7 +46,7 @@ __device__ __forceinline__ void down_block_bulk(char* smem, const DownLaunch& d,
   mbar_wait(&rows_in, 0);
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
   landed();
-  down_rows<F, PPL, WARPS>(smem, pairs, dm, n, d.per, rows, d.out, r0, RESID_AHEAD ? resid : nullptr);
+  down_rows<F, PPL, WARPS>(smem, pairs, dm, n, d.per, rows, d.out, r0);
 }
 
 }  // namespace petrel::cuda

@@ -22,8 +22,7 @@ struct ProjectPlan {
 };
 
 // grid (a block per multiprocessor), PDL. Block b runs down for its output rows (b < down_blocks),
-// its rows of h loaded first (a load issued behind bulk copies waits for them to land), and copies
-// its projection rows by bulk copies once down's have landed; every block counts itself
+// copying its projection rows by bulk copies once down's have landed; every block counts itself
 // once its rows of h are written; the projecting blocks (those of segs) then stage the new h with
 // its norm and dot their tiles in pairs as they land, as gemv_async_kernel's one-row path does.
 template <WFormat F, int PPL, int CPL>
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     }
   };
   if (int(blockIdx.x) < P.down_blocks) {
-    down_block_bulk<F, PPL, kAsyncWarps, /*RESID_AHEAD=*/true>(smem, d, issue_rows);
+    down_block_bulk<F, PPL, kAsyncWarps>(smem, d, issue_rows);
   } else {
     pdl_wait();
     issue_rows();
@@ -89,8 +88,7 @@ ProjectKernel project_kernel(int ppl, int cpl) {
 // The launch's segments and shared-memory plan for these shapes; P.tile_rows == 0 where they do not fit.
 ProjectPlan plan_project(const DownLaunch& d, const DeviceMatrix* const* ws, const GemvOut* outs, int n,
                          int64_t h_stride, StageNorm norm, int leave, GemvSegments& segs) {
-  if (!d.valid || !pdl_supported() || d.down.format != WFormat::Q4 || d.out.elem != 4 || !d.out.add ||
-      d.per > kDownRowsAhead || n < 1 ||
+  if (!d.valid || !pdl_supported() || d.down.format != WFormat::Q4 || d.out.elem != 4 || !d.out.add || n < 1 ||
       n > GemvSegments::kMax || !norm.w || !gemv_stageable(ws, n, 1, h_stride, true))
     return {};
   for (int i = 0; i < n; ++i) {
