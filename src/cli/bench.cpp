@@ -29,7 +29,7 @@ struct Args {
   std::string dir, synthetic, device = "auto", weights = "int4", prefill = "512,2048,8192", contexts = "0,4096",
                                    concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192, threads = 0;
-  bool json = false, graphs = true, breakdown = false, persistent = false, fuse_down = false;
+  bool json = false, graphs = true, breakdown = false, persistent = false;
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -279,8 +279,7 @@ void check_cpu_args(const Args& a) {
   }
   check(!a.weights_set, "--weights applies to --device cuda; the CPU reads the checkpoint's weights as stored");
   check(!a.breakdown, "--breakdown times the CUDA backend's kernels; it has no CPU form");
-  check(!a.persistent && !a.fuse_down && a.graphs,
-        "--persistent-layers, --fuse-down-projections and --no-cuda-graphs apply to --device cuda");
+  check(!a.persistent && a.graphs, "--persistent-layers and --no-cuda-graphs apply to --device cuda");
 }
 
 void run(Args a) {
@@ -318,7 +317,6 @@ void run(Args a) {
     co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
     co.graphs = a.graphs;
     co.persistent_layers = a.persistent;
-    co.fuse_down_projections = a.fuse_down;
     backend = make_cuda_backend(co);
   }
   ForwardOptions fo;
@@ -332,7 +330,6 @@ void run(Args a) {
   out["memory_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = !cpu && a.graphs;
   out["persistent_layers"] = !cpu && a.persistent;
-  out["fuse_down_projections"] = !cpu && a.fuse_down;
   out["runs"] = a.runs;
 
   for (int T : parse_ids(a.prefill, "--prefill")) {
@@ -391,9 +388,9 @@ void run(Args a) {
   if (cpu)
     std::printf("model     %s, weights as stored\n", out["model"].get<std::string>().c_str());
   else
-    std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s, down + projections %s\n",
+    std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s\n",
                 out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
-                a.persistent ? "on" : "off", a.fuse_down ? "one launch" : "apart");
+                a.persistent ? "on" : "off");
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
   if (cpu) std::printf("memory copy  %.2f GB/s (read + write)\n", bandwidth / 1e9);
   else std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
@@ -448,8 +445,6 @@ void add(CLI::App& app) {
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
   cmd->add_flag("--persistent-layers", a.persistent,
                 "Run one token's DeltaNet MoE layers as one persistent launch each (Hopper, int4)");
-  cmd->add_flag("--fuse-down-projections", a.fuse_down,
-                "Run each MoE block's down and the next layer's input projections as one launch (Hopper, int4)");
   cmd->add_flag("--json", a.json, "Machine-readable output");
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "

@@ -849,14 +849,12 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
-// A CUDA backend on 4-bit weights (the persistent DeltaNet layers, or down joined with the next
-// input projections, where asked).
-std::unique_ptr<Backend> int4_backend(bool persistent = false, bool fuse_down = false) {
+// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
+std::unique_ptr<Backend> int4_backend(bool persistent = false) {
   CudaOptions o;
   o.progress = false;
   o.weights = DeviceWeights::Int4;
   o.persistent_layers = persistent;
-  o.fuse_down_projections = fuse_down;
   return make_cuda_backend(o);
 }
 
@@ -949,19 +947,6 @@ TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
   const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
   EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
       << "the decode step never ran the persistent layer";
-}
-
-// Down joined with the next layer's input projections in one launch, against the two launches:
-// the same device functions compute every row, so the logits are the same bits, step after step
-// (replayed graphs, and the untimed-then-timed last step runs the ops one by one).
-TEST(CudaModel, DownJoinedWithTheNextProjectionsMatchesTheTwoLaunches) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  auto fused_backend = int4_backend(/*persistent=*/false, /*fuse_down=*/true), plain_backend = int4_backend();
-  Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 8);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "moe down + rms_norm + linear_many"), ops.end())
-      << "the decode step never joined down with the next projections";
 }
 
 // A model of no layers (a token's logits: its embedding row through the final norm and the LM

@@ -145,7 +145,6 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      down_join_ = alloc_raw<unsigned long long>(1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -198,7 +197,6 @@ class CudaBackend final : public Backend {
   }
 
   void to_host(const Tensor& t, float* dst) override {
-    flush_down();
     std::vector<uint16_t> tmp;
     if (t.elem_size == 4) {
       PETREL_CUDA(cudaMemcpy2DAsync(dst, t.cols * 4, t.data, t.stride * 4, t.cols * 4, t.rows, cudaMemcpyDeviceToHost,
@@ -253,13 +251,13 @@ class CudaBackend final : public Backend {
 
   void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
     auto& s = dynamic_cast<CudaSequence&>(st);
-    if (!opt_.graphs || timer_.enabled()) return step_ops(ops);
+    if (!opt_.graphs || timer_.enabled()) return ops();
     cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(st, 1))];
     if (!graph_exec) {
       cudaGraph_t graph = nullptr;
       PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        step_ops(ops);
+        ops();
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -273,28 +271,6 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
   }
 
-  // A decode step's ops, where a MoE block's down may wait for the next input projections to join
-  // it (pending_down_); whatever is still pending at the end runs alone.
-  void step_ops(const std::function<void()>& ops) {
-    in_step_ = true;
-    try {
-      ops();
-    } catch (...) {
-      in_step_ = false;
-      pending_down_.valid = false;
-      throw;
-    }
-    in_step_ = false;
-    flush_down();
-  }
-  // Launches a kept-back down on its own.
-  void flush_down() {
-    if (!pending_down_.valid) return;
-    const cuda::DownLaunch d = pending_down_;
-    pending_down_.valid = false;
-    cuda::launch_down(d, stream_);
-  }
-
   void synchronize() override { PETREL_CUDA(cudaStreamSynchronize(stream_)); }
 
   bool time_ops(bool enable) override {
@@ -306,7 +282,6 @@ class CudaBackend final : public Backend {
   // Inside a recorded step the post reads the sequence number begin_forward staged for the replay.
   // Where the LM head left candidates of these logits (expect_argmax), only the last stage runs.
   void queue_argmax(const Tensor& logits) override {
-    flush_down();
     check(logits.elem_size == 4 && logits.rows == 1, "argmax needs one row of fp32 logits");
     const bool left = argmax_left_ == logits.data;
     const cuda::TimedOp timed(timer_, stream_, left ? "argmax (last stage)" : "argmax");
@@ -351,7 +326,6 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
-    flush_down();
     const cuda::TimedOp timed(timer_, stream_, "rms_norm");
     cuda::rms_norm(x.data, x.stride, x.elem_size, weights_->vec(w), int(x.rows), int(x.cols), eps, out.data, out.stride,
                    out.elem_size, stream_);
@@ -375,18 +349,6 @@ class CudaBackend final : public Backend {
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
                             const Tensor* outs, int n, bool for_deltanet) override {
     const Projections p = projections(ws, outs, n);
-    // One token's input projections (not the LM head) may join the MoE block's down before them.
-    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-    const cuda::StageNorm norm{weights_->vec(w), eps};
-    if (pending_down_.valid && n > 1 && h.rows == 1 && h.elem_size == 4 && pending_down_.out.y == h.data &&
-        cuda::down_project_fits(pending_down_, p.mats, n, h.stride, norm, leave)) {
-      const cuda::TimedOp timed(timer_, stream_, "moe down + rms_norm + linear_many", n, ws[0]->cols);
-      cuda::down_project(pending_down_, p.mats, p.dst, n, static_cast<const float*>(h.data), h.stride, norm, leave,
-                         down_join_, stream_);
-      pending_down_.valid = false;
-      return;
-    }
-    flush_down();
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
@@ -400,14 +362,15 @@ class CudaBackend final : public Backend {
         return;
       }
     }
-    // One token's DeltaNet step (a block per value head) starts beside its input projections (the
-    // `leave` multiprocessors) and loads its states while they run.
-    cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), norm, stream_, leave);
+    // One token's DeltaNet step (a block per value head) starts beside its input projections and
+    // loads its states while they run.
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
+    cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
+                             stream_, leave);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
   void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) override {
-    flush_down();
     const DeviceMatrix* m = &weights_->matrix(w);
     if (!cuda::gemv_stageable(&m, 1, int(x.rows), x.stride, /*norm=*/false)) return Backend::linear_add(x, w, h, scratch);
     const cuda::TimedOp timed(timer_, stream_, "linear + add", w.rows, w.cols);
@@ -416,7 +379,6 @@ class CudaBackend final : public Backend {
   }
 
   void add(Tensor h, const Tensor& a) override {
-    flush_down();
     const cuda::TimedOp timed(timer_, stream_, "add");
     cuda::add_inplace(h.data, h.stride, h.elem_size, bf(a), a.stride, int(h.rows), int(h.cols), stream_);
   }
@@ -624,17 +586,14 @@ class CudaBackend final : public Backend {
     const cuda::GemvOut out{h.data, h.stride, h.elem_size, /*add=*/true};
     const cuda::StageNorm staged_norm{weights_->vec(norm), eps};
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
-    flush_down();
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
-                     moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out, stream_,
-                     opt_.fuse_down_projections && in_step_ ? &pending_down_ : nullptr);
+                     moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out, stream_);
   }
 
   // One token, where the persistent layer takes the shapes: the whole layer in one launch, its
   // tensors written as the ops one by one write them.
   bool deltanet_moe_layer(int layer, const LayerWeights& L, float eps, Tensor h, const DeltaNetScratch& s,
                           SequenceState& st) override {
-    flush_down();
     if (!opt_.persistent_layers || batch_ || h.rows != 1 || h.elem_size != 4 || !L.ffn.has_shared ||
         s.b.elem_size != 4 || s.a.elem_size != 4)
       return false;
@@ -928,11 +887,6 @@ class CudaBackend final : public Backend {
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
-  unsigned long long* down_join_ = nullptr;  // down_project's count (only ever grows)
-  // Inside a decode step: the last MoE block's down launch, kept back for the next input
-  // projections to join (opt_.fuse_down_projections); launched alone by any other op first.
-  cuda::DownLaunch pending_down_;
-  bool in_step_ = false;
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;

@@ -22,10 +22,6 @@ struct CudaOptions {
   // shapes keep the kernel-per-op path). Off by default: measured 21% slower than the kernel
   // chain so far (docs/performance.md, session 18).
   bool persistent_layers = false;
-  // Inside a decode step, one token's MoE down and the next layer's input projections as one
-  // launch (Hopper, 4-bit), so that the projections' rows land while down finishes; the same bits
-  // as the two launches. Off by default until measured faster.
-  bool fuse_down_projections = false;
   bool progress = true;   // upload progress bar
 };
 

@@ -493,26 +493,6 @@ inline int lane_x_chunks(WFormat f, int chunks) {
   return cpl <= max_cpl && (cpl == 1 || cpl == 2 || cpl == 4 || cpl == 8) ? cpl : 0;
 }
 
-// The segment of a one-token GEMV launch that block blockIdx.x works in, and its place there.
-struct BlockSegment {
-  DeviceMatrix w;
-  GemvOut out;
-  int block = 0, blocks = 0, rows_per_block = 0;
-};
-__device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) {
-  BlockSegment b;
-#pragma unroll
-  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
-    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
-      b.w = segs.w[i];
-      b.out = segs.out[i];
-      b.block = blockIdx.x - segs.first_block[i];
-      b.blocks = segs.first_block[i + 1] - segs.first_block[i];
-      b.rows_per_block = segs.rows_per_block[i];
-    }
-  return b;
-}
-
 // This lane's chunks (lane + 32j) of staged activation row 0, into registers.
 template <WFormat F, int CPL>
 __device__ __forceinline__ void load_lane_x(const Staged<F>& st, ChunkX<F> (&xr)[CPL]) {

@@ -43,29 +43,6 @@ __device__ __forceinline__ void signal_count(int* c) {
   }
 }
 
-// Whole block: counts the block in *count and, where `wait`, waits until all n blocks of this
-// launch have counted themselves (every one resident: a block per multiprocessor). Each launch
-// adds n, so the count is never reset (64 bits: it never wraps) and a launch's target follows from
-// its own arrival, as long as every launch sharing the count has n blocks. What the counted blocks
-// wrote before it is visible to every thread of a waiting block after it: thread 0's release
-// covers its block's writes (ordered by the barrier), its acquire the others'.
-__device__ __forceinline__ void join_launch(unsigned long long* count, unsigned n, bool wait) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long arrived, v;
-    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(arrived) : "l"(count) : "memory");
-    const unsigned long long target = (arrived / n + 1) * n, start = global_ns();
-    while (wait) {
-      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(count) : "memory");
-      if (v >= target) break;
-      __nanosleep(32);
-      if (global_ns() - start > kCountTimeoutNs) __trap();
-    }
-    if (wait) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  }
-  __syncthreads();
-}
-
 // Whole block, at its end: the last block of the launch to get here sets counters[0..n) back to
 // zero (counters[n - 1] counts the blocks out), ready for the next launch.
 __device__ __forceinline__ void reset_counts_at_exit(int* counters, int n) {

@@ -73,12 +73,6 @@ void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
                  int T, cudaStream_t s);
 // True when the staged decode GEMV takes all of ws for T rows (and, with `norm`, stages a norm).
 bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_stride, bool norm);
-// The one-token async GEMV's blocks for segs: rows in proportion to each matrix's, at most a
-// multiprocessor each in all, segs.leave left free (fills first_block and rows_per_block).
-void plan_gemv_blocks(GemvSegments& segs);
-// The rows of the tiles that the one-token async GEMV (4-bit) dots in pairs for segs, planned by
-// plan_gemv_blocks, every tile of a block in flight at once; 0 where it takes them otherwise.
-int gemv_async_pair_tile_rows(const GemvSegments& segs);
 // linear_many through the staged decode GEMV alone (gemv_stageable must hold), with
 // rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add. The
 // last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
@@ -330,46 +324,14 @@ void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, 
 // softmax + top-k themselves (sparing the router its last-block round trip).
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T);
-// One token's down launch as moe_decode would issue it (its async form), kept back so that
-// down_project can run it together with the next layer's input projections.
-struct DownLaunch {
-  DeviceMatrix down, s_down;  // s_down: the shared expert's (has_shared)
-  bool has_shared = false;
-  int k = 0, act_stride = 0;
-  const int* ids = nullptr;
-  const float *weights = nullptr, *sgate = nullptr, *act = nullptr;
-  GemvOut out;
-  int per = 0, ppl = 0;  // output rows a block, (row, chunk) pairs a lane
-  size_t smem = 0;       // down's shared memory a block (its rows, then the staged activations)
-  unsigned long long* clear = nullptr;  // the router sums it zeroes (clear_n of them)
-  int clear_n = 0;
-  bool valid = false;
-};
 // Decode path (few tokens): all selected experts (and the shared one) in one launch each for
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
 // set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold). With pick.logits set
-// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights. With
-// defer set, one token's down launch (where it takes the async kernel: defer->valid) is written
-// there instead of issued, for launch_down or down_project.
+// (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights.
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
                 int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
-                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s,
-                DownLaunch* defer = nullptr);
-// Runs a down launch that moe_decode kept back.
-void launch_down(const DownLaunch& d, cudaStream_t s);
-
-// ---- down_project.cu ------------------------------------------------------------------------------
-// One token's MoE down (d, which adds its rows to h) and the next layer's input projections of
-// rms_norm(h)·norm as one launch of a block per multiprocessor: each block copies its projection
-// rows once its down rows have landed, so they land during down's dots, its stores and the count
-// that joins the two phases (in *join, which only grows). The bits of launch_down followed by
-// linear_many_staged (leave: the multiprocessors it leaves free) where down_project_fits.
-bool down_project_fits(const DownLaunch& d, const DeviceMatrix* const* ws, int n, int64_t h_stride, StageNorm norm,
-                       int leave);
-void down_project(const DownLaunch& d, const DeviceMatrix* const* ws, const GemvOut* outs, int n, const float* h,
-                  int64_t h_stride, StageNorm norm, int leave, unsigned long long* join, cudaStream_t s);
-
+                float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);
 // True when router and experts stage their input (router staged with its shared gate, experts
 // staged), so that both can apply the block's norm themselves.
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,

@@ -13,6 +13,26 @@ constexpr int kGemvBlocksPerSm = 3;     // registers allow 3 blocks per multipro
 constexpr int kStagedGemvMaxTokens = 4;
 constexpr size_t kStagedGemvMaxSmem = 96 * 1024;
 
+// The matrix of a multi-matrix GEMV launch that this block works on, and the block's place in it.
+struct BlockSegment {
+  DeviceMatrix w;
+  GemvOut out;
+  int block = 0, blocks = 0, rows_per_block = 0;
+};
+__device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) {
+  BlockSegment b;
+#pragma unroll
+  for (int i = 0; i < GemvSegments::kMax; ++i)  // constant indices keep the segments in parameter space
+    if (i < segs.n && int(blockIdx.x) >= segs.first_block[i] && int(blockIdx.x) < segs.first_block[i + 1]) {
+      b.w = segs.w[i];
+      b.out = segs.out[i];
+      b.block = blockIdx.x - segs.first_block[i];
+      b.blocks = segs.first_block[i + 1] - segs.first_block[i];
+      b.rows_per_block = segs.rows_per_block[i];
+    }
+  return b;
+}
+
 // The register-streaming decode GEMV, for rows that gemv_async_kernel's tiles do not take (bf16
 // rows wider than ~6K, segments of mixed group sizes): activations staged once per block, `lpr`
 // lanes per row; each lane keeps 8 chunks in flight: NR rows x (8 / NR) consecutive chunk steps.
@@ -257,7 +277,18 @@ template <WFormat F, int TMAX, int CPL>
 int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, StageNorm norm,
                       cudaStream_t s) {
   const DeviceMatrix& w0 = segs.w[0];
-  plan_gemv_blocks(segs);
+  const int align = async_row_align(w0);
+  int64_t total = 0;
+  for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
+  segs.first_block[0] = 0;
+  const int spare = std::max(0, sm_count() - segs.leave - segs.n);
+  for (int i = 0; i < segs.n; ++i) {  // blocks in proportion to rows, one per multiprocessor in all
+    const int rows = segs.w[i].rows;
+    const int want = 1 + int(spare * rows / total);
+    const int per = div_up(div_up(rows, want), align) * align;
+    segs.rows_per_block[i] = per;
+    segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
+  }
   // One activation row: where a block's rows fit the ring in tiles of whole two-row passes (a warp
   // dots two rows at a time), every warp dots as many rows as the others (45-row tiles left 13 of
   // the 16 warps a third row).
@@ -482,32 +513,6 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
   for (int i = 0; i < n; ++i)
     if (!gemv_staged_fits(*ws[i], T) || ws[i]->cols != ws[0]->cols) return false;
   return true;
-}
-
-int gemv_async_pair_tile_rows(const GemvSegments& segs) {
-  const DeviceMatrix& w0 = segs.w[0];
-  const int cpl = lane_x_chunks(WFormat::Q4, w0.cols / chunk_weights(WFormat::Q4));
-  if (w0.format != WFormat::Q4 || !gemv_async_fits<WFormat::Q4>(segs, 1) || cpl == 0 || cpl > 2) return 0;
-  int per_max = 0;
-  for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
-  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;  // as launch_gemv_async sizes them
-  const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
-  return even <= most ? even : 0;
-}
-
-void plan_gemv_blocks(GemvSegments& segs) {
-  const int align = async_row_align(segs.w[0]);
-  int64_t total = 0;
-  for (int i = 0; i < segs.n; ++i) total += segs.w[i].rows;
-  segs.first_block[0] = 0;
-  const int spare = std::max(0, sm_count() - segs.leave - segs.n);
-  for (int i = 0; i < segs.n; ++i) {  // blocks in proportion to rows, one per multiprocessor in all
-    const int rows = segs.w[i].rows;
-    const int want = 1 + int(spare * rows / total);
-    const int per = div_up(div_up(rows, want), align) * align;
-    segs.rows_per_block[i] = per;
-    segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
-  }
 }
 
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,

@@ -1,7 +1,6 @@
 // Mixture of experts on the GPU with routing decided on the device: router softmax + top-k, the
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
-#include "backend/cuda/down_block.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/topk.cuh"
@@ -461,6 +460,13 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
              weights, act, width, split.per, norm, pick);
 }
 
+// Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
+// none), ready for the next layer's output projection.
+__device__ __forceinline__ void clear_route_sums(unsigned long long* sums, int n) {
+  if (sums && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sums[i] = 0;
+}
+
 // grid (H/8, T), PDL: the staged form of down_kernel. A warp's lanes spread over the (expert,
 // chunk) pairs of one output row, kDownChunksInFlight pairs per lane at once; a block issues its
 // first loads (the router's choice read) before staging its token's k (+1 shared) activation rows.
@@ -521,79 +527,85 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
 template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1) down_async_kernel(DownLaunch d) {
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
+    down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
+                      const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
-  char* smem = reinterpret_cast<char*>(smem4);
-  pdl_launch_dependents();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  down_block_bulk<F, PPL, kExpertAsyncWarps>(smem, d, [] {});
-#else
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  const int n = d.k + (d.has_shared ? 1 : 0), r0 = blockIdx.x * d.per, rows = min(d.per, d.down.rows - r0);
-  const ChunkMatrix<F> dm = chunk_matrix<F>(d.down);
-  const int tile_bytes = d.per * async_row_bytes(dm.chunks, dm.groups), t = threadIdx.x;
-  auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, d.per, dm); };
-  if (d.has_shared) copy_rows_async(tile(d.k), with_data(dm, d.s_down), r0, rows);  // before waiting
+  pdl_launch_dependents();
+  const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
+  const ChunkMatrix<F> dm = chunk_matrix<F>(down);
+  const int tile_bytes = per * async_row_bytes(dm.chunks, dm.groups);
+  char* smem = reinterpret_cast<char*>(smem4);
+  auto tile = [&](int j) { return AsyncTile<F>::at(smem + j * tile_bytes, per, dm); };
+  const int t = threadIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Bulk copies: the rows of matrix j come from thread j, each one arrival on `landed`; the shared
+  // expert's from thread 0 before waiting.
+  __shared__ uint64_t landed;
+  if (t == 0) {
+    mbar_init(&landed, n);
+    mbar_init_fence();
+    if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
+  }
+  __syncthreads();
+  pdl_wait();
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+#else
+  if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
   // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
   // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
   // while the copies are issued.
-  const int lane = t % 32, id = lane < d.k ? d.ids[lane] : 0;
-  const float mix_t = t < d.k ? d.weights[t] : t < n ? d.sgate[0] : 0.0f;
-  prefetch_l1_rows(d.act, n, int64_t(d.act_stride) * 4, d.down.cols * 4);
-  for (int j = 0; j < d.k; ++j)
-    copy_rows_async(tile(j), with_data(dm, d.down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
+  const int lane = t % 32, id = lane < k ? ids[lane] : 0;
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  for (int j = 0; j < k; ++j)
+    copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
-  if (t < n) mix[t] = mix_t;
-  clear_route_sums(d.clear, d.clear_n);
-  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), d.act, 4, d.down.cols, n,
-                                     [&](int r) { return int64_t(r) * d.act_stride; });
-  const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, d.per, mix, [&](int j) { return j * tile_bytes; });
-  cp_async_wait<0>();
-  __syncthreads();  // every copy has landed
-  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, d.per, rows, d.out, r0);
 #endif
+  if (t < n) mix[t] = mix_t;
+  clear_route_sums(clear, clear_n);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
+  const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mbar_wait(&landed, 0);
+#else
+  cp_async_wait<0>();
+#endif
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
-// One token's down as down_async_kernel covers it: `per` output rows a block (one wave of blocks,
-// one per multiprocessor) in `smem` bytes, with `ppl` (row, chunk) pairs a lane; not valid where
-// the async form does not take this shape.
-DownLaunch down_async_plan(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
-                           const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
-                           const TopK& pick) {
-  DownLaunch d;
-  const int n = k + (s_down ? 1 : 0);
+// How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
+// multiprocessor; 0 where the async form does not take this shape) in `smem` bytes, with `ppl`
+// (row, chunk) pairs a lane.
+struct DownSplit {
+  int per = 0, ppl = 0;
+  size_t smem = 0;
+};
+DownSplit down_async_split(const DeviceMatrix& down, int n) {
   const int pairs = div_up(n * (down.cols / chunk_weights(down.format)), 32);
-  d.ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
+  const int ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
   const int align = async_row_align(down);
-  d.per = div_up(div_up(down.rows, sm_count()), align) * align;
-  d.smem = size_t(n) * d.per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
-  if (d.ppl == 0 || d.smem > kExpertAsyncMaxSmem) return {};
-  d.down = down;
-  d.s_down = s_down ? *s_down : DeviceMatrix{};
-  d.has_shared = s_down != nullptr;
-  d.k = k;
-  d.ids = ids;
-  d.weights = weights;
-  d.sgate = sgate;
-  d.act = act;
-  d.act_stride = width;
-  d.out = out;
-  d.clear = pick.sums;
-  d.clear_n = pick.E + 1;
-  d.valid = true;
-  return d;
+  const int per = div_up(div_up(down.rows, sm_count()), align) * align;
+  const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
+  if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
+  return {per, ppl, smem};
 }
 
 template <WFormat F, int PPL>
-void launch_down_async(const DownLaunch& d, cudaStream_t s) {
-  allow_dynamic_smem<down_async_kernel<F, PPL>>(d.smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(d.down.rows, d.per), 32 * kExpertAsyncWarps, d.smem, s, d);
-}
-template <WFormat F>
-void launch_down_async(const DownLaunch& d, cudaStream_t s) {
-  if (d.ppl == 3) launch_down_async<F, 3>(d, s);
-  else launch_down_async<F, 5>(d, s);
+void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
+                       const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
+                       DownSplit split, const TopK& pick, cudaStream_t s) {
+  allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
+             s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -615,7 +627,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
                        const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
                        const float* sgate, float* act, int width, StageNorm norm, TopK pick, const GemvOut& out,
-                       DownLaunch* defer, cudaStream_t s) {
+                       cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
@@ -642,14 +654,11 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   }
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
-  const DownLaunch d =
-      T == 1 ? down_async_plan(down, s_down, k, ids, weights, sgate, act, width, out, pick) : DownLaunch{};
-  if (d.valid && defer) {
-    *defer = d;  // the caller launches it
-    return;
-  }
-  if (d.valid)
-    launch_down_async<F>(d, s);
+  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
+  if (down_split.ppl == 3)
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
+  else if (down_split.ppl == 5)
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
@@ -763,14 +772,6 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
   PETREL_LAUNCHED("moe top-k");
 }
 
-void launch_down(const DownLaunch& d, cudaStream_t s) {
-  check(d.valid, "CUDA MoE: no down launch was kept back");
-  if (d.down.format == WFormat::Q4) launch_down_async<WFormat::Q4>(d, s);
-  else if (d.down.format == WFormat::Q8) launch_down_async<WFormat::Q8>(d, s);
-  else launch_down_async<WFormat::BF16>(d, s);
-  PETREL_LAUNCHED("moe down");
-}
-
 bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T) {
   return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
@@ -779,20 +780,19 @@ bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const De
 void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                 const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
                 int k, int* ids, float* weights, const float* sgate, float* act, StageNorm norm, TopK pick,
-                const GemvOut& out, cudaStream_t s, DownLaunch* defer) {
-  if (defer) defer->valid = false;
+                const GemvOut& out, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
     if (gate.format == WFormat::Q4)
       moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, pick, out, defer, s);
+                                     sgate, act, width, norm, pick, out, s);
     else if (gate.format == WFormat::Q8)
       moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, pick, out, defer, s);
+                                     sgate, act, width, norm, pick, out, s);
     else
       moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                       sgate, act, width, norm, pick, out, defer, s);
+                                       sgate, act, width, norm, pick, out, s);
     return;
   }
   check(!norm.w && !out.add && out.elem == 2 && !pick.any(),
