@@ -364,7 +364,7 @@ class CudaBackend final : public Backend {
     }
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
-    const int leave = h.rows == 1 && n > 1 ? cuda::down_decode_blocks() : 0;
+    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }

@@ -238,9 +238,6 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
-// Blocks of one token's MoE down projection (a multiprocessor each): the next layer's input
-// projections take the others and land their rows while down runs.
-int down_decode_blocks();
 // Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z

@@ -135,7 +135,6 @@ void gemv_staged_rows(const GemvSegments& segs, const void* x, int64_t x_stride,
 constexpr int kAsyncStages = 4;
 constexpr int kPreWaitTiles = 1;  // of the ring's first kAsyncStages tiles, those issued before the wait
 constexpr size_t kAsyncRingBytes = 192 * 1024;
-constexpr size_t kEarlyRingBytes = 207 * 1024;  // a launch beside down: all its rows in flight at once
 
 // Rows [0, rows) of tile a dotted with T staged activation rows, lpr lanes per row; keep as in
 // tile_rows_x1 (activation row 0).
@@ -174,7 +173,7 @@ enum class GemvEpilogue { None, RouteSums, Argmax };
 template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
-                      int ring_slots, StageNorm norm, int pre_wait) {
+                      int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -208,11 +207,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   };
   // The first tiles go out before waiting for x; x's loads go out before the rest (they would
   // queue behind them), while those tiles land.
-  for (int i = 0; i < pre_wait; ++i) issue(i);
+#pragma unroll
+  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-  for (int i = pre_wait; i < kAsyncStages; ++i) issue(i);
+#pragma unroll
+  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
@@ -252,8 +253,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
-inline int async_tile_rows(const DeviceMatrix& w, size_t ring_bytes = kAsyncRingBytes) {
-  const int align = async_row_align(w), rows = int(ring_bytes / kAsyncStages) / async_row_bytes(w);
+inline int async_tile_rows(const DeviceMatrix& w) {
+  const int align = async_row_align(w), rows = int(kAsyncRingBytes / kAsyncStages) / async_row_bytes(w);
   return rows - rows % align;
 }
 
@@ -293,7 +294,7 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   // the 16 warps a third row).
   int per_max = 0;
   for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
-  const int most = async_tile_rows(w0, segs.leave > 0 ? kEarlyRingBytes : kAsyncRingBytes), pass = 2 * kAsyncWarps;
+  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
   const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
   const int tile_rows = CPL > 0 && even <= most ? even : most;
   const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
@@ -310,7 +311,7 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
   const auto launch = [&](auto kernel) {
     launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
-               norm, segs.leave > 0 ? kAsyncStages : kPreWaitTiles);
+               norm);
     return blocks;
   };
   if constexpr (TMAX == 1) {

@@ -592,7 +592,7 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
   const int pairs = div_up(n * (down.cols / chunk_weights(down.format)), 32);
   const int ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
   const int align = async_row_align(down);
-  const int per = div_up(div_up(down.rows, down_decode_blocks()), align) * align;
+  const int per = div_up(div_up(down.rows, sm_count()), align) * align;
   const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
   if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
   return {per, ppl, smem};
@@ -849,7 +849,5 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
   combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride);
   PETREL_LAUNCHED("moe_combine");
 }
-
-int down_decode_blocks() { return sm_count() * 15 / 32; }
 
 }  // namespace petrel::cuda
