@@ -365,10 +365,8 @@ class CudaBackend final : public Backend {
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-    // A layer's input projections (not the LM head) start beside the down projection before them.
-    const bool beside = h.rows == 1 && n > 1 && p.mats[0]->format != cuda::WFormat::BF16;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
-                             stream_, leave, beside);
+                             stream_, leave);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).

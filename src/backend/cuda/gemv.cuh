@@ -525,7 +525,6 @@ __device__ __forceinline__ float row_dot_x1(const AsyncTile<F>& a, const ChunkMa
 // ---- Dot products of weights in shared memory with one activation row in registers: a block of
 // kAsyncWarps warps (the one-token async GEMV and the persistent DeltaNet layer) ----
 constexpr int kAsyncWarps = 16;
-constexpr int kBesideWarps = 8;  // GemvSegments::beside: 8 x 96 registers a thread fit beside down's block
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
 // `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
@@ -533,9 +532,9 @@ constexpr int kBesideWarps = 8;  // GemvSegments::beside: 8 x 96 registers a thr
 template <WFormat F, int CPL>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
                              float scale, const GemvOut& out, int first, float* keep) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int row = warp; row < rows; row += 2 * warps) {  // uniform per warp: shuffles are safe
-    const int row2 = row + warps;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
+    const int row2 = row + kAsyncWarps;
     const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
     if (lane == 0) {
       const float stored = write_out(out, first + row, v * scale);
@@ -556,17 +555,17 @@ template <WFormat F, int CPL>
 __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, int a_rows, const ChunkMatrix<F>& m,
                                   int rows, const ChunkX<F> (&xr)[CPL], float scale, const GemvOut& out, int first,
                                   float* keep) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mine = ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1);  // of the four rows, the one this lane ends with
-  for (int base = warp; base < rows; base += 4 * warps) {  // uniform per warp: shuffles are safe
+  for (int base = warp; base < rows; base += 4 * kAsyncWarps) {  // uniform per warp: shuffles are safe
     float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int row = base + warps * i;
+      const int row = base + kAsyncWarps * i;
       v[i] = row >= rows ? 0.0f : row < a_rows ? row_dot_x1(a, m, row, xr) : row_dot_x1(b, m, row - a_rows, xr);
     }
     const float total = warp_sum4(v);
-    const int row = base + warps * mine;
+    const int row = base + kAsyncWarps * mine;
     if (lane % 8 == 0 && row < rows) {
       const float stored = write_out(out, first + row, total * scale);
       if (keep) keep[row] = stored;

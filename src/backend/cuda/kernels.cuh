@@ -60,12 +60,6 @@ struct GemvSegments {
   int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
-  // One token: blocks of kBesideWarps warps that start beside the down projection's blocks before
-  // them (registers and shared memory for both on one multiprocessor) and copy every tile of
-  // their ring before the wait, so that a layer's input projections land while down runs.
-  bool beside = false;
-  const unsigned* issue_flags = nullptr;  // beside: wait for flags[smid] == issue_tag before copying
-  unsigned issue_tag = 0;
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   void add(const DeviceMatrix& m, const GemvOut& o) {
@@ -84,7 +78,7 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
 // (PDL) and can fetch what no earlier kernel writes while it runs.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0, bool beside = false);
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
@@ -244,10 +238,6 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
                      const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
-constexpr int kIssueFlags = 256;
-// Per-multiprocessor tags down_async_kernel writes once its copies are out, and the last tag used.
-const unsigned* down_issue_flags();
-unsigned last_down_tag();
 // Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z

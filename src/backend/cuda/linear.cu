@@ -142,7 +142,7 @@ template <WFormat F, int TMAX>
 __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st, int T,
                                  int lpr, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / lpr, sl = lane % lpr, pass = 32 / lpr;
-  for (int base = warp * pass; base < rows; base += blockDim.x / 32 * pass) {  // uniform per warp: shuffles are safe
+  for (int base = warp * pass; base < rows; base += kAsyncWarps * pass) {  // uniform per warp: shuffles are safe
     const int row = base + sub;
     float acc[TMAX] = {};
     if (row < rows)
@@ -207,28 +207,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   };
   // The first tiles go out before waiting for x; x's loads go out before the rest (they would
   // queue behind them), while those tiles land.
-  const int pre_wait = segs.beside ? kAsyncStages : kPreWaitTiles;
-  if (segs.beside) {  // this multiprocessor's down block sends its copies first (or 3 us pass)
-    if (threadIdx.x == 0) {
-      unsigned sm, v;
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-      const unsigned* f = segs.issue_flags + (sm % kIssueFlags);
-      unsigned long long t0, t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-      while (true) {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-        if (v == segs.issue_tag) break;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > 3000) break;
-      }
-    }
-    __syncthreads();
-  }
-  for (int i = 0; i < pre_wait; ++i) issue(i);
+#pragma unroll
+  for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-  for (int i = pre_wait; i < kAsyncStages; ++i) issue(i);
+#pragma unroll
+  for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
@@ -309,8 +294,7 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   // the 16 warps a third row).
   int per_max = 0;
   for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
-  const int warps = segs.beside ? kBesideWarps : kAsyncWarps;
-  const int most = async_tile_rows(w0), pass = 2 * warps;
+  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
   const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
   const int tile_rows = CPL > 0 && even <= most ? even : most;
   const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
@@ -326,7 +310,7 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
   const auto launch = [&](auto kernel) {
-    launch_pdl(kernel, blocks, 32 * warps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
+    launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
                norm);
     return blocks;
   };
@@ -494,18 +478,13 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
 
 // Runs of neighbouring matrices of one format and width: one launch each.
 void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
-                 int T, StageNorm norm, cudaStream_t s, int leave = 0, bool beside = false) {
+                 int T, StageNorm norm, cudaStream_t s, int leave = 0) {
   for (int i = 0; i < n;) {
     GemvSegments segs;
     for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format && ws[j]->cols == ws[i]->cols;
          ++j)
       segs.add(*ws[j], outs[j]);
     if (i + segs.n == n) segs.leave = leave;
-    segs.beside = beside && T == 1;
-    if (segs.beside) {
-      segs.issue_flags = down_issue_flags();
-      segs.issue_tag = last_down_tag();
-    }
     check_shapes(*ws[i], x_stride);
     gemv_staged(segs, x, x_stride, x_elem, T, norm, s);
     PETREL_LAUNCHED("gemv (several matrices)");
@@ -537,9 +516,9 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 }
 
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave, bool beside) {
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
-  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave, beside);
+  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
 }
 
 namespace {

@@ -9,8 +9,6 @@
 #include <type_traits>
 
 namespace petrel::cuda {
-// Each multiprocessor's last down block's tag, written once its expert copies are out.
-__device__ unsigned g_down_issued[kIssueFlags];
 namespace {
 
 constexpr int kWarps = 8;
@@ -384,9 +382,6 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
 // multiprocessor, all of its rows in flight at once (bf16 experts' rows do not fit: they keep the
 // register-streaming kernels, and a ring of tiles measured slower than those).
 constexpr int kExpertAsyncWarps = 16;
-// down_async_kernel's warps: 9 x 128 registers leave room for an input projection block of
-// kBesideWarps beside it (GemvSegments::beside), and two down blocks never share a multiprocessor.
-constexpr int kDownAsyncWarps = 9;
 constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 
 // grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
@@ -535,7 +530,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, unsigned tag) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -559,12 +554,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
-  __syncthreads();  // every expert's copies are out: the input projections beside may send theirs
-  if (t == 0) {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(g_down_issued + (sm % kIssueFlags)), "r"(tag) : "memory");
-  }
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
@@ -589,11 +578,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  down_rows<F, PPL, kDownAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
-
-unsigned g_last_down_tag = 0;
-unsigned next_down_tag() { return ++g_last_down_tag; }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
 // multiprocessor; 0 where the async form does not take this shape) in `smem` bytes, with `ppl`
@@ -617,9 +603,9 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
                        DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kDownAsyncWarps, split.smem, s, down,
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, next_down_tag());
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -863,12 +849,5 @@ void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const flo
   combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride);
   PETREL_LAUNCHED("moe_combine");
 }
-
-const unsigned* down_issue_flags() {
-  void* p = nullptr;
-  PETREL_CUDA(cudaGetSymbolAddress(&p, g_down_issued));
-  return static_cast<const unsigned*>(p);
-}
-unsigned last_down_tag() { return g_last_down_tag; }
 
 }  // namespace petrel::cuda
