@@ -173,7 +173,7 @@ enum class GemvEpilogue { None, RouteSums, Argmax };
 template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
-                      int ring_slots, StageNorm norm, int x_bulk_at) {
+                      int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -205,60 +205,15 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     if constexpr (E == GemvEpilogue::RouteSums) add_route_sums(route, route_cols, keep, r1 - r0);
     else if constexpr (E == GemvEpilogue::Argmax) leave_argmax_candidate(segs.argmax, keep, r0, r1 - r0, seg.w.rows);
   };
-  const auto x_row = [&](int t) { return t * x_stride; };
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // x_bulk_at > 0 (one fp32 row under a norm): every tile goes out before the wait and x comes
-  // after it by one bulk copy, which does not queue behind the tiles' cp.async; the norm's
-  // weights are loaded first.
-  __shared__ uint64_t x_landed;
-  StageInputs ahead;
-  if (x_bulk_at > 0) {
-    const int col = 8 * threadIdx.x;
-    if (col < seg.w.cols) {
-      const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm.w + col));
-      const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm.w + col) + 1);
-      const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ahead.w[i] = ws[i];
-    }
-    if (threadIdx.x == 0) {
-      mbar_init(&x_landed, 1);
-      mbar_init_fence();
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kAsyncStages; ++i) issue(i);
-    pdl_wait();
-    float* xb = reinterpret_cast<float*>(ring + x_bulk_at);
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect(&x_landed, seg.w.cols * 4);
-      bulk_copy(xb, x, seg.w.cols * 4, &x_landed);
-    }
-    mbar_wait(&x_landed, 0);
-    if (col < seg.w.cols) {
-      const float4 a = reinterpret_cast<const float4*>(xb + col)[0], b = reinterpret_cast<const float4*>(xb + col)[1];
-      const float vs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ahead.v[i] = vs[i];
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
-    pdl_wait();
-    ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-#pragma unroll
-    for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
-  }
-#else
   // The first tiles go out before waiting for x; x's loads go out before the rest (they would
   // queue behind them), while those tiles land.
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
+  const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
-#endif
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
@@ -352,18 +307,11 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
     segs.argmax.smem_at = div_up(int64_t(smem), 16) * 16;
     smem = segs.argmax.smem_at + size_t(per_max) * 4;
   }
-  // One fp32 row under a norm, no epilogue (the input projections): x by a bulk copy (see the kernel).
-  int x_bulk_at = 0;
-  if (CPL > 0 && T == 1 && norm.w && x_elem == 4 && !segs.route.sums && !segs.argmax.v &&
-      reinterpret_cast<uintptr_t>(x) % 16 == 0 && w0.cols % 8 == 0 && w0.cols / 8 <= 32 * kAsyncWarps) {
-    x_bulk_at = div_up(int64_t(smem), 16) * 16;
-    smem = x_bulk_at + size_t(w0.cols) * 4;
-  }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
   const auto launch = [&](auto kernel) {
     launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
-               norm, x_bulk_at);
+               norm);
     return blocks;
   };
   if constexpr (TMAX == 1) {
