@@ -13,7 +13,8 @@
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
 # how many passed: an unmeasured variant is checked and timed in one call.
 # Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] [--tests FILTER] VARIANT_DIR...
-# scripts/make-variant.sh NAME REV writes such a folder from a git revision or branch.
+# scripts/make-variant.sh NAME REV writes such a folder from a git revision or branch. Under the
+# device tool the per-variant JSON, test and error files come back packed in $OUT/variants.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 weights=int4
@@ -120,3 +121,8 @@ for name in names:
                 print(f"{'':28s} {label} {med([e[-1] - e[0] for e in ends]):.1f} us: " +
                       ", ".join(f"{n.split('<')[0]} +{s:.1f}" for n, s in zip(kernels[1:], steps)))
 PY
+# A device call brings back at most 8 files from $OUT: the variants' results travel as one archive
+# (tar xzf variants.tgz where the call's files land).
+if [ -n "${OUT:-}" ]; then
+  (cd "$logs" && tar czf variants.tgz variant-* && rm -f variant-*)
+fi
