@@ -121,8 +121,8 @@ for name in names:
                 print(f"{'':28s} {label} {med([e[-1] - e[0] for e in ends]):.1f} us: " +
                       ", ".join(f"{n.split('<')[0]} +{s:.1f}" for n, s in zip(kernels[1:], steps)))
 PY
-# A device call brings back at most 8 files from $OUT: the variants' results travel as one archive
-# (tar xzf variants.tgz where the call's files land).
+# A device call brings back at most 8 files from $OUT (read-only where they land: extract with
+# `tar xzf .../variants.tgz -C DIR`).
 if [ -n "${OUT:-}" ]; then
   (cd "$logs" && tar czf variants.tgz variant-* && rm -f variant-*)
 fi
