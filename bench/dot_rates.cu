@@ -284,6 +284,149 @@ __global__ void __launch_bounds__(kThreads, 1) mma_kernel(const uint4* tiles, co
   if (threadIdx.x == 0) stamps[blockIdx.x] = now_ns() - start;
 }
 
+// ---- mma2: the tensor-core form a decode GEMV could take ----
+// As mma (the block-diagonal B: lane t of each quad owns group 4Q + t's k slots), with three
+// changes that cut the integer work a weight from ~0.55 to ~0.28 instructions:
+//  - a warp keeps one quad of columns (256) for every tile, so its B fragments (x's two int8
+//    levels, per 64-value group) live in 16 registers, loaded once;
+//  - one mask a weight word, not two: the raw word (even code + 16 x odd code a byte) meets the
+//    odd activations, the masked word both the odd and the even ones, and
+//    raw·x_odd - even·x_odd = 16·Σ odd·x_odd exactly (three mmas a k step, one LOP a word);
+//  - the tiles keep the ring's row layout (rows of 1024 bytes), or a padded pitch (P) so that
+//    the 8 rows a load instruction reads fall on distinct banks.
+// The 16 warps split a 32-row tile as 2 row blocks x 8 quads; each quad's row sums meet in
+// shared memory once all tiles are done (one barrier a pass); TILE_SYNC adds a barrier after each
+// tile, as a ring that waits for each tile's copies would.
+template <int P>
+struct Mma2Smem {
+  uint8_t w[kRows][P];
+  uint16_t scales[kRows][kGroups], biases[kRows][kGroups];
+  uint4 b[kQuads][4][8];  // (quad, k step, lane g of t = g / 2): even b0, b1, odd b0, b1
+  float level_scale[kGroups], sum[kGroups];
+  float part[kQuads][kRows];
+};
+
+// Whole block, untimed: rows at pitch P, x as per-group levels in mma2's B fragments.
+template <int P>
+__device__ void mma2_stage(Mma2Smem<P>& sm, const uint4* tiles, const float* x) {
+  const char* src = reinterpret_cast<const char*>(tiles);
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks, t = r / kTileRows, tr = r % kTileRows;
+    *reinterpret_cast<uint4*>(&sm.w[r][c * 16]) =
+        *reinterpret_cast<const uint4*>(src + size_t(t) * kSlotBytes + (tr * kChunks + c) * 16);
+  }
+  for (int i = threadIdx.x; i < kRows * kGroups; i += kThreads) {
+    const int r = i / kGroups, g = i % kGroups, t = r / kTileRows, tr = r % kTileRows;
+    const uint16_t* sb = reinterpret_cast<const uint16_t*>(src + size_t(t) * kSlotBytes + kTileRows * kChunks * 16);
+    sm.scales[r][g] = sb[tr * kGroups + g];
+    sm.biases[r][g] = sb[kTileRows * kGroups + tr * kGroups + g];
+  }
+  __shared__ int8_t levels[2][kCols];
+  for (int g = threadIdx.x; g < kGroups; g += kThreads) {
+    float mx = 0.0f, sum = 0.0f;
+    for (int i = 0; i < kGroup; ++i) {
+      mx = fmaxf(mx, fabsf(x[g * kGroup + i]));
+      sum += x[g * kGroup + i];
+    }
+    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+    for (int i = 0; i < kGroup; ++i) {
+      const float t = x[g * kGroup + i] * inv, x1 = rintf(t);
+      levels[0][g * kGroup + i] = int8_t(x1);
+      levels[1][g * kGroup + i] = int8_t(__float2int_rn((t - x1) * 127.0f));
+    }
+    sm.level_scale[g] = mx / (127.0f * 127.0f);
+    sm.sum[g] = sum;
+  }
+  __syncthreads();
+  // Lane g of t = g / 2 holds level g % 2 of group 4q + t. At k step s its slots meet words 2s
+  // (b0) and 2s + 1 (b1) of the group's row bytes: byte j of word w holds codes 8w + 2j (low
+  // nibble) and 8w + 2j + 1 (high).
+  for (int i = threadIdx.x; i < kQuads * 4 * 8; i += kThreads) {
+    const int q = i / 32, s = i / 8 % 4, g = i % 8, t = g / 2;
+    const int8_t* lv = levels[g % 2] + (4 * q + t) * kGroup;
+    uint32_t v[4] = {};
+    for (int k = 0; k < 4; ++k)  // even b0, even b1, odd b0, odd b1
+      for (int j = 0; j < 4; ++j) {
+        const int code = 8 * (2 * s + k % 2) + 2 * j + k / 2;
+        v[k] |= uint32_t(uint8_t(lv[code])) << (8 * j);
+      }
+    sm.b[q][s][g] = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  __syncthreads();
+}
+
+enum Mma2Form { kRawTrick, kTwoMasks, kOneMma };
+template <int P, bool TILE_SYNC, Mma2Form FORM = kRawTrick>
+__global__ void __launch_bounds__(kThreads, 1) mma2_kernel(const uint4* tiles, const float* x, float* out, uint64_t* stamps) {
+  extern __shared__ float4 smem4[];
+  Mma2Smem<P>& sm = *reinterpret_cast<Mma2Smem<P>*>(smem4);
+  mma2_stage(sm, tiles, x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rb = warp / kQuads, q = warp % kQuads, group = 4 * q + t;
+  uint4 b[4];  // this lane's B fragments for its quad, every k step
+#pragma unroll
+  for (int s = 0; s < 4; ++s) b[s] = t == g / 2 ? sm.b[q][s][g] : make_uint4(0, 0, 0, 0);
+  const float ls = sm.level_scale[group], xsum = sm.sum[group];
+  const uint64_t start = now_ns();
+  for (int rep = 0; rep < kReps; ++rep) {
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile) {
+      const int r0 = tile * kTileRows + 16 * rb + g;  // rows r0 and r0 + 8
+      uint4 w[2][2];                                    // [row r0, r0 + 8][words 0-3, 4-7] of the group
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* p = &sm.w[r0 + 8 * h][group * 32];
+        w[h][0] = *reinterpret_cast<const uint4*>(p);
+        w[h][1] = *reinterpret_cast<const uint4*>(p + 16);
+      }
+      int raw_odd[4] = {}, even_odd[4] = {}, even_even[4] = {};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint4& u = w[0][s / 2];
+        const uint4& v = w[1][s / 2];
+        const uint32_t raw[4] = {s % 2 ? u.z : u.x, s % 2 ? v.z : v.x, s % 2 ? u.w : u.y, s % 2 ? v.w : v.y};
+        const uint32_t even[4] = {raw[0] & 0x0F0F0F0Fu, raw[1] & 0x0F0F0F0Fu, raw[2] & 0x0F0F0F0Fu,
+                                  raw[3] & 0x0F0F0F0Fu};
+        if constexpr (FORM == kRawTrick) {
+          mma_u8s8(raw_odd, raw, b[s].z, b[s].w);
+          mma_u8s8(even_odd, even, b[s].z, b[s].w);
+        } else if constexpr (FORM == kTwoMasks) {  // raw_odd holds 16·Σ odd·x_odd itself
+          const uint32_t odd16[4] = {raw[0] & 0xF0F0F0F0u, raw[1] & 0xF0F0F0F0u, raw[2] & 0xF0F0F0F0u,
+                                     raw[3] & 0xF0F0F0F0u};
+          mma_u8s8(raw_odd, odd16, b[s].z, b[s].w);
+        }
+        mma_u8s8(even_even, even, b[s].x, b[s].y);
+      }
+      float acc[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // accumulators 2h, 2h + 1: row r0 + 8h, levels x1, x2
+        const int l1 = even_even[2 * h] + ((raw_odd[2 * h] - even_odd[2 * h]) >> 4);
+        const int l2 = even_even[2 * h + 1] + ((raw_odd[2 * h + 1] - even_odd[2 * h + 1]) >> 4);
+        const int r = r0 + 8 * h;
+        const float sc = __bfloat162float(__ushort_as_bfloat16(sm.scales[r][group]));
+        const float bi = __bfloat162float(__ushort_as_bfloat16(sm.biases[r][group]));
+        acc[h] = sc * (ls * float(127 * l1 + l2)) + bi * xsum;
+        acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
+        acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
+      }
+      if (t == 0) {
+        sm.part[q][r0] = acc[0];
+        sm.part[q][r0 + 8] = acc[1];
+      }
+      if constexpr (TILE_SYNC) __syncthreads();  // a tile at a time, as its copies land in a GEMV ring
+    }
+    __syncthreads();
+    if (threadIdx.x < kRows) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kQuads; ++i) v += sm.part[i][threadIdx.x];
+      out[blockIdx.x * kRows + threadIdx.x] = v;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) stamps[blockIdx.x] = now_ns() - start;
+}
+
 using DotKernel = void (*)(const uint4*, const float*, float*, uint64_t*);
 
 // Median over 5 launches (after a warm-up) of the median block's ns a 32-row tile.
@@ -371,6 +514,17 @@ int main() {
   report("four-rows", run<kFourRows>(sms, tiles, x, out, stamps, smem));
   report("one-level", run<kOneLevel>(sms, tiles, x, out, stamps, smem));
   report("mma", tile_ns(mma_kernel, sms, tiles, x, out, stamps, sizeof(MmaSmem)));
+  const std::vector<float> mma_rows = rows_of();
+  constexpr int kRing = kChunks * 16, kPadded = kRing + 16;
+  report("mma2", tile_ns(mma2_kernel<kRing, false>, sms, tiles, x, out, stamps, sizeof(Mma2Smem<kRing>)));
+  const std::vector<float> mma2_rows = rows_of();
+  report("mma2-sync", tile_ns(mma2_kernel<kRing, true>, sms, tiles, x, out, stamps, sizeof(Mma2Smem<kRing>)));
+  report("mma2-pads", tile_ns(mma2_kernel<kPadded, true>, sms, tiles, x, out, stamps, sizeof(Mma2Smem<kPadded>)));
+  report("mma2-2mask", tile_ns(mma2_kernel<kPadded, false, kTwoMasks>, sms, tiles, x, out, stamps,
+                                sizeof(Mma2Smem<kPadded>)));
+  report("mma2-1mma", tile_ns(mma2_kernel<kPadded, false, kOneMma>, sms, tiles, x, out, stamps,
+                               sizeof(Mma2Smem<kPadded>)));
+  report("mma2-pad", tile_ns(mma2_kernel<kPadded, false>, sms, tiles, x, out, stamps, sizeof(Mma2Smem<kPadded>)));
   // Both forms against the exact product of the same codes, scales and activations (fp64).
   std::vector<double> exact(kRows);
   for (int r = 0; r < kRows; ++r) {
@@ -397,8 +551,8 @@ int main() {
     for (size_t i = 0; i < v.size(); ++i) worst = std::max(worst, std::fabs(double(v[i]) - exact[i % kRows]));
     return worst / double(scale);
   };
-  const std::vector<float> mma_rows = rows_of();
-  std::printf("  largest error against the exact product, of the largest value: kernel %.2e, mma %.2e\n", error(base),
-              error(mma_rows));
+  std::printf("  largest error against the exact product, of the largest value: kernel %.2e, mma %.2e, mma2 %.2e, "
+              "mma2-pad %.2e\n",
+              error(base), error(mma_rows), error(mma2_rows), error(rows_of()));
   return 0;
 }
