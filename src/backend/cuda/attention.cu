@@ -579,7 +579,7 @@ __device__ __forceinline__ void cluster_store2(float* p, int rank, float x, floa
 }
 #endif
 
-constexpr int kScorePitch = kMmaKeys + 8;  // floats a row of a tile's shared scores (spreads the banks)
+constexpr int kScorePitch = 2 * kMmaKeys + 8;  // floats a row of two tiles' shared scores (spreads the banks)
 constexpr int kClusterWarps = 8;  // a cluster block's warps: each scores an eighth of a tile's keys
 constexpr int kClusterKeys = kCudaClusterAttentionKeys;  // one cluster a KV head up to here
 constexpr int kWideClusterKeys = kCudaWideClusterAttentionKeys;  // several, beyond, up to here
@@ -654,7 +654,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   __shared__ float norm_w[2][D];                               // q and k norm weights
   __shared__ float normed[kClusterWarps][D];                   // each warp's head from norm_rope_head
   __shared__ __align__(16) bf16 k_new[D];                      // the new key, normed and rotated
-  __shared__ __align__(16) float sS[16 * kScorePitch];         // a tile's scores, shared by the warps
+  __shared__ __align__(16) float sS[16 * kScorePitch];         // a tile's (or two) scores, shared by the warps
   __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
   __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
   const uint32_t sQ = smem_addr(smem);
@@ -747,7 +747,19 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int tile = 0; tile < tiles; ++tile) {
+  if (tiles == 2) {  // both stages were in flight from the start: one pass over their keys (one chain, not two)
+    cp_async_wait<0>();
+    __syncthreads();  // both tiles (and the new key's row) in shared memory
+    float mine[2][4], s[2 * kMmaKeys / 8][4];
+    const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
+    scores_pair<D>(sQ, sKs, lane, mine);
+    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
+    mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
+    online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
+    accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
+  }
+  for (int tile = 0; tiles != 2 && tile < tiles; ++tile) {
     cp_async_wait<1>();
     __syncthreads();  // the tile (and the new key's row) in shared memory
     const int n = keys_in(tile);

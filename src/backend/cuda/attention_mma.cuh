@@ -55,17 +55,37 @@ __device__ __forceinline__ void scores(uint32_t sQ, uint32_t sK, int q0, int lan
   }
 }
 
-// The whole tile's scores in every warp, from each warp's share: warp w scored keys [KW·w,
-// KW·(w+1)) into `mine`, and leaves with all KEYS keys in s (the same C layout), through sS
-// ([16][KEYS + 8] floats). Whole block; sS is free again after the block's next barrier.
-template <int KEYS, int KW>
+// Both tiles' scores of one key block: s[t] = (the 16 query rows of sQ)·Kᵀ over the 8 keys at
+// sK[t], raw dot products; each k step's Q fragment serves the two (two independent mma chains).
+template <int D>
+__device__ __forceinline__ void scores_pair(uint32_t sQ, const uint32_t (&sK)[2], int lane, float s[2][4]) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, sQ + swz<D>(lane % 16, 16 * kk + 8 * (lane / 16)));
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      uint32_t b[2];
+      ldmatrix_x2(b, sK[t] + swz<D>(lane % 8, 16 * kk + 8 * ((lane / 8) % 2)));
+      mma_bf16(s[t], a, b[0], b[1]);
+    }
+  }
+}
+
+// The whole tile's scores in every warp, from each warp's share: warp w scored its KW keys into
+// `mine`, fragment b being keys [W·w + F·b, +8) (W = KW, F = 8: the warp's keys in one run), and
+// leaves with all KEYS keys in s (the same C layout), through sS ([16][KEYS + 8] floats). Whole
+// block; sS is free again after the block's next barrier.
+template <int KEYS, int KW, int W = KW, int F = 8>
 __device__ __forceinline__ void share_scores(float* sS, const float mine[KW / 8][4], int warp, int lane,
                                              float s[KEYS / 8][4]) {
   constexpr int P = KEYS + 8;
   const int g = lane / 4, c = 2 * (lane % 4);
 #pragma unroll
   for (int b = 0; b < KW / 8; ++b) {
-    const int col = KW * warp + 8 * b + c;
+    const int col = W * warp + F * b + c;
     *reinterpret_cast<float2*>(sS + g * P + col) = make_float2(mine[b][0], mine[b][1]);
     *reinterpret_cast<float2*>(sS + (g + 8) * P + col) = make_float2(mine[b][2], mine[b][3]);
   }
