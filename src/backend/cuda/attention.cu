@@ -682,8 +682,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(0);
     issue(1);
   }
-  // q's and k's rotation angles (the same position), before the wait: rotary <= D <= 256
-  const RopeAngles<D / 64> angles = rope_angles<D / 64>(a.rotary, a.theta, float(pos));
   float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -713,9 +711,10 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
   }
   __syncthreads();  // the raw heads and the weights in shared memory
+  const float position = float(pos);
   for (int item = warp; item < items; item += kClusterWarps) {
     const bool is_k = item == G;
-    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, angles, normed[warp]);
+    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
     for (int c = lane; c < chunks; c += 32) {
       uint4 v;
       bf16* b = reinterpret_cast<bf16*>(&v);

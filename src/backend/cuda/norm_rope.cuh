@@ -7,9 +7,11 @@ namespace petrel::cuda {
 
 constexpr int kNormRopeMaxPer = 16;  // D / 32: head_dim up to 512
 
-// One warp: head p (D values) normalised with weights w into hv (D floats of shared memory),
-// rounded to bf16 as it would be stored.
-__device__ __forceinline__ void norm_head(const bf16* p, const float* w, int D, float eps, float* hv) {
+// One warp: head p (D values) normalised with weights w, then its first `rotary` dims rotated in
+// pairs (j, j + rotary/2) at `position`; the result, rounded to bf16 as it would be stored, is left
+// in hv (D floats of shared memory). The head, its weights and the position are one round trip.
+__device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, int D, float eps, int rotary,
+                                               float theta, float position, float* hv) {
   const int lane = threadIdx.x % 32, per = D / 32;
   float v[kNormRopeMaxPer], wv[kNormRopeMaxPer];
 #pragma unroll
@@ -25,62 +27,15 @@ __device__ __forceinline__ void norm_head(const bf16* p, const float* w, int D, 
   for (int i = 0; i < kNormRopeMaxPer; ++i)
     if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * wv[i]));
   __syncwarp();
-}
-
-// Pair j of a head with `rotary` rotated dims: its angle at `position` in fp32 as HF computes it.
-__device__ __forceinline__ void rope_angle(int j, int rotary, float theta, float position, float& sn, float& cs) {
-  const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
-  sincosf(position * inv_freq, &sn, &cs);
-}
-
-// NeoX rotation of hv's dims j and j + rotary/2 (j < rotary/2) by angle (sn, cs), rounded to bf16.
-__device__ __forceinline__ void rotate_pair(float* hv, int j, int half, float sn, float cs) {
-  const float x0 = hv[j], x1 = hv[j + half];
-  hv[j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
-  hv[j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
-}
-
-// One warp: head p (D values) normalised with weights w, then its first `rotary` dims rotated in
-// pairs (j, j + rotary/2) at `position`; the result, rounded to bf16 as it would be stored, is left
-// in hv (D floats of shared memory). The head, its weights and the position are one round trip.
-__device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, int D, float eps, int rotary,
-                                               float theta, float position, float* hv) {
-  norm_head(p, w, D, eps, hv);
+  // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
   const int half = rotary / 2;
-  for (int j = threadIdx.x % 32; j < half; j += 32) {
+  for (int j = lane; j < half; j += 32) {
+    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
     float sn, cs;
-    rope_angle(j, rotary, theta, position, sn, cs);
-    rotate_pair(hv, j, half, sn, cs);
-  }
-  __syncwarp();
-}
-
-// This lane's angles of up to 32·P pairs (pair j = lane + 32i), worked out where the position is
-// known early (before a kernel's dependency wait); norm_rope_head with them gives the same bits.
-template <int P>
-struct RopeAngles {
-  float sn[P], cs[P];
-};
-template <int P>
-__device__ __forceinline__ RopeAngles<P> rope_angles(int rotary, float theta, float position) {
-  RopeAngles<P> r;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const int j = threadIdx.x % 32 + 32 * i;
-    r.sn[i] = 0.0f;
-    r.cs[i] = 1.0f;
-    if (j < rotary / 2) rope_angle(j, rotary, theta, position, r.sn[i], r.cs[i]);
-  }
-  return r;
-}
-template <int P>
-__device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, int D, float eps, int rotary,
-                                               const RopeAngles<P>& ang, float* hv) {
-  norm_head(p, w, D, eps, hv);
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const int j = threadIdx.x % 32 + 32 * i;
-    if (j < rotary / 2) rotate_pair(hv, j, rotary / 2, ang.sn[i], ang.cs[i]);
+    sincosf(position * inv_freq, &sn, &cs);
+    const float x0 = hv[j], x1 = hv[j + half];
+    hv[j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
+    hv[j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
   }
   __syncwarp();
 }
