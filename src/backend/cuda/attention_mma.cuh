@@ -56,15 +56,11 @@ __device__ __forceinline__ void scores(uint32_t sQ, uint32_t sK, int q0, int lan
 }
 
 // Both tiles' scores of one key block: s[t] = (the 16 query rows of sQ)·Kᵀ over the 8 keys at
-// sK[t], raw dot products; each k step's Q fragment serves the two (even and odd k steps summed
-// apart: four independent mma chains).
+// sK[t], raw dot products; each k step's Q fragment serves the two (two independent mma chains).
 template <int D>
 __device__ __forceinline__ void scores_pair(uint32_t sQ, const uint32_t (&sK)[2], int lane, float s[2][4]) {
-  float odd[2][4];  // the odd k steps' sums: four chains of D/32 mmas instead of two of D/16
 #pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[t][e] = odd[t][e] = 0.0f;
+  for (int t = 0; t < 2; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t a[4];
@@ -73,13 +69,9 @@ __device__ __forceinline__ void scores_pair(uint32_t sQ, const uint32_t (&sK)[2]
     for (int t = 0; t < 2; ++t) {
       uint32_t b[2];
       ldmatrix_x2(b, sK[t] + swz<D>(lane % 8, 16 * kk + 8 * ((lane / 8) % 2)));
-      mma_bf16(kk % 2 ? odd[t] : s[t], a, b[0], b[1]);
+      mma_bf16(s[t], a, b[0], b[1]);
     }
   }
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[t][e] += odd[t][e];
 }
 
 // The whole tile's scores in every warp, from each warp's share: warp w scored its KW keys into
