@@ -638,7 +638,8 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 // where `settled`), after normalising and rotating the group's q (and, in the block of the last
 // range, the new k, which it appends) with norm_rope_head from one round trip of loads. Each warp
 // scores its eighth of a tile's keys; the scores meet in shared memory, and every warp then sums
-// its eighth of the dims. Each range's record is pushed into the blocks that merge it (block r
+// its eighth of the dims. A range of two tiles (both copied from the start) is one such pass over
+// their 128 keys: one chain of scores, exchange and softmax where two in turn cost ~2 us more. Each range's record is pushed into the blocks that merge it (block r
 // merges outputs [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial
 // kernel and the combine in one launch. With C > 1 each block leaves its cluster's merge of its
 // slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
