@@ -167,22 +167,25 @@ __device__ __forceinline__ void mma_u8s8(int d[4], const uint32_t a[4], uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Whole block, untimed: the tiles' rows in the mma layout, and x staged as B fragments (d = max|x|/127
-// per group, x1 = round(x/d), x2 = round(127·(x/d − x1)), as stage_rows does per chunk).
-__device__ void mma_stage(MmaSmem& sm, const uint4* tiles, const float* x) {
+// Whole block, untimed: the tiles' rows at pitch P (w), their scales and biases, and x as two
+// int8 levels per 64-value group (d = max|x|/127 per group, x1 = round(x/d), x2 = round(127·(x/d −
+// x1)), as stage_rows does per chunk) with each group's level scale d/127² and Σx.
+template <int P>
+__device__ void stage_for_mma(uint8_t (*w)[P], uint16_t (*scales)[kGroups], uint16_t (*biases)[kGroups],
+                              float* level_scale, float* group_sum, int8_t (*levels)[kCols], const uint4* tiles,
+                              const float* x) {
   const char* src = reinterpret_cast<const char*>(tiles);
   for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks, t = r / kTileRows, tr = r % kTileRows;
-    *reinterpret_cast<uint4*>(&sm.w[r][c * 16]) =
+    *reinterpret_cast<uint4*>(&w[r][c * 16]) =
         *reinterpret_cast<const uint4*>(src + size_t(t) * kSlotBytes + (tr * kChunks + c) * 16);
   }
   for (int i = threadIdx.x; i < kRows * kGroups; i += kThreads) {
     const int r = i / kGroups, g = i % kGroups, t = r / kTileRows, tr = r % kTileRows;
     const uint16_t* sb = reinterpret_cast<const uint16_t*>(src + size_t(t) * kSlotBytes + kTileRows * kChunks * 16);
-    sm.scales[r][g] = sb[tr * kGroups + g];
-    sm.biases[r][g] = sb[kTileRows * kGroups + tr * kGroups + g];
+    scales[r][g] = sb[tr * kGroups + g];
+    biases[r][g] = sb[kTileRows * kGroups + tr * kGroups + g];
   }
-  __shared__ int8_t levels[2][kCols];
   for (int g = threadIdx.x; g < kGroups; g += kThreads) {
     float mx = 0.0f, sum = 0.0f;
     for (int i = 0; i < kGroup; ++i) {
@@ -195,10 +198,16 @@ __device__ void mma_stage(MmaSmem& sm, const uint4* tiles, const float* x) {
       levels[0][g * kGroup + i] = int8_t(x1);
       levels[1][g * kGroup + i] = int8_t(__float2int_rn((t - x1) * 127.0f));
     }
-    sm.level_scale[g] = mx / (127.0f * 127.0f);
-    sm.sum[g] = sum;
+    level_scale[g] = mx / (127.0f * 127.0f);
+    group_sum[g] = sum;
   }
   __syncthreads();
+}
+
+// Whole block, untimed: stage_for_mma, then x's levels as B fragments in the mma layout.
+__device__ void mma_stage(MmaSmem& sm, const uint4* tiles, const float* x) {
+  __shared__ int8_t levels[2][kCols];
+  stage_for_mma<kRowPitch>(sm.w, sm.scales, sm.biases, sm.level_scale, sm.sum, levels, tiles, x);
   // Lane (n = lane / 4, t = lane % 4) holds column n's slots of thread t: non-zero where t = n / 2
   // (group 4Q + t, level n % 2). At k step s thread t's slots hold words 2s (slots 4t..) and 2s + 1
   // (slots 16 + 4t..) of its group: codes 16s + 2i (+ 8 for the second word), + 1 for the odd ones.
@@ -309,35 +318,8 @@ struct Mma2Smem {
 // Whole block, untimed: rows at pitch P, x as per-group levels in mma2's B fragments.
 template <int P>
 __device__ void mma2_stage(Mma2Smem<P>& sm, const uint4* tiles, const float* x) {
-  const char* src = reinterpret_cast<const char*>(tiles);
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks, t = r / kTileRows, tr = r % kTileRows;
-    *reinterpret_cast<uint4*>(&sm.w[r][c * 16]) =
-        *reinterpret_cast<const uint4*>(src + size_t(t) * kSlotBytes + (tr * kChunks + c) * 16);
-  }
-  for (int i = threadIdx.x; i < kRows * kGroups; i += kThreads) {
-    const int r = i / kGroups, g = i % kGroups, t = r / kTileRows, tr = r % kTileRows;
-    const uint16_t* sb = reinterpret_cast<const uint16_t*>(src + size_t(t) * kSlotBytes + kTileRows * kChunks * 16);
-    sm.scales[r][g] = sb[tr * kGroups + g];
-    sm.biases[r][g] = sb[kTileRows * kGroups + tr * kGroups + g];
-  }
   __shared__ int8_t levels[2][kCols];
-  for (int g = threadIdx.x; g < kGroups; g += kThreads) {
-    float mx = 0.0f, sum = 0.0f;
-    for (int i = 0; i < kGroup; ++i) {
-      mx = fmaxf(mx, fabsf(x[g * kGroup + i]));
-      sum += x[g * kGroup + i];
-    }
-    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-    for (int i = 0; i < kGroup; ++i) {
-      const float t = x[g * kGroup + i] * inv, x1 = rintf(t);
-      levels[0][g * kGroup + i] = int8_t(x1);
-      levels[1][g * kGroup + i] = int8_t(__float2int_rn((t - x1) * 127.0f));
-    }
-    sm.level_scale[g] = mx / (127.0f * 127.0f);
-    sm.sum[g] = sum;
-  }
-  __syncthreads();
+  stage_for_mma<P>(sm.w, sm.scales, sm.biases, sm.level_scale, sm.sum, levels, tiles, x);
   // Lane g of t = g / 2 holds level g % 2 of group 4q + t. At k step s its slots meet words 2s
   // (b0) and 2s + 1 (b1) of the group's row bytes: byte j of word w holds codes 8w + 2j (low
   // nibble) and 8w + 2j + 1 (high).
