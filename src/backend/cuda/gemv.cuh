@@ -598,34 +598,22 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
 }
 
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
-// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows
-// row, row + WARPS and row + 2·WARPS in one pass (a block's 40 rows: one pass, where two rows a
-// pass left half the warps a second one), gate and up: the first two rows' four sums reduced
-// together (warp_sum4: bench/dot_rates' faster form), the third's beside them in a second
-// warp_sum4 (the same values bit for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and
-// 24 with its up sum.
+// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
+// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
                                              const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
                                              float scale, float* act) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = warp; row < rows; row += 3 * WARPS) {  // uniform per warp: shuffles are safe
-    const int row2 = row + WARPS, row3 = row + 2 * WARPS;
-    const bool two = row2 < rows, three = row3 < rows;
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
+    const int row2 = row + WARPS;
+    const bool two = row2 < rows;
     const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
                         two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
-    float v3[4] = {};
-    if (three) {
-      v3[0] = row_dot_x1(gt, gm, row3, xr);
-      v3[1] = row_dot_x1(ut, um, row3, xr);
-    }
     const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
     const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
     if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
-    if (three) {
-      const float total3 = warp_sum4(v3), u3 = __shfl_down_sync(0xffffffffu, total3, 8);
-      if (lane == 0) act[row3] = siluf_(total3 * scale) * (u3 * scale);
-    }
   }
 }
 
