@@ -951,7 +951,7 @@ int attention_cluster_width(int n_keys, int Hq, int Hkv, int D) {
     return 0;
   const int fit = (D == 128 ? resident_clusters<128>() : resident_clusters<256>()) / Hkv;
   if (n_keys <= kClusterKeys) return fit >= 1 ? 1 : 0;
-  return fit >= 2 ? 2 : 0;
+  return fit >= 2 ? std::min(fit, kMaxClusterWidth) : 0;
 }
 
 void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s) {
