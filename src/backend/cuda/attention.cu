@@ -639,9 +639,10 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 // range, the new k, which it appends) with norm_rope_head from one round trip of loads. Each warp
 // scores its eighth of a tile's keys; the scores meet in shared memory, and every warp then sums
 // its eighth of the dims. A range of two tiles (both copied from the start) is one such pass over
-// their 128 keys: one chain of scores, exchange and softmax where two in turn cost ~2 us more. Each range's record is pushed into the blocks that merge it (block r
-// merges outputs [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial
-// kernel and the combine in one launch. With C > 1 each block leaves its cluster's merge of its
+// their 128 keys: one chain of scores, exchange and softmax where two in turn cost ~2 us more.
+// Each range's record is pushed into the blocks that merge it (block r merges outputs
+// [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial kernel and the
+// combine in one launch. With C > 1 each block leaves its cluster's merge of its
 // slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
@@ -655,7 +656,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   __shared__ float norm_w[2][D];                               // q and k norm weights
   __shared__ float normed[kClusterWarps][D];                   // each warp's head from norm_rope_head
   __shared__ __align__(16) bf16 k_new[D];                      // the new key, normed and rotated
-  __shared__ __align__(16) float sS[16 * kScorePitch];         // a tile's (or two) scores, shared by the warps
+  __shared__ __align__(16) float sS[16 * kScorePitch];         // one or two tiles' scores, shared by the warps
   __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
   __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
   const uint32_t sQ = smem_addr(smem);
@@ -760,7 +761,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
     accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
   }
-  for (int tile = 0; tiles != 2 && tile < tiles; ++tile) {
+  for (int tile = 0; tiles != 2 && tile < tiles; ++tile) {  // other ranges: a tile at a time
     cp_async_wait<1>();
     __syncthreads();  // the tile (and the new key's row) in shared memory
     const int n = keys_in(tile);
