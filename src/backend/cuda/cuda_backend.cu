@@ -145,7 +145,6 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      expert_handoffs_ = alloc_raw<cuda::ExpertHandoff>(c.n_layers);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -313,7 +312,6 @@ class CudaBackend final : public Backend {
       cuda::embed(weights_->matrix(table), m_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
                   {m_pos_, d_pos_});
       end_programmatic_chain();
-      handoffs_recorded_ = 0;
       return;
     }
     PETREL_CUDA(cudaMemcpyAsync(d_ids_, h_ids_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
@@ -585,10 +583,6 @@ class CudaBackend final : public Backend {
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
-    if (capturing()) {  // a recorded step: down copies its experts' rows before its wait
-      check(handoffs_recorded_ < c_.n_layers, "CUDA MoE: more MoE layers in a recorded step than the model has");
-      pick.handoff = expert_handoffs_ + handoffs_recorded_++;
-    }
     const cuda::GemvOut out{h.data, h.stride, h.elem_size, /*add=*/true};
     const cuda::StageNorm staged_norm{weights_->vec(norm), eps};
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
@@ -894,8 +888,6 @@ class CudaBackend final : public Backend {
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
-  cuda::ExpertHandoff* expert_handoffs_ = nullptr;  // one per MoE layer of a recorded step (TopK::handoff)
-  int handoffs_recorded_ = 0;                       // of the step being recorded
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;
 };

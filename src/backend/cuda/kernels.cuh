@@ -272,17 +272,7 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
 // logits, or its sums (RouteSums, E + 1 with the shared gate's), from which a shared-expert block
 // (block (0, 0) where there is none) also derives the weights and the shared expert's gate (sgate)
 // once it has the norm's rsqrt.
-// A recorded step's hand-over from one-token gate+up to down, one per MoE layer of the step: the
-// routed gate+up blocks count themselves once their rows have landed and the id-writing block flags
-// its ids; down's blocks, seeing both, copy their experts' rows before their PDL wait (not earlier:
-// rows asked for while gate+up's land meet them in HBM). The last down block to look sets the words
-// back to zero for the next replay.
-struct ExpertHandoff {
-  unsigned landed = 0, ids_ready = 0, looked = 0;
-};
-
 struct TopK {
-  ExpertHandoff* handoff = nullptr;  // a recorded step's (the async expert kernels only)
   const float* logits = nullptr;
   unsigned long long* sums = nullptr;
   float* sgate = nullptr;  // with sums and a shared expert

@@ -2,7 +2,6 @@
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
 #include "backend/cuda/gemv.cuh"
-#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/topk.cuh"
 
@@ -431,14 +430,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  // The ids (written before stage_rows' barriers) flagged for down while this block's rows land:
-  // the fence waits there, off the path.
-  if (writer && pick.handoff && threadIdx.x == 0) {
-    __threadfence();
-    atomicExch(&pick.handoff->ids_ready, 1u);
-  }
-  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0,
-                                                      routed && pick.handoff ? &pick.handoff->landed : nullptr);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -538,8 +530,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, ExpertHandoff* handoff,
-                      unsigned gate_blocks) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -559,31 +550,10 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
-  // In a recorded step (handoff) the routed rows go out before the wait, once every routed gate+up
-  // block's rows have landed and the ids are flagged: thread 0 looks, then warp 0's lanes read the
-  // ids through L2.
-  bool last_to_look = false;
-  if (handoff && t < 32) {
-    if (t == 0) {
-      const unsigned long long start = global_ns();
-      unsigned count, ready;
-      while (true) {
-        asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(count) : "l"(&handoff->landed) : "memory");
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(&handoff->ids_ready) : "memory");
-        if (count >= gate_blocks && ready) break;
-        __nanosleep(32);
-        if (global_ns() - start > kCountTimeoutNs) __trap();
-      }
-    }
-    __syncwarp();
-    if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(__ldcg(ids + t))), r0, rows, &landed);
-    if (t == 0) last_to_look = atomicAdd(&handoff->looked, 1u) == gridDim.x - 1;
-  }
   pdl_wait();
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-  if (!handoff && t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
-  if (last_to_look) *handoff = ExpertHandoff{};  // every block has looked: ready for the next replay
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
@@ -631,11 +601,11 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
 template <WFormat F, int PPL>
 void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
-                       DownSplit split, const TopK& pick, unsigned gate_blocks, cudaStream_t s) {
+                       DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, pick.handoff, gate_blocks);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -662,11 +632,6 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
-  const int n = k + (shared ? 1 : 0);
-  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
-  // The hand-over joins the two async kernels only (the routed gate+up blocks are its count).
-  if (split.per == 0 || down_split.ppl == 0 || !pick.any()) pick.handoff = nullptr;
-  const unsigned gate_blocks = unsigned(k * div_up(gate.rows, std::max(split.per, 1)));
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
@@ -688,10 +653,12 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
+  const int n = k + (shared ? 1 : 0);
+  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
-    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, gate_blocks, s);
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else if (down_split.ppl == 5)
-    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, gate_blocks, s);
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
