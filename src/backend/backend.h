@@ -100,13 +100,6 @@ class Backend {
   // Says that queue_argmax(logits) follows the next op that writes `logits` (the LM head), which
   // may then do the argmax's first stage on the way. A hint: ignored by default.
   virtual void expect_argmax(const Tensor& logits) { (void)logits; }
-  // Says that the n matrices ws are the next layer's input projections, read after the next
-  // linear_add_moe_add: a backend may fetch them into a cache while that op runs. A hint: ignored
-  // by default.
-  virtual void will_read(const Matrix* const* ws, int n) {
-    (void)ws;
-    (void)n;
-  }
   // The token of the last queue_argmax since begin_forward: the only value a greedy decode step
   // reads back from the device.
   virtual int32_t greedy_token() = 0;

@@ -154,7 +154,6 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
       continue;
     const Mixed m = L.kind == LayerKind::DeltaNet ? deltanet_mixer(i, h, x, st) : attention_mixer(i, h, x, st);
     if (L.ffn.moe) {
-      if (i + 1 < c.n_layers) hint_input_projections(weights_.layers[i + 1]);
       backend_.linear_add_moe_add(m.y, *m.out, h, mix, L.post_norm, c.rms_eps, x, L.ffn, ffn);
     } else {
       backend_.linear_add(m.y, *m.out, h, mix);
@@ -167,16 +166,6 @@ void Model::compute_chunk(int T, const StepStates& st, int first_logit_row, Tens
   Tensor hs = h.rows_view(first_logit_row, T - first_logit_row), xs = x.rows_view(first_logit_row, T - first_logit_row);
   const Matrix* head[] = {&weights_.lm_head};
   backend_.rms_norm_linear_many(hs, weights_.final_norm, c.rms_eps, xs, head, &logits, 1);
-}
-
-void Model::hint_input_projections(const LayerWeights& L) {
-  if (L.kind == LayerKind::DeltaNet) {
-    const Matrix* ws[] = {&L.gdn.qkv, &L.gdn.z, &L.gdn.b, &L.gdn.a};
-    backend_.will_read(ws, 4);
-  } else {
-    const Matrix* ws[] = {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.gate};
-    backend_.will_read(ws, L.attn.gate.valid() ? 4 : 3);
-  }
 }
 
 Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {

@@ -70,8 +70,6 @@ class Model {
     const Matrix* out;
   };
   Mixed attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
-  // Backend::will_read of layer L's input projections (read after the MoE block before it).
-  void hint_input_projections(const LayerWeights& L);
   Mixed deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
   // Views of the DeltaNet mixer's workspace tensors for T rows.
   Backend::DeltaNetScratch deltanet_scratch(int64_t T) const;

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <deque>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_sampler.h"
@@ -296,22 +295,6 @@ class CudaBackend final : public Backend {
 
   void expect_argmax(const Tensor& logits) override { argmax_expected_ = logits.data; }
 
-  // The next one-token output projection with the router's sums pulls these into L2 (its blocks
-  // have time to spare while the mixer runs; nothing else asks DRAM for much then).
-  void will_read(const Matrix* const* ws, int n) override {
-    read_next_ = {};
-    for (int i = 0; i < n; ++i) {
-      const DeviceMatrix& m = weights_->matrix(*ws[i]);
-      if (m.format == cuda::WFormat::BF16) {
-        read_next_.add(m.w, size_t(m.rows) * m.cols * 2);
-      } else {
-        read_next_.add(m.w, size_t(m.rows) * m.cols / 8 * m.bits());
-        read_next_.add(m.scales, size_t(m.rows) * (m.cols / m.group) * 2);
-        read_next_.add(m.biases, size_t(m.rows) * (m.cols / m.group) * 2);
-      }
-    }
-  }
-
   int32_t greedy_token() override {
     const int32_t token = token_->wait(stream_);
     token_read_ = true;
@@ -579,7 +562,6 @@ class CudaBackend final : public Backend {
   // staged h.
   void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch, const std::vector<float>& norm,
                           float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) override {
-    const cuda::L2Reads ahead = std::exchange(read_next_, cuda::L2Reads{});  // a hint for this op only
     const cuda::RouteSums* cols = weights_->route(ffn);
     const DeviceMatrix& m = weights_->matrix(w);
     const cuda::ExpertStacks& E = weights_->experts(ffn);
@@ -594,7 +576,6 @@ class CudaBackend final : public Backend {
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
-                             ahead,
                              stream_);
     }
     cuda::TopK pick;
@@ -907,7 +888,6 @@ class CudaBackend final : public Backend {
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
-  cuda::L2Reads read_next_;  // will_read's hint, for the next output projection with router sums
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;
   int moe_rows_ = 0;
 };

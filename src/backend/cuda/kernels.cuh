@@ -52,20 +52,6 @@ struct ArgmaxCandidates {
   int* i = nullptr;
   int smem_at = 0;  // set at launch: where a block keeps its rows' values in its shared memory
 };
-// Byte ranges that kernels after a launch will read (the next layer's input projections): the
-// launch's blocks ask L2 for an equal share each once their own copies are out.
-struct L2Reads {
-  static constexpr int kMax = 12;
-  const char* at[kMax] = {};
-  unsigned bytes[kMax] = {};
-  int n = 0;
-  void add(const void* p, size_t b) {
-    if (p && b && n < kMax) {
-      at[n] = static_cast<const char*>(p);
-      bytes[n++] = unsigned(b);
-    }
-  }
-};
 struct GemvSegments {
   static constexpr int kMax = 4;
   DeviceMatrix w[kMax];
@@ -76,7 +62,6 @@ struct GemvSegments {
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
-  L2Reads ahead;  // what the kernels after it read: pulled into L2 beside this launch
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -97,10 +82,9 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
-// h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it; the
-// blocks pull `ahead` into L2 on the way.
+// h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, const L2Reads& ahead, cudaStream_t s);
+                      const RouteSums& route, cudaStream_t s);
 // rms_norm(x)·norm.w · wᵀ for one token into an fp32 row (an LM head), each block also leaving the
 // argmax candidate of its rows in cand (a block per multiprocessor at most): returns how many
 // candidates, 0 where the one-token async GEMV does not take w (nothing launched then).

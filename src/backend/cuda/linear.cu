@@ -163,22 +163,6 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
-// Thread 0: asks L2 for this block's equal share (16-byte aligned) of the bytes of r.
-__device__ void pull_share_into_l2(const L2Reads& r) {
-  size_t total = 0;
-  for (int i = 0; i < r.n; ++i) total += r.bytes[i];
-  const size_t per = div_up(div_up(total, size_t(gridDim.x)), size_t(16)) * 16;
-  size_t lo = blockIdx.x * per;
-  const size_t hi = min(total, lo + per);
-  for (size_t i = 0, base = 0; i < size_t(r.n) && lo < hi; base += r.bytes[i++]) {
-    const size_t end = base + r.bytes[i];
-    if (lo >= end) continue;
-    const size_t stop = min(hi, end);
-    prefetch_l2(r.at[i] + (lo - base), stop - lo);
-    lo = stop;
-  }
-}
-
 // What a one-row block does once its rows are written, from their values kept in shared memory:
 // segs.route's router sums, or segs.argmax's candidate (a template parameter: the other launches
 // keep their registers).
@@ -225,7 +209,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   // queue behind them), while those tiles land.
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
-  if (threadIdx.x == 0 && segs.ahead.n) pull_share_into_l2(segs.ahead);  // behind the block's own copies
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
@@ -574,13 +557,12 @@ bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& r
 }
 
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, const L2Reads& ahead, cudaStream_t s) {
+                      const RouteSums& route, cudaStream_t s) {
   check(out.add && out.elem == 4 && gemv_route_fits(w, x_stride, route),
         "CUDA linear_add_route: needs an fp32 residual row and a matrix the one-token async GEMV takes");
   GemvSegments segs;
   segs.add(w, out);
   segs.route = route;
-  segs.ahead = ahead;
   gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
 }
