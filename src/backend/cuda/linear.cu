@@ -163,15 +163,6 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
   }
 }
 
-// Probe: launches seen of the router-sums GEMV; thread 0 of each block prints its stamps (us after
-// the PDL wait) for launches 1000-1003.
-__device__ unsigned probe_route_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-
 // What a one-row block does once its rows are written, from their values kept in shared memory:
 // segs.route's router sums, or segs.argmax's candidate (a template parameter: the other launches
 // keep their registers).
@@ -183,10 +174,6 @@ template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  unsigned long long ps[8] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (E == GemvEpilogue::RouteSums && threadIdx.x == 0) probe_idx = atomicAdd(&probe_route_launches, 1) / gridDim.x;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -223,15 +210,12 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
-  ps[1] = probe_ns(0.0f);
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-  ps[2] = probe_ns(ahead.v[0] + ahead.v[7]);
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
-  ps[3] = probe_ns(st.sums[0]);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
@@ -256,7 +240,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
-    if (tile == 0) ps[4] = probe_ns(0.0f);
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -266,15 +249,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  ps[5] = probe_ns(keep ? keep[0] : 0.0f);
   epilogue();
-  ps[6] = probe_ns(0.0f);
-  if (E == GemvEpilogue::RouteSums && threadIdx.x == 0 && probe_idx >= 1000 && probe_idx <= 1003) {
-    const double w = double(ps[1]);
-    printf("STAMP route%u %d enter %.2f x %.2f staged %.2f landed %.2f dots %.2f sums %.2f\n", probe_idx,
-           int(blockIdx.x), (double(ps[0]) - w) * 1e-3, (double(ps[2]) - w) * 1e-3, (double(ps[3]) - w) * 1e-3,
-           (double(ps[4]) - w) * 1e-3, (double(ps[5]) - w) * 1e-3, (double(ps[6]) - w) * 1e-3);
-  }
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
