@@ -351,30 +351,6 @@ __device__ __forceinline__ float write_out(const GemvOut& o, int64_t i, float v)
   store_act(o.y, o.elem, i, v);
   return v;
 }
-// write_out with the value out.add adds to already at *addend (null: read it now).
-__device__ __forceinline__ float write_out(const GemvOut& o, int64_t i, float v, const float* addend) {
-  if (!addend) return write_out(o, i, v);
-  v = *addend + __bfloat162float(__float2bfloat16(v));
-  store_act(o.y, o.elem, i, v);
-  return v;
-}
-
-// The rows a one-token block may read ahead of its dots for out.add (load_addends).
-constexpr int kMaxAddends = 64;
-// Thread i < n: row first + i of the values out.add adds to, read right after the PDL wait (the
-// residual stream, settled by then; the block itself writes these rows), so that the end of the
-// dots finds them in shared memory instead of making an L2 round trip. Returns the thread's value
-// for keep_addends; 0 where there is nothing to read.
-__device__ __forceinline__ float load_addend(const GemvOut& o, int64_t first, int n) {
-  return o.add && n <= kMaxAddends && int(threadIdx.x) < n ? load_act(o.y, o.elem, first + threadIdx.x) : 0.0f;
-}
-// Stores load_addend's value to addends[i] and returns addends where they are kept (null: none);
-// a barrier must follow before the dots read them.
-__device__ __forceinline__ const float* keep_addends(const GemvOut& o, int n, float v, float* addends) {
-  if (!o.add || n > kMaxAddends) return nullptr;
-  if (int(threadIdx.x) < n) addends[threadIdx.x] = v;
-  return addends;
-}
 
 // Sum over the `width` lanes (a power of two) of each aligned lane group.
 __device__ __forceinline__ float group_sum(float v, int width) {
@@ -552,21 +528,20 @@ constexpr int kAsyncWarps = 16;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
 // `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
-// to keep[r]; where addends is, out.add adds row r to addends[r] (keep_addends).
+// to keep[r].
 template <WFormat F, int CPL>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
-                             float scale, const GemvOut& out, int first, float* keep,
-                             const float* addends = nullptr) {
+                             float scale, const GemvOut& out, int first, float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
     const int row2 = row + kAsyncWarps;
     const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
     if (lane == 0) {
-      const float stored = write_out(out, first + row, v * scale, addends ? addends + row : nullptr);
+      const float stored = write_out(out, first + row, v * scale);
       if (keep) keep[row] = stored;
     }
     if (lane == 0 && row2 < rows) {
-      const float stored = write_out(out, first + row2, v2 * scale, addends ? addends + row2 : nullptr);
+      const float stored = write_out(out, first + row2, v2 * scale);
       if (keep) keep[row2] = stored;
     }
   }
@@ -574,12 +549,12 @@ __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int
 
 // Rows [0, rows) of tile a (its first a_rows) and then tile b dotted with one activation row held
 // in registers, scaled by `scale`: a warp four rows at a time, their sums reduced together
-// (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep and
-// addends as in tile_rows_x1.
+// (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep as
+// in tile_rows_x1.
 template <WFormat F, int CPL>
 __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, int a_rows, const ChunkMatrix<F>& m,
                                   int rows, const ChunkX<F> (&xr)[CPL], float scale, const GemvOut& out, int first,
-                                  float* keep, const float* addends = nullptr) {
+                                  float* keep) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int mine = ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1);  // of the four rows, the one this lane ends with
   for (int base = warp; base < rows; base += 4 * kAsyncWarps) {  // uniform per warp: shuffles are safe
@@ -592,7 +567,7 @@ __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, 
     const float total = warp_sum4(v);
     const int row = base + kAsyncWarps * mine;
     if (lane % 8 == 0 && row < rows) {
-      const float stored = write_out(out, first + row, total * scale, addends ? addends + row : nullptr);
+      const float stored = write_out(out, first + row, total * scale);
       if (keep) keep[row] = stored;
     }
   }
@@ -687,11 +662,10 @@ __device__ __forceinline__ DownPairs<F, PPL> down_pairs(const Staged<F>& st, con
 }
 
 // Whole block of WARPS warps, once every tile has landed: out[r0 + row] = Σ over the pairs of mr ·
-// (tile row · activations) for rows [0, rows), a warp per row (added to addends[row] where given).
+// (tile row · activations) for rows [0, rows), a warp per row.
 template <WFormat F, int PPL, int WARPS>
 __device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, PPL>& d, const ChunkMatrix<F>& dm,
-                                          int n, int per, int rows, const GemvOut& out, int r0,
-                                          const float* addends = nullptr) {
+                                          int n, int per, int rows, const GemvOut& out, int r0) {
   const int lane = threadIdx.x % 32, biases_from_scales = per * dm.groups * 2;
   for (int row = threadIdx.x / 32; row < rows; row += WARPS) {
     const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
@@ -709,7 +683,7 @@ __device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, P
       acc += d.mr[i] * dot_x<F>(ch, d.xr[i]);
     }
     acc = warp_sum(acc);
-    if (lane == 0) write_out(out, r0 + row, acc, addends ? addends + row : nullptr);
+    if (lane == 0) write_out(out, r0 + row, acc);
   }
 }
 

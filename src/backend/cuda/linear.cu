@@ -212,13 +212,10 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
-  const float addend = CPL > 0 ? load_addend(seg.out, r0, r1 - r0) : 0.0f;  // beside x's loads
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
-  __shared__ float addend_rows[kMaxAddends];
-  const float* addends = CPL > 0 ? keep_addends(seg.out, r1 - r0, addend, addend_rows) : nullptr;
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
@@ -229,7 +226,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         __syncthreads();  // every thread's copies of the two tiles have landed
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
-                                  keep ? keep + (first - r0) : nullptr, addends ? addends + (first - r0) : nullptr);
+                                  keep ? keep + (first - r0) : nullptr);
         cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
         cp_async_commit();
       }
@@ -245,12 +242,9 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // every thread's copies of this tile have landed
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
-    const float* tile_addends = addends ? addends + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
-      tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep,
-                                tile_addends);
-    else if constexpr (CPL > 0)
-      tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep, tile_addends);
+      tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
+    else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);

@@ -551,14 +551,12 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   __syncthreads();
   pdl_wait();
-  const float addend = load_addend(out, r0, rows);  // the residual rows this block adds to
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
-  const float addend = load_addend(out, r0, rows);  // the residual rows this block adds to
   // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
   // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
   // while the copies are issued.
@@ -574,15 +572,13 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
   const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-  __shared__ float addend_rows[kMaxAddends];
-  const float* addends = keep_addends(out, rows, addend, addend_rows);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   mbar_wait(&landed, 0);
 #else
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0, addends);
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
