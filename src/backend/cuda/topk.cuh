@@ -21,92 +21,6 @@ __device__ __forceinline__ float router_value(const TopK& src, int e) {
                   : __ldcg(src.logits + e);
 }
 
-// Shared memory of topk_block (one copy, whichever form runs).
-struct TopkScratch {
-  unsigned seg_max[kMaxExperts / 32];
-  float warp_exp[32];
-  int2 cand[kMaxExperts];  // (logit bits, expert) of the logits ranked
-  int count;
-};
-
-// topk_block's body with SEGS segments of 32 logits a warp and the softmax weights where WEIGH is
-// 1 (0: none; 2: where weights is set).
-// Each decode kernel runs it once per block, so its code is fetched cold (bench/icache_cost:
-// ~0.05 us a KB): the forms the decode step takes carry no code they do not run.
-template <int SEGS, int WEIGH>
-__device__ __forceinline__ void topk_block_form(TopkScratch& sh, const TopK& src, int k, int* ids, float* weights,
-                                                float scale) {
-  const int E = src.E;
-  const bool weigh = WEIGH == 2 ? weights != nullptr : WEIGH == 1;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, segs = div_up(E, 32);
-  if (threadIdx.x == 0) sh.count = 0;
-  float v[SEGS];
-  unsigned key[SEGS];
-#pragma unroll
-  for (int m = 0; m < SEGS; ++m) {  // one L2 round trip for all of them
-    const int e = 32 * (warp + m * warps) + lane;
-    v[m] = e < E ? router_value(src, e) : -INFINITY;
-    key[m] = e < E ? ordered_bits(v[m]) : 0u;  // 0: below every logit
-  }
-#pragma unroll
-  for (int m = 0; m < SEGS; ++m) {
-    const unsigned mx = __reduce_max_sync(0xffffffffu, key[m]);
-    if (lane == 0 && warp + m * warps < segs) sh.seg_max[warp + m * warps] = mx;
-  }
-  __syncthreads();
-  unsigned bound = 0xffffffffu, top = 0u;
-  for (int i = 0; i < segs; ++i) {
-    bound = min(bound, sh.seg_max[i]);
-    top = max(top, sh.seg_max[i]);
-  }
-  if (segs < k) bound = 0u;  // too few segments for the bound: rank them all
-  const float vmax = key_float(top);
-  const unsigned below = (1u << lane) - 1u;
-  float sum = 0.0f;
-#pragma unroll
-  for (int m = 0; m < SEGS; ++m) {
-    const int e = 32 * (warp + m * warps) + lane;
-    if (weigh && e < E) sum += expf((v[m] - vmax) * scale);
-    const bool ranked = e < E && key[m] >= bound;
-    const unsigned ballot = __ballot_sync(0xffffffffu, ranked);
-    int base = 0;
-    if (lane == 0 && ballot) base = atomicAdd(&sh.count, __popc(ballot));
-    base = __shfl_sync(0xffffffffu, base, 0);
-    if (ranked) sh.cand[base + __popc(ballot & below)] = make_int2(__float_as_int(v[m]), e);
-  }
-  if (weigh) {
-    sum = warp_sum(sum);
-    if (lane == 0) sh.warp_exp[warp] = sum;
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  const int n = sh.count;
-  float total = 0.0f;
-  if (weigh)
-    for (int w = 0; w < warps; ++w) total += sh.warp_exp[w];
-  for (int c = lane; c < n; c += 32) {
-    const int2 me = sh.cand[c];
-    const float mv = __int_as_float(me.x);
-    int rank = 0;
-    for (int j = 0; j < n; ++j) {
-      const int2 o = sh.cand[j];
-      const float ov = __int_as_float(o.x);
-      rank += ov > mv || (ov == mv && o.y < me.y);
-    }
-    if (rank < k) {
-      ids[rank] = me.y;
-      if (weigh) weights[rank] = expf((mv - vmax) * scale) / total;
-    }
-  }
-  if (weigh && src.renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
-    __syncwarp();
-    float kept = 0.0f;
-    for (int r = 0; r < k; ++r) kept += weights[r];
-    __syncwarp();
-    if (lane < k) weights[lane] /= kept;
-  }
-}
-
 // Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
 // shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
 // the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
@@ -114,14 +28,80 @@ __device__ __forceinline__ void topk_block_form(TopkScratch& sh, const TopK& src
 // segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
 // do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
 // weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
-// Where the block's warps hold every logit in one segment each (the decode kernels: 16 warps,
-// E <= 512) the one-segment form runs.
 __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
-  __shared__ TopkScratch sh;
-  const bool one = src.E <= 32 * int(blockDim.x / 32);
-  if (one && !weights) topk_block_form<1, 0>(sh, src, k, ids, weights, scale);
-  else if (one) topk_block_form<1, 1>(sh, src, k, ids, weights, scale);
-  else topk_block_form<kTopkSegments, 2>(sh, src, k, ids, weights, scale);
+  const int E = src.E;
+  const bool renorm = src.renorm;
+  __shared__ unsigned seg_max[kMaxExperts / 32];
+  __shared__ float warp_exp[32];
+  __shared__ int2 cand[kMaxExperts];  // (logit bits, expert) of the logits ranked
+  __shared__ int count;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, segs = div_up(E, 32);
+  if (threadIdx.x == 0) count = 0;
+  float v[kTopkSegments];
+  unsigned key[kTopkSegments];
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {  // one L2 round trip for all of them
+    const int e = 32 * (warp + m * warps) + lane;
+    v[m] = e < E ? router_value(src, e) : -INFINITY;
+    key[m] = e < E ? ordered_bits(v[m]) : 0u;  // 0: below every logit
+  }
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {
+    const unsigned mx = __reduce_max_sync(0xffffffffu, key[m]);
+    if (lane == 0 && warp + m * warps < segs) seg_max[warp + m * warps] = mx;
+  }
+  __syncthreads();
+  unsigned bound = 0xffffffffu, top = 0u;
+  for (int i = 0; i < segs; ++i) {
+    bound = min(bound, seg_max[i]);
+    top = max(top, seg_max[i]);
+  }
+  if (segs < k) bound = 0u;  // too few segments for the bound: rank them all
+  const float vmax = key_float(top);
+  const unsigned below = (1u << lane) - 1u;
+  float sum = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kTopkSegments; ++m) {
+    const int e = 32 * (warp + m * warps) + lane;
+    if (weights && e < E) sum += expf((v[m] - vmax) * scale);
+    const bool ranked = e < E && key[m] >= bound;
+    const unsigned ballot = __ballot_sync(0xffffffffu, ranked);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (ranked) cand[base + __popc(ballot & below)] = make_int2(__float_as_int(v[m]), e);
+  }
+  if (weights) {
+    sum = warp_sum(sum);
+    if (lane == 0) warp_exp[warp] = sum;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int n = count;
+  float total = 0.0f;
+  if (weights)
+    for (int w = 0; w < warps; ++w) total += warp_exp[w];
+  for (int c = lane; c < n; c += 32) {
+    const int2 me = cand[c];
+    const float mv = __int_as_float(me.x);
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      const int2 o = cand[j];
+      const float ov = __int_as_float(o.x);
+      rank += ov > mv || (ov == mv && o.y < me.y);
+    }
+    if (rank < k) {
+      ids[rank] = me.y;
+      if (weights) weights[rank] = expf((mv - vmax) * scale) / total;
+    }
+  }
+  if (weights && renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
+    __syncwarp();
+    float kept = 0.0f;
+    for (int r = 0; r < k; ++r) kept += weights[r];
+    __syncwarp();
+    if (lane < k) weights[lane] /= kept;
+  }
 }
 
 // Whole block, in a routed expert block that picks the top-k itself (pick.any(), one token): the
