@@ -429,6 +429,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
