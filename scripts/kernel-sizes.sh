@@ -33,6 +33,7 @@ for path in cubins:
 demangled = subprocess.run(["c++filt"], input="\n".join(n for _, n in rows), capture_output=True, text=True).stdout.split("\n")
 for (size, _), name in sorted(zip(rows, demangled), reverse=True):
     short = name.replace("petrel::cuda::", "").replace("(anonymous namespace)::", "").replace("(WFormat)", "F")
+    short = short.replace("(GemvEpilogue)", "E")
     short = re.sub(r"^void |\(.*", "", short)
     if pattern.search(short):
         print(f"{size:7d}  {short}")
