@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "pdl_launch.h"
 
 constexpr int kThreads = 512, kSteps = 200, kRepeats = 20, kMaxKinds = 10;
 
@@ -48,44 +49,15 @@ std::vector<Kernel> kinds_of(std::integer_sequence<int, V...>) {
   return {body_kernel<V, OPS>...};
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median us a kernel of a graph of kSteps launches cycling through the first `kinds` of ks.
 float per_kernel_us(const std::vector<Kernel>& ks, int kinds, int sms, float* out, cudaStream_t s) {
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(sms);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = 1;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kSteps; ++i) CHECK(cudaLaunchKernelEx(&cfg, ks[i % kinds], out, float(i)));
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
-  std::vector<float> us;
-  for (int r = 0; r < kRepeats + 1; ++r) {
-    CHECK(cudaEventRecord(t0, s));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(t1, s));
-    CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    if (r) us.push_back(1000.0f * ms / kSteps);
-  }
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  return median(us);
+  const PdlLaunch launch(dim3(sms), dim3(kThreads), 0, s);
+  return graph_us_per_launch(
+      s, kSteps, kRepeats,
+      [&] {
+        for (int i = 0; i < kSteps; ++i) CHECK(cudaLaunchKernelEx(&launch.cfg, ks[i % kinds], out, float(i)));
+      },
+      [] {});
 }
 
 template <int OPS>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "pdl_launch.h"
 
 constexpr int kThreads = 512, kSteps = 200, kRepeats = 20, kMaxCopies = 32;
 constexpr size_t kSmem = 100 * 1024;  // one block a multiprocessor
@@ -53,11 +54,6 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(const uint32_t* in, u
       out[c * kPitch + first + i] = smem[threadIdx.x % 32] + uint32_t(first + i);
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The vector after kSteps steps from v[i] = i: each step's sum S gives v'[i] = S + i.
 std::vector<uint32_t> expected(int words, int copies) {
   std::vector<uint32_t> v(words);
@@ -81,19 +77,7 @@ int main() {
   CHECK(cudaMalloc(&b, buffer_words * 4));
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(sms);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = s;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = 1;
+  const PdlLaunch launch(dim3(sms), dim3(kThreads), kSmem, s);
   std::vector<uint32_t> start(buffer_words);
   for (size_t i = 0; i < buffer_words; ++i) start[i] = uint32_t(i % kPitch);
 
@@ -105,25 +89,14 @@ int main() {
     const int words = bytes / 4;
     float one = 0.0f;
     for (int copies : {0, 1, 2, 4, 8, 16, 32}) {
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < kSteps; ++i)
-        CHECK(cudaLaunchKernelEx(&cfg, step_kernel, static_cast<const uint32_t*>(i % 2 ? b : a), i % 2 ? a : b, words,
-                                 copies));
-      CHECK(cudaStreamEndCapture(s, &graph));
-      CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      std::vector<float> us;
-      for (int r = 0; r < kRepeats + 1; ++r) {
-        CHECK(cudaMemcpyAsync(a, start.data(), buffer_words * 4, cudaMemcpyHostToDevice, s));
-        CHECK(cudaEventRecord(t0, s));
-        CHECK(cudaGraphLaunch(exec, s));
-        CHECK(cudaEventRecord(t1, s));
-        CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        if (r) us.push_back(1000.0f * ms / kSteps);
-      }
+      const float m = graph_us_per_launch(
+          s, kSteps, kRepeats,
+          [&] {
+            for (int i = 0; i < kSteps; ++i)
+              CHECK(cudaLaunchKernelEx(&launch.cfg, step_kernel, static_cast<const uint32_t*>(i % 2 ? b : a),
+                                       i % 2 ? a : b, words, copies));
+          },
+          [&] { CHECK(cudaMemcpyAsync(a, start.data(), buffer_words * 4, cudaMemcpyHostToDevice, s)); });
       // kSteps is even: the last step wrote a. Every copy must hold the expected vector.
       const std::vector<uint32_t> want = expected(words, copies);
       std::vector<uint32_t> got(buffer_words);
@@ -135,12 +108,9 @@ int main() {
                          got[c * kPitch + i], want[i]);
             return 1;
           }
-      const float m = median(us);
       if (copies == 1) one = m;
       std::printf("%8d %7d %11.3f %12s\n", bytes, copies, m,
                   copies > 1 ? (std::to_string(m - one).substr(0, 6) + " us").c_str() : "");
-      CHECK(cudaGraphExecDestroy(exec));
-      CHECK(cudaGraphDestroy(graph));
     }
   }
   return 0;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "pdl_launch.h"
 
 constexpr int kThreads = 256, kBlocksPerSm = 3, kSteps = 200, kRepeats = 20;
 static_assert(kSteps % 2 == 0, "the last step writes a");
@@ -88,20 +89,12 @@ int main() {
   CHECK(cudaEventCreate(&t1));
 
   // kSteps PDL kernels in one graph, as a decode step records them.
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = 1;
+  const PdlLaunch launch(dim3(blocks), dim3(kThreads), 0, s);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < kSteps; ++i)
-    CHECK(cudaLaunchKernelEx(&cfg, step_kernel, static_cast<const float*>(i % 2 ? b : a), i % 2 ? a : b));
+    CHECK(cudaLaunchKernelEx(&launch.cfg, step_kernel, static_cast<const float*>(i % 2 ? b : a), i % 2 ? a : b));
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   // Median time a step of `run` takes (it starts from zeros in a), over kRepeats runs after a warm-up.
