@@ -169,9 +169,8 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 enum class GemvEpilogue { None, RouteSums, Argmax };
 
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
-// decode step); CPL = 0: up to TMAX rows read from shared memory. NORM: with the staged norm
-// (norm.w set); without, the kernel holds none of its code (bench/icache_cost).
-template <WFormat F, int TMAX, int CPL, GemvEpilogue E, bool NORM>
+// decode step); CPL = 0: up to TMAX rows read from shared memory.
+template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
@@ -212,11 +211,11 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
-  const StageInputs ahead = stage_ahead<F, NORM>(x, x_elem, seg.w.cols, T, x_row, norm);
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
-  const Staged<F> st = stage_rows_from<F, true, NORM>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
@@ -310,27 +309,24 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
-  // Launches the form for epilogue E, with the norm's code where a norm is staged.
-  const auto launch = [&](auto epilogue) {
-    constexpr GemvEpilogue E = decltype(epilogue)::value;
-    const auto go = [&](auto kernel) {
-      launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
-                 norm);
-      return blocks;
-    };
-    if (norm.w) {
-      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, E, true>>(smem);
-      return go(gemv_async_kernel<F, TMAX, CPL, E, true>);
-    }
-    allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, E, false>>(smem);
-    return go(gemv_async_kernel<F, TMAX, CPL, E, false>);
+  const auto launch = [&](auto kernel) {
+    launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
+               norm);
+    return blocks;
   };
   if constexpr (TMAX == 1) {
-    if (segs.route.sums) return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::RouteSums>{});
-    if (segs.argmax.v) return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::Argmax>{});
+    if (segs.route.sums) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>);
+    }
+    if (segs.argmax.v) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>);
+    }
   }
   check(!segs.route.sums && !segs.argmax.v, "CUDA GEMV: router sums and argmax candidates need one-row launches");
-  return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::None>{});
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>>(smem);
+  return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>);
 }
 
 // Returns the blocks launched.
