@@ -223,9 +223,8 @@ struct StageInputs {
   float v[8] = {}, w[8] = {};
 };
 
-// Thread q's inputs to stage_rows (zeros where q is past the last chunk). NORM = false: the form
-// without the norm's code (a one-shot kernel pays to fetch all of its code, bench/icache_cost).
-template <WFormat F, bool NORM, typename RowSrc>
+// Thread q's inputs to stage_rows (zeros where q is past the last chunk).
+template <WFormat F, typename RowSrc>
 __device__ __forceinline__ StageInputs stage_inputs(int q, const void* x, int x_elem, int cols, int rows,
                                                     RowSrc row_src, StageNorm norm) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8;
@@ -233,7 +232,7 @@ __device__ __forceinline__ StageInputs stage_inputs(int q, const void* x, int x_
   StageInputs in;
   if (q >= rows * chunks * per_chunk) return in;
   load8_x(x, x_elem, row_src(p / chunks) + col, in.v);
-  if (NORM && norm.w) {
+  if (norm.w) {
     const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm.w + col));
     const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm.w + col) + 1);
     const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
@@ -246,10 +245,10 @@ __device__ __forceinline__ StageInputs stage_inputs(int q, const void* x, int x_
 // The inputs of stage_rows' first pass, loaded ahead: a block that issues these loads before its
 // weight copies has them in ~1 µs, where loads issued after the copies wait for every copied
 // byte to land. Pass the result to stage_rows with the same arguments.
-template <WFormat F, bool NORM = true, typename RowSrc>
+template <WFormat F, typename RowSrc>
 __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                                    StageNorm norm = {}) {
-  return stage_inputs<F, NORM>(threadIdx.x, x, x_elem, cols, rows, row_src, norm);
+  return stage_inputs<F>(threadIdx.x, x, x_elem, cols, rows, row_src, norm);
 }
 
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
@@ -261,8 +260,8 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
 // warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
-// With AHEAD the first pass takes its inputs from `ahead`; NORM = false: no norm, nor its code.
-template <WFormat F, bool AHEAD, bool NORM, typename RowSrc>
+// With AHEAD the first pass takes its inputs from `ahead`.
+template <WFormat F, bool AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                      StageNorm norm, const StageInputs& ahead) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
@@ -275,9 +274,9 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
-    StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F, NORM>(q, x, x_elem, cols, rows, row_src, norm);
+    StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
     float* v = in.v;
-    if (NORM && norm.w) {
+    if (norm.w) {
       float ss = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
@@ -321,7 +320,7 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     if (part == 0) sums[p] = sum;
   }
   __syncthreads();
-  if (NORM && norm.w) {  // the parts in a fixed order: float atomics would make the sum differ run to run
+  if (norm.w) {  // the parts in a fixed order: float atomics would make the sum differ run to run
     const int parts = cols / kNormWarpCols;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       float ss = 0.0f;
@@ -330,24 +329,19 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     }
     __syncthreads();
   }
-  return Staged<F>{xs, sums, level_scale, NORM && norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
+  return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                StageNorm norm) {
-  return stage_rows_from<F, false, true>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
-}
-// stage_rows without a norm.
-template <WFormat F, typename RowSrc>
-__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src) {
-  return stage_rows_from<F, false, false>(smem, x, x_elem, cols, rows, row_src, StageNorm{}, StageInputs{});
+                                StageNorm norm = {}) {
+  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
 }
 // stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm, const StageInputs& ahead) {
-  return stage_rows_from<F, true, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
+  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored

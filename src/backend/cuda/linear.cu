@@ -169,11 +169,8 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 enum class GemvEpilogue { None, RouteSums, Argmax };
 
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
-// decode step); CPL = 0: up to TMAX rows read from shared memory. IN_FLIGHT (CPL 1 or 2, every
-// block's tiles in the ring at once: the input projections): the form without slot refills, and
-// without the ring's code, which a one-shot kernel would pay to fetch (bench/icache_cost). NORM:
-// with the staged norm (norm.w set); without, the kernel holds none of its code.
-template <WFormat F, int TMAX, int CPL, GemvEpilogue E, bool IN_FLIGHT, bool NORM>
+// decode step); CPL = 0: up to TMAX rows read from shared memory.
+template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
@@ -214,44 +211,45 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
   const auto x_row = [&](int t) { return t * x_stride; };
-  const StageInputs ahead = stage_ahead<F, NORM>(x, x_elem, seg.w.cols, T, x_row, norm);
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
-  const Staged<F> st = stage_rows_from<F, true, NORM>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
+  const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
-  if constexpr (IN_FLIGHT) {  // the dots take the tiles in pairs
-    static_assert(CPL > 0 && CPL <= 2, "gemv_async_kernel: the in-flight form holds one row of 1 or 2 chunks a lane");
-    for (int tile = 0; tile < tiles; tile += 2) {
-      cp_async_wait<kAsyncStages - 2>();
-      __syncthreads();  // every thread's copies of the two tiles have landed
-      const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
-      tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
-                                keep ? keep + (first - r0) : nullptr);
-      cp_async_commit();  // two empty groups for the two tiles taken (the wait count stays fixed)
-      cp_async_commit();
+  if constexpr (CPL > 0 && CPL <= 2) {
+    if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
+      for (int tile = 0; tile < tiles; tile += 2) {
+        cp_async_wait<kAsyncStages - 2>();
+        __syncthreads();  // every thread's copies of the two tiles have landed
+        const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
+        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
+                                  keep ? keep + (first - r0) : nullptr);
+        cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
+        cp_async_commit();
+      }
+      if constexpr (E != GemvEpilogue::None) {
+        __syncthreads();  // every warp's rows are in keep
+        epilogue();
+      }
+      return;
     }
-    if constexpr (E != GemvEpilogue::None) {
-      __syncthreads();  // every warp's rows are in keep
-      epilogue();
-    }
-  } else {
-    for (int tile = 0; tile < tiles; ++tile) {
-      cp_async_wait<kAsyncStages - 1>();
-      __syncthreads();  // every thread's copies of this tile have landed
-      const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
-      float* tile_keep = keep ? keep + (first - r0) : nullptr;
-      if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
-        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
-      else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
-      else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
-      __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
-      issue(tile + kAsyncStages);
-    }
-    epilogue();
   }
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<kAsyncStages - 1>();
+    __syncthreads();  // every thread's copies of this tile have landed
+    const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
+    float* tile_keep = keep ? keep + (first - r0) : nullptr;
+    if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
+      tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
+    else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
+    __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
+    issue(tile + kAsyncStages);
+  }
+  epilogue();
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
@@ -311,34 +309,24 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   }
   if (segs.first_block[segs.n] <= sm_count()) smem = std::max(smem, kOneBlockPerSmSmem);
   const int lpr = lanes_per_row(segs.w[0].cols / chunk_weights(F)), blocks = segs.first_block[segs.n];
-  const bool in_flight = CPL > 0 && CPL <= 2 && div_up(per_max, tile_rows) <= kAsyncStages;
-  // Launches the form for epilogue E: in flight where every block's tiles fit the ring at once,
-  // with the norm's code where a norm is staged.
-  const auto launch = [&](auto epilogue) {
-    constexpr GemvEpilogue E = decltype(epilogue)::value;
-    const auto go = [&](auto in_flight_form) {
-      constexpr bool IF = decltype(in_flight_form)::value;
-      if (norm.w) {
-        allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, E, IF, true>>(smem);
-        launch_pdl(gemv_async_kernel<F, TMAX, CPL, E, IF, true>, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride,
-                   x_elem, T, lpr, tile_rows, ring_slots, norm);
-      } else {
-        allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, E, IF, false>>(smem);
-        launch_pdl(gemv_async_kernel<F, TMAX, CPL, E, IF, false>, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride,
-                   x_elem, T, lpr, tile_rows, ring_slots, norm);
-      }
-      return blocks;
-    };
-    if constexpr (CPL > 0 && CPL <= 2)
-      if (in_flight) return go(std::true_type{});
-    return go(std::false_type{});
+  const auto launch = [&](auto kernel) {
+    launch_pdl(kernel, blocks, 32 * kAsyncWarps, smem, s, segs, x, x_stride, x_elem, T, lpr, tile_rows, ring_slots,
+               norm);
+    return blocks;
   };
   if constexpr (TMAX == 1) {
-    if (segs.route.sums) return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::RouteSums>{});
-    if (segs.argmax.v) return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::Argmax>{});
+    if (segs.route.sums) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::RouteSums>);
+    }
+    if (segs.argmax.v) {
+      allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>>(smem);
+      return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::Argmax>);
+    }
   }
   check(!segs.route.sums && !segs.argmax.v, "CUDA GEMV: router sums and argmax candidates need one-row launches");
-  return launch(std::integral_constant<GemvEpilogue, GemvEpilogue::None>{});
+  allow_dynamic_smem<gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>>(smem);
+  return launch(gemv_async_kernel<F, TMAX, CPL, GemvEpilogue::None>);
 }
 
 // Returns the blocks launched.

@@ -28,9 +28,7 @@ __device__ __forceinline__ float router_value(const TopK& src, int e) {
 // segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
 // do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
 // weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
-// Not inlined: gate+up calls it from two places (pick_expert, weigh_route), and a one-shot kernel
-// pays to fetch all of its code (bench/icache_cost; docs/performance.md, session 37).
-static __device__ __noinline__ void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
+__device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
   const int E = src.E;
   const bool renorm = src.renorm;
   __shared__ unsigned seg_max[kMaxExperts / 32];
