@@ -27,8 +27,8 @@ constexpr size_t kSmem = 100 * 1024;  // one block a multiprocessor
 // Copies lie this far apart (in words): 16 KB plus a line, so that they start on different slices.
 constexpr size_t kPitch = 16 * 1024 / 4 + 32;
 
+// Launched with kSmem of dynamic shared memory (unused) so that each multiprocessor holds one block.
 __global__ void __launch_bounds__(kThreads, 1) step_kernel(const uint32_t* in, uint32_t* out, int words, int copies) {
-  extern __shared__ uint32_t smem[];
   __shared__ uint32_t warp_sums[kThreads / 32];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -47,11 +47,10 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(const uint32_t* in, u
     s = 0;
     for (int w = 0; w < kThreads / 32; ++w) s += warp_sums[w];
   }
-  smem[threadIdx.x] = s;  // keeps the dynamic shared memory (one block a multiprocessor) in use
   const int per = (words + gridDim.x - 1) / gridDim.x, first = blockIdx.x * per;
   for (int c = 0; c < max(copies, 1); ++c)
     for (int i = threadIdx.x; i < per && first + i < words; i += kThreads)
-      out[c * kPitch + first + i] = smem[threadIdx.x % 32] + uint32_t(first + i);
+      out[c * kPitch + first + i] = s + uint32_t(first + i);
 }
 
 // The vector after kSteps steps from v[i] = i: each step's sum S gives v'[i] = S + i.
