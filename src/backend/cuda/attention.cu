@@ -601,16 +601,16 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
     mine[slice + j] = L;
     mine[2 * slice + j] = acc;
   }
-  __syncthreads();  // every thread's record before thread 0's release
+  __threadfence();  // the record before the count
+  __syncthreads();
   int* count = a.counts + kvh * kClusterAttentionBlocks + r;
   if (threadIdx.x == 0) {
-    int before;  // acq_rel: releases the block's records, acquires the others' (one fence, not 512)
-    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(before) : "l"(count) : "memory");
-    last = before == C - 1;
+    last = atomicAdd(count, 1) == C - 1;
     if (last) *count = 0;  // every arrival is in: the next launch starts from zero
   }
-  __syncthreads();  // thread 0's acquire before every thread's loads of the others' records
+  __syncthreads();
   if (!last) return false;
+  __threadfence();  // the others' records after their counts
   if (j >= 0) {
     float tops[kMaxClusterWidth], Ls[kMaxClusterWidth], accs[kMaxClusterWidth], T = -INFINITY;
 #pragma unroll
