@@ -170,22 +170,11 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
   if (out_block) {
     wait_count(counters + kStepDone, L.d.Hv);
     const Staged<F> st = stage_rows<F>(stage, L.o, 2, L.out.cols, 1, row0);
+    ChunkX<F> xr[CV];
+    load_lane_x(st, xr);
     mbar_wait(&bar[kOut], 0);
     __syncthreads();
-    const GemvOut h_out{L.h, 0, 4, true};
-    if constexpr (CV >= 4) {  // as gemv_async_kernel dots a one-tile block of this size
-      if (out_rows <= kAsyncWarps) {
-        tile_cols_x1<F, CV>(out_tile, out_m, out_rows, st, st.row_scale(0), h_out, out_r0, keep);
-      } else {
-        ChunkX<F> xr[CV];
-        load_lane_x(st, xr);
-        tile_rows_x1<F, CV>(out_tile, out_m, out_rows, xr, st.row_scale(0), h_out, out_r0, keep);
-      }
-    } else {
-      ChunkX<F> xr[CV];
-      load_lane_x(st, xr);
-      tile_rows_x1<F, CV>(out_tile, out_m, out_rows, xr, st.row_scale(0), h_out, out_r0, keep);
-    }
+    tile_rows_x1<F, CV>(out_tile, out_m, out_rows, xr, st.row_scale(0), GemvOut{L.h, 0, 4, true}, out_r0, keep);
     __syncthreads();  // every warp's rows are in keep
     add_route_sums(L.route, route_cols, keep, out_rows);
     signal_count(counters + kOutDone);

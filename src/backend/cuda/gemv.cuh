@@ -547,40 +547,6 @@ __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int
   }
 }
 
-// Rows [0, rows <= kAsyncWarps) of tile a dotted with staged activation row 0, the columns split
-// over the warps: warp w takes chunks [w·cpw, (w + 1)·cpw) (cpw = 2·CPL, so 16 warps cover the
-// row) of every row, lane l chunk l % cpw of rows l / cpw + (32 / cpw)·i. Each lane reads one chunk
-// of x where a warp per row (tile_rows_x1) has each of 16 warps read all of x, 16x the weights'
-// bytes for a 16-row tile; the warps' sums meet in shared memory, added in warp order.
-template <WFormat F, int CPL>
-__device__ void tile_cols_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const Staged<F>& st,
-                             float scale, const GemvOut& out, int first, float* keep) {
-  constexpr int cpw = 2 * CPL, groups = 32 / cpw;  // groups · CPL = kAsyncWarps rows
-  static_assert(groups * CPL == kAsyncWarps, "tile_cols_x1: a lane's CPL rows cover the warps' count");
-  __shared__ float part[kAsyncWarps][kAsyncWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = warp * cpw + lane % cpw, g = lane / cpw;
-  const ChunkX<F> x = st.load_x(0, c);
-  float acc[CPL];
-#pragma unroll
-  for (int i = 0; i < CPL; ++i) acc[i] = g + groups * i < rows ? dot_x<F>(a.load(m, g + groups * i, c), x) : 0.0f;
-#pragma unroll
-  for (int o = cpw / 2; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < CPL; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-  if (lane % cpw == 0)
-#pragma unroll
-    for (int i = 0; i < CPL; ++i) part[warp][g + groups * i] = acc[i];
-  __syncthreads();
-  const int row = threadIdx.x;
-  if (row < rows) {
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kAsyncWarps; ++w) v += part[w][row];
-    const float stored = write_out(out, first + row, v * scale);
-    if (keep) keep[row] = stored;
-  }
-}
-
 // Rows [0, rows) of tile a (its first a_rows) and then tile b dotted with one activation row held
 // in registers, scaled by `scale`: a warp four rows at a time, their sums reduced together
 // (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep as

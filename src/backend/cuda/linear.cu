@@ -216,12 +216,8 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
   const Staged<F> st = stage_rows<F>(staged, x, x_elem, seg.w.cols, T, x_row, norm, ahead);
-  // A one-tile block of at most kAsyncWarps rows (the output projections) dots by columns: x would
-  // be most of the shared-memory traffic of a warp per row.
-  constexpr bool kByCols = CPL >= 4;
-  const bool by_cols = kByCols && tiles == 1 && r1 - r0 <= kAsyncWarps;
   ChunkX<F> xr[CPL > 0 ? CPL : 1];
-  if (CPL > 0 && !by_cols) load_lane_x(st, xr);
+  if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
   if constexpr (CPL > 0 && CPL <= 2) {
     if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
@@ -248,10 +244,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
       tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
-    else if constexpr (kByCols) {
-      if (by_cols) tile_cols_x1<F, CPL>(slot(tile), m, rows, st, scale, seg.out, first, tile_keep);
-      else tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
-    } else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+    else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
     else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
