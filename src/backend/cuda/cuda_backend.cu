@@ -467,15 +467,12 @@ class CudaBackend final : public Backend {
     const int T = int(qkv.rows);
     const cuda::DeltaNetShape d = gdn_shape();
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
-    const cuda::FusedOut fo = fused_out(w, layer, d);  // PROBE outstep
     if (T == 1) {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_, fo)) {
-        out_fused_ = fo.codes != nullptr;
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_))
         return;
-      }
     }
     {
       const cuda::TimedOp part(timer_, stream_, "deltanet: conv + norms");
@@ -576,9 +573,7 @@ class CudaBackend final : public Backend {
     if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
-    if (out_fused_) {  // PROBE outstep: the step blocks did the output projection's work
-      out_fused_ = false;
-    } else {
+    {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
                              stream_);
@@ -732,53 +727,6 @@ class CudaBackend final : public Backend {
     }
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
                      c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, pick, out, stream_);
-  }
-
-  // PROBE outstep: a head-major copy of layer's output projection (built outside a recording, at
-  // the first call that sees the layer), for the step blocks to dot; none where the shapes differ.
-  struct FusedOutCopy {
-    unsigned char* codes = nullptr;
-    bf16* sb = nullptr;
-  };
-  std::unordered_map<int, FusedOutCopy> fused_copies_;
-  unsigned long long* fused_acc_ = nullptr;
-  bool out_fused_ = false;
-  cuda::FusedOut fused_out(const DeltaNetWeights& w, int layer, const cuda::DeltaNetShape& d) {
-    const DeviceMatrix& wo = weights_->matrix(w.out);
-    const int rows = wo.rows, Hv = d.Hv;
-    if (wo.format != cuda::WFormat::Q4 || wo.group != 64 || d.dv != 128 || wo.cols != Hv * 128 || batch_) return {};
-    auto it = fused_copies_.find(layer);
-    if (it == fused_copies_.end()) {
-      if (capturing()) return {};
-      FusedOutCopy f;
-      PETREL_CUDA(cudaMalloc(&f.codes, size_t(Hv) * rows * 80));
-      PETREL_CUDA(cudaMalloc(&f.sb, size_t(Hv) * rows * 4 * sizeof(bf16)));
-      allocations_.push_back(f.codes);
-      allocations_.push_back(f.sb);
-      const auto* src = static_cast<const unsigned char*>(wo.w);
-      const int groups = wo.cols / 64;
-      bf16* scales = f.sb;
-      bf16* biases = f.sb + size_t(Hv) * rows * 2;
-      for (int j = 0; j < Hv; ++j) {
-        PETREL_CUDA(cudaMemcpy2DAsync(f.codes + size_t(j) * rows * 80, 80, src + j * 64, wo.cols / 2, 64, rows,
-                                      cudaMemcpyDeviceToDevice, stream_));
-        PETREL_CUDA(cudaMemcpy2DAsync(scales + size_t(j) * rows * 2, 4, wo.scales + j * 2, groups * 2, 4, rows,
-                                      cudaMemcpyDeviceToDevice, stream_));
-        PETREL_CUDA(cudaMemcpy2DAsync(biases + size_t(j) * rows * 2, 4, wo.biases + j * 2, groups * 2, 4, rows,
-                                      cudaMemcpyDeviceToDevice, stream_));
-      }
-      if (!fused_acc_) fused_acc_ = alloc_raw<unsigned long long>(rows);
-      it = fused_copies_.emplace(layer, f).first;
-    }
-    cuda::FusedOut fo;
-    fo.codes = it->second.codes;
-    fo.scales = it->second.sb;
-    fo.biases = it->second.sb + size_t(Hv) * rows * 2;
-    fo.rows = rows;
-    fo.acc = fused_acc_;
-    fo.sums = route_sums_;
-    fo.n_sums = route_sums_ ? c_.n_experts + 1 : 0;
-    return fo;
   }
 
   // True while run_decode_step records a step into a graph.

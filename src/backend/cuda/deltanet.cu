@@ -2,7 +2,6 @@
 // for decode, chunked WY form for prefill; fp32 state), and the gated RMSNorm. The math is the CPU
 // reference's (backend/cpu/deltanet.cpp, model-spec.md §2.5 and §3).
 #include "backend/cuda/deltanet_step.cuh"
-#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 
@@ -513,86 +512,31 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
                                                                const float* conv_w, float* conv_state, const float* b,
                                                                const float* a, const float* A_log, const float* dt_bias,
                                                                float* state, const float* norm_w, const bf16* z,
-                                                               float eps, bf16* out, int* readers, FusedOut fo) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float4 dyn4[];
-  __shared__ uint64_t landed;
-  const bool fused = fo.codes != nullptr;
-  const int j = blockIdx.x;
-  const uint32_t code_bytes = uint32_t(fo.rows) * 80, sb_bytes = uint32_t(fo.rows) * 4;
-  char* sm = reinterpret_cast<char*>(dyn4);
-  if (fused) {
-    if (threadIdx.x == 0) {
-      mbar_init(&landed, 1);
-      mbar_init_fence();
-    }
-    __syncthreads();
-  }
-  deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
-                         eps, out, readers, [&] {
-                           pdl_wait();
-                           if (fused && threadIdx.x == 0) {
-                             mbar_arrive_expect(&landed, code_bytes + 2 * sb_bytes);
-                             bulk_copy(sm, fo.codes + size_t(j) * code_bytes, code_bytes, &landed);
-                             bulk_copy(sm + code_bytes, fo.scales + size_t(j) * fo.rows * 2, sb_bytes, &landed);
-                             bulk_copy(sm + code_bytes + sb_bytes, fo.biases + size_t(j) * fo.rows * 2, sb_bytes,
-                                       &landed);
-                           }
-                         });
-  if (!fused) return;
-  __syncthreads();  // the block's o is written
-  float* stage = reinterpret_cast<float*>(sm + code_bytes + 2 * sb_bytes);
-  const Staged<WFormat::Q4> st =
-      stage_rows<WFormat::Q4>(stage, out, 2, 128, 1, [&](int) { return int64_t(j) * 128; });
-  ChunkX<WFormat::Q4> xr[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) xr[c] = st.load_x(0, c);
-  mbar_wait(&landed, 0);
-  const bf16* sc = reinterpret_cast<const bf16*>(sm + code_bytes);
-  const bf16* bi = reinterpret_cast<const bf16*>(sm + code_bytes + sb_bytes);
-  for (int r = threadIdx.x; r < fo.rows; r += blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      Chunk ch;
-      ch.raw = *reinterpret_cast<const uint4*>(sm + r * 80 + 16 * c);
-      ch.scale = __bfloat162float(sc[2 * r + c / 2]);
-      ch.bias = __bfloat162float(bi[2 * r + c / 2]);
-      acc += dot_x<WFormat::Q4>(ch, xr[c]);
-    }
-    const auto q = static_cast<unsigned long long>(__float2ll_rn(acc * kRouteFixedOne));
-    atomicAdd(fo.acc + r, q);
-    if (r < fo.n_sums) atomicAdd(fo.sums + r, q);
-  }
-#else
+                                                               float eps, bf16* out, int* readers) {
   deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
                          eps, out, readers, [] { pdl_wait(); });
-#endif
 }
 
 template <int DK>
 void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
-                            bf16* out, int* readers, cudaStream_t s, const FusedOut& fo) {
-  const size_t smem = fo.codes ? size_t(fo.rows) * 88 + 4096 : 0;
-  if (smem) allow_dynamic_smem<deltanet_decode_kernel<DK>>(smem);
-  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, smem, s, d, rows, x, conv_w,
-             conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, fo);
+                            bf16* out, int* readers, cudaStream_t s) {
+  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
+             conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
 bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                  float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
-                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s,
-                 const FusedOut& fo = {}) {
+                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
   const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = decode_threads(d);
   if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 512 || d.K < 1 || d.K > kDecodeMaxTaps) return false;
   switch (d.dk) {
-    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s, fo); break;
-    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s, fo); break;
-    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s, fo); break;
-    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s, fo); break;
+    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
     default: return false;
   }
   PETREL_LAUNCHED("deltanet_decode");
@@ -672,11 +616,10 @@ int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s,
-                     const FusedOut& fo) {
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s) {
   DeltaNetRows one;
   one.states_settled = states_settled;
-  return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s, fo);
+  return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s);
 }
 
 bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,

@@ -235,21 +235,9 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 // their reads of its q/k conv state so the last can shift it). states_settled: no kernel that may
 // still run writes the states (true inside a recorded decode step: a layer's step runs once in it
 // and a graph launch starts after all earlier work), so they load before the PDL wait.
-// PROBE outstep: each step block also dots its head's 128 columns of the output projection
-// (a head-major copy: [Hv][rows] rows of 80 bytes of 4-bit codes, then [Hv][rows][2] scales and
-// biases) with its o, adding the partial rows to acc and the first n_sums to sums (timing only).
-struct FusedOut {
-  const unsigned char* codes = nullptr;
-  const bf16* scales = nullptr;
-  const bf16* biases = nullptr;
-  int rows = 0, n_sums = 0;
-  unsigned long long* acc = nullptr;
-  unsigned long long* sums = nullptr;
-};
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s,
-                     const FusedOut& fo = {});
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
 // Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
