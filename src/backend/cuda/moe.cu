@@ -393,25 +393,12 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // 0.6 us a layer faster without it, down unchanged). With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
 // (0, 0) writes the ids and weights for the down kernel.
-// PROBE stragglers: absolute %globaltimer stamps (ns) of every block of launches 1000-1079 (two
-// decode steps' 40 launches each), with its SM, slot and expert: which blocks end a phase last.
-__device__ unsigned probe_gu_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
                          int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
-  unsigned long long ps[7] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_gu_launches, 1) / (gridDim.x * gridDim.y);
   pdl_launch_dependents();
   const int slot = blockIdx.y;
   const bool routed = slot < k;
@@ -429,34 +416,21 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  ps[1] = probe_ns(0.0f);
   // The token's activations are loaded before a routed expert's copies go out (behind them they
   // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-  ps[2] = probe_ns(float(expert));
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
     issue();
   }
-  ps[3] = probe_ns(0.0f);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  cp_async_wait<0>();
-  __syncthreads();
-  ps[4] = probe_ns(st.sums[0]);
   gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
-  __syncthreads();
-  ps[5] = probe_ns(0.0f);
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  if (threadIdx.x == 0 && probe_idx >= 1000 && probe_idx < 1080)
-    printf("STRAGGLE %u %d %u %d %d %llu %llu %llu %llu %llu %llu\n", probe_idx, int(blockIdx.x), smid, slot,
-           routed ? expert : -1, ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
