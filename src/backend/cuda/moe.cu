@@ -384,11 +384,8 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
 constexpr int kExpertAsyncWarps = 16;
 constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 
-// grid (k · blocks + shared blocks), PDL, one token: gate+up with the weights copied into shared
-// memory. Slot j < k's blocks come first, `blocks` of them each, then the shared expert's
-// `s_blocks`: the shared slot ends ~4 us before the routed ones (its copies go out before the
-// wait, it picks nothing), so it takes the SMs a whole number of blocks per slot would leave idle
-// as longer blocks of its own. Each block owns `per` (shared: `s_per`) rows of its slot's expert (gate and up alike) and copies them all
+// grid (blocks per slot, slots), PDL, one token: gate+up with the weights copied into shared
+// memory. Each block owns `per` rows of its slot's expert (gate and up alike) and copies them all
 // at once with cp.async (the shared expert's before waiting for the router, a routed expert's
 // as soon as its id is read), stages its token's activations while they land and keeps its
 // lane's chunks of them in registers; a warp per row, gate and up side by side. It asks L2 for
@@ -400,15 +397,14 @@ template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
-                         int r_per, int blocks, int s_per, StageNorm norm, TopK pick) {
+                         int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
-  const int routed_blocks = k * blocks, b = blockIdx.x;
-  const bool routed = b < routed_blocks;
-  const int slot = routed ? b / blocks : k, bx = routed ? b % blocks : b - routed_blocks;
-  const int per = routed ? r_per : s_per;
+  const int slot = blockIdx.y;
+  const bool routed = slot < k;
+  if (!routed && !has_shared) return;
   ChunkMatrix<F> gm = chunk_matrix<F>(routed ? gate : s_gate), um = chunk_matrix<F>(routed ? up : s_up);
-  const int rows = routed ? gate.rows : s_gate.rows, r0 = bx * per, n = min(per, rows - r0);
+  const int rows = routed ? gate.rows : s_gate.rows, r0 = blockIdx.x * per, n = min(per, rows - r0);
   if (n <= 0) return;
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
@@ -424,7 +420,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
-  const bool writer = bx == 0 && slot == 0;
+  const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
@@ -433,37 +429,23 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
-  if (pick.sums && bx == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
-// How gate_up_async_kernel covers k routed slots and maybe the shared one in one wave of blocks,
-// one per multiprocessor: `per` rows a block of `blocks` a routed slot, `s_per` of `s_blocks` for
-// the shared slot, in `smem` bytes (per 0 where the async form does not take this shape).
+// How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
+// multiprocessor; 0 where the async form does not take this shape) in `smem` bytes.
 struct GateUpSplit {
-  int per = 0, blocks = 0, s_per = 0, s_blocks = 0;
+  int per = 0;
   size_t smem = 0;
 };
-GateUpSplit gate_up_async_split(const DeviceMatrix& gate, const DeviceMatrix* s_gate, int k) {
+GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
   if (lane_x_chunks(gate.format, gate.cols / chunk_weights(gate.format)) == 0) return {};
-  const size_t staged = staged_bytes(gate.format, gate.cols, 1);
-  auto smem_of = [&](int per) { return 2 * size_t(per) * async_row_bytes(gate) + staged; };
-  // The most blocks a routed slot can take while the shared slot's rows still fit on the SMs left.
-  for (int blocks = std::max(1, sm_count() / k); blocks >= 1; --blocks) {
-    GateUpSplit g;
-    g.per = rows_per_part(gate, gate.rows, blocks);
-    g.blocks = div_up(gate.rows, g.per);
-    g.smem = smem_of(g.per);
-    if (s_gate) {
-      const int left = sm_count() - k * g.blocks;
-      if (left < 1) continue;
-      g.s_per = rows_per_part(*s_gate, s_gate->rows, left);
-      g.s_blocks = div_up(s_gate->rows, g.s_per);
-      g.smem = std::max(g.smem, smem_of(g.s_per));
-    }
-    if (g.smem <= kExpertAsyncMaxSmem) return g;
-  }
-  return {};
+  const int align = async_row_align(gate), blocks = std::max(1, sm_count() / slots);
+  const int per = div_up(div_up(gate.rows, blocks), align) * align;
+  const size_t smem = 2 * size_t(per) * async_row_bytes(gate) + staged_bytes(gate.format, gate.cols, 1);
+  if (smem > kExpertAsyncMaxSmem) return {};
+  return {per, smem};
 }
 
 template <WFormat F, int CPL>
@@ -471,10 +453,11 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
                           const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights,
                           float* act, int width, GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
+  const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
-  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(k * split.blocks + split.s_blocks), 32 * kExpertAsyncWarps, split.smem,
-             s, gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
-             weights, act, width, split.per, split.blocks, split.s_per, norm, pick);
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
+             gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
+             weights, act, width, split.per, norm, pick);
 }
 
 // Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
@@ -647,7 +630,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                        cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
-  const GateUpSplit split = T == 1 ? gate_up_async_split(gate, s_gate, k) : GateUpSplit{};
+  const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
