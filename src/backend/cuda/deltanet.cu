@@ -672,7 +672,7 @@ int deltanet_z_rows_per_block(const DeltaNetShape& d, const DeviceMatrix& wz, in
   const int lanes = lane_x_chunks(wz.format, wz.cols / chunk_weights(wz.format));
   if (lanes != 1 && lanes != 2) return 0;
   // As many rows as an input-projection block lands: every multiprocessor then pulls alike.
-  const int per = std::min(div_up(3 * total, 4 * sm_count()), wz.rows / blocks);
+  const int per = std::min(div_up(total, sm_count()), wz.rows / blocks);
   DeltaNetZRows zr;
   zr.w = wz;
   zr.per = per;
