@@ -4,7 +4,6 @@
 #include <cstring>
 #include <deque>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_sampler.h"
@@ -132,7 +131,6 @@ class CudaBackend final : public Backend {
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
       gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
       layer_counters_ = alloc_raw<int>(size_t(c.n_layers) * cuda::kDeltaNetLayerCounters);
-      z_sync_ = alloc_raw<unsigned>(cuda::deltanet_z_sync_words(gdn_shape()));
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
@@ -367,9 +365,8 @@ class CudaBackend final : public Backend {
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-    const cuda::StageNorm norm{weights_->vec(w), eps};
-    if (leave > 0 && deltanet_z_rows_to_step(h, norm, p, n)) return;
-    cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), norm, stream_, leave);
+    cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
+                             stream_, leave);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
@@ -472,13 +469,10 @@ class CudaBackend final : public Backend {
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
     if (T == 1) {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
-      const cuda::DeltaNetZRows zrows = std::exchange(pending_z_, {});
-      check(zrows.per == 0 || zrows.z == bf(z), "CUDA deltanet: z is not the tensor its input projections wrote");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), zrows, stream_))
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_))
         return;
-      check(zrows.per == 0, "CUDA deltanet: the step did not take the z rows its input projections left to it");
     }
     {
       const cuda::TimedOp part(timer_, stream_, "deltanet: conv + norms");
@@ -695,35 +689,6 @@ class CudaBackend final : public Backend {
     return p;
   }
 
-  // One token's DeltaNet input projections (qkv, z, b, a) where the step's blocks take the first
-  // rows of z (cuda::DeltaNetZRows, for the deltanet call that follows): launches the projections
-  // of the other rows. False where the step cannot take them.
-  bool deltanet_z_rows_to_step(const Tensor& h, const cuda::StageNorm& norm, const Projections& p, int n) {
-    if (n != 4 || h.elem_size != 4) return false;
-    int64_t total = 0;
-    for (int i = 0; i < n; ++i) total += p.mats[i]->rows;
-    const DeviceMatrix& wz = *p.mats[1];
-    const int per = cuda::deltanet_z_rows_per_block(gdn_shape(), wz, total);
-    if (per == 0) return false;
-    const int taken = per * cuda::deltanet_decode_blocks(gdn_shape());
-    const DeviceMatrix tail = cuda::matrix_rows(wz, taken, wz.rows - taken);
-    const DeviceMatrix* mats[4];
-    cuda::GemvOut dst[4];
-    int m = 0;
-    for (int i = 0; i < n; ++i) {
-      if (i == 1 && tail.rows == 0) continue;
-      mats[m] = i == 1 ? &tail : p.mats[i];
-      dst[m] = p.dst[i];
-      if (i == 1) dst[m].y = static_cast<char*>(dst[m].y) + int64_t(taken) * dst[m].elem;
-      ++m;
-    }
-    check(p.dst[1].elem == 2, "CUDA DeltaNet: z must be a bf16 tensor");
-    pending_z_ = {wz, per, static_cast<const float*>(h.data), norm, static_cast<bf16*>(p.dst[1].y), z_sync_};
-    cuda::linear_many_staged(mats, dst, m, h.data, h.stride, h.elem_size, 1, norm, stream_,
-                             cuda::deltanet_decode_blocks(gdn_shape()), z_sync_);
-    return true;
-  }
-
   // The shared expert's matrices (null where the block has none) and its gate row.
   struct Shared {
     const DeviceMatrix *gate = nullptr, *up = nullptr, *down = nullptr, *gate_row = nullptr;
@@ -916,8 +881,6 @@ class CudaBackend final : public Backend {
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel
   int* layer_counters_ = nullptr;  // the persistent DeltaNet layers' counters, a set per layer
-  unsigned* z_sync_ = nullptr;  // cuda::DeltaNetZRows::sync
-  cuda::DeltaNetZRows pending_z_;  // z rows the next one-token deltanet step computes (per 0: none)
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;

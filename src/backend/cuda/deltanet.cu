@@ -2,7 +2,6 @@
 // for decode, chunked WY form for prefill; fp32 state), and the gated RMSNorm. The math is the CPU
 // reference's (backend/cpu/deltanet.cpp, model-spec.md §2.5 and §3).
 #include "backend/cuda/deltanet_step.cuh"
-#include "backend/cuda/deltanet_z_rows.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 
@@ -518,46 +517,11 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
                          eps, out, readers, [] { pdl_wait(); });
 }
 
-// deltanet_decode_kernel whose blocks first compute their rows of the token's z (DeltaNetZRows).
-template <int DK, WFormat F, int CPL>
-__global__ void __launch_bounds__(512) deltanet_decode_z_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
-                                                                 const float* conv_w, float* conv_state, const float* b,
-                                                                 const float* a, const float* A_log,
-                                                                 const float* dt_bias, float* state,
-                                                                 const float* norm_w, bf16* z, float eps, bf16* out,
-                                                                 int* readers, DeltaNetZRows zr) {
-  extern __shared__ float4 smem4[];
-  pdl_launch_dependents();  // the output projection's blocks start beside the step as before
-  deltanet_z_rows<F, CPL>(zr, blockIdx.x, reinterpret_cast<char*>(smem4));
-  deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
-                         eps, out, readers, [] { pdl_wait(); });
-}
-
-template <int DK, WFormat F, int CPL>
-void launch_deltanet_decode_z(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
-                              const float* conv_w, float* conv_state, const float* b, const float* a,
-                              const float* A_log, const float* dt_bias, float* state, const float* norm_w, float eps,
-                              bf16* out, int* readers, const DeltaNetZRows& zr, cudaStream_t s) {
-  const size_t smem = deltanet_z_rows_smem(zr);
-  allow_dynamic_smem<deltanet_decode_z_kernel<DK, F, CPL>>(smem);
-  launch_pdl(deltanet_decode_z_kernel<DK, F, CPL>, dim3(deltanet_decode_blocks(d), rows.B), threads, smem, s, d, rows,
-             x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, zr.z, eps, out, readers, zr);
-}
-
 template <int DK>
 void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetRows& rows, const bf16* x,
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
-                            bf16* out, int* readers, const DeltaNetZRows& zr, cudaStream_t s) {
-  if constexpr (DK == 128) {  // the shapes deltanet_z_rows_per_block takes: 4-bit rows of 1 or 2 chunks a lane
-    if (zr.per > 0) {
-      if (lane_x_chunks(WFormat::Q4, zr.w.cols / chunk_weights(WFormat::Q4)) == 1)
-        return launch_deltanet_decode_z<DK, WFormat::Q4, 1>(d, threads, rows, x, conv_w, conv_state, b, a, A_log,
-                                                            dt_bias, state, norm_w, eps, out, readers, zr, s);
-      return launch_deltanet_decode_z<DK, WFormat::Q4, 2>(d, threads, rows, x, conv_w, conv_state, b, a, A_log,
-                                                          dt_bias, state, norm_w, eps, out, readers, zr, s);
-    }
-  }
+                            bf16* out, int* readers, cudaStream_t s) {
   launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
              conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
@@ -565,15 +529,14 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
 bool decode_step(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                  float* conv_state, const float* b, const float* a, const float* A_log, const float* dt_bias,
-                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers,
-                 const DeltaNetZRows& zr, cudaStream_t s) {
+                 float* state, const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
   const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, threads = decode_threads(d);
   if (ratio < 1 || d.Hv != ratio * d.Hk || threads > 512 || d.K < 1 || d.K > kDecodeMaxTaps) return false;
   switch (d.dk) {
-    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, zr, s); break;
-    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, zr, s); break;
-    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, zr, s); break;
-    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, zr, s); break;
+    case 16: launch_deltanet_decode<16>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 32: launch_deltanet_decode<32>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 64: launch_deltanet_decode<64>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
+    case 128: launch_deltanet_decode<128>(d, threads, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s); break;
     default: return false;
   }
   PETREL_LAUNCHED("deltanet_decode");
@@ -653,50 +616,17 @@ int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, const DeltaNetZRows& zrows,
-                     cudaStream_t s) {
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s) {
   DeltaNetRows one;
   one.states_settled = states_settled;
-  return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, zrows,
-                     s);
-}
-
-int deltanet_z_sync_words(const DeltaNetShape& d) { return kZSyncSeen + 2 * deltanet_decode_blocks(d); }
-
-int deltanet_z_rows_per_block(const DeltaNetShape& d, const DeviceMatrix& wz, int64_t total) {
-  const int ratio = d.Hk > 0 ? d.Hv / d.Hk : 0, blocks = deltanet_decode_blocks(d);
-  if (ratio < 1 || d.Hv != ratio * d.Hk || d.K < 1 || d.K > kDecodeMaxTaps || decode_threads(d) != 32 * kAsyncWarps ||
-      d.dk != 128)
-    return 0;
-  if (wz.format != WFormat::Q4 || !chunked_layout(wz) || !norm_stageable(wz.cols, wz.cols)) return 0;
-  const int lanes = lane_x_chunks(wz.format, wz.cols / chunk_weights(wz.format));
-  if (lanes != 1 && lanes != 2) return 0;
-  // As many rows as an input-projection block lands: every multiprocessor then pulls alike.
-  const int per = std::min(div_up(total, sm_count()), wz.rows / blocks);
-  DeltaNetZRows zr;
-  zr.w = wz;
-  zr.per = per;
-  return per > 0 && deltanet_z_rows_smem(zr) <= 200 * 1024 ? per : 0;
-}
-
-DeviceMatrix matrix_rows(const DeviceMatrix& m, int r0, int n) {
-  DeviceMatrix v = m;
-  v.rows = n;
-  if (m.format == WFormat::BF16) {
-    v.w = static_cast<const bf16*>(m.w) + int64_t(r0) * m.cols;
-  } else {
-    v.w = static_cast<const uint32_t*>(m.w) + int64_t(r0) * m.cols * m.bits() / 32;
-    v.scales = m.scales + int64_t(r0) * (m.cols / m.group);
-    v.biases = m.biases + int64_t(r0) * (m.cols / m.group);
-  }
-  return v;
+  return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s);
 }
 
 bool deltanet_decode_rows(const DeltaNetShape& d, const DeltaNetRows& rows, const bf16* x, const float* conv_w,
                           const float* b, const float* a, const float* A_log, const float* dt_bias,
                           const float* norm_w, const bf16* z, float eps, bf16* out, int* readers, cudaStream_t s) {
   check(rows.B >= 1 && rows.conv_states && rows.states, "CUDA deltanet_decode_rows: needs rows and state tables");
-  return decode_step(d, rows, x, conv_w, nullptr, b, a, A_log, dt_bias, nullptr, norm_w, z, eps, out, readers, {}, s);
+  return decode_step(d, rows, x, conv_w, nullptr, b, a, A_log, dt_bias, nullptr, norm_w, z, eps, out, readers, s);
 }
 
 void gated_rms_norm(const DeltaNetShape& d, const float* o, int T, const float* w, const bf16* z, int64_t z_stride,

@@ -32,7 +32,7 @@ inline int decode_threads(const DeltaNetShape& d) {
 // (counted in readers[row·Hk + key head], left at zero) shifts it. A batched step's row `row` first
 // moves to its operand rows and, from the tables, its sequence's states. The block of value head j
 // runs it; wait() returns once x, b, a and z are written (the PDL wait, or the persistent layer's
-// counter). z is read through L2: other blocks of this launch may have written it (DeltaNetZRows).
+// counter).
 template <int DK, typename Wait>
 __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j, int row, DeltaNetRows rows,
                                                    const bf16* x, const float* conv_w, float* conv_state,
@@ -120,7 +120,7 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     }
   }
   const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
-  const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(__ldcg(z + int64_t(j) * d.dv + e)) : 0.0f;
+  const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
   // The gates need only a and b: worked out while the conv's barrier below waits.
   const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
   const float beta = 1.0f / (1.0f + expf(-bj));

@@ -60,7 +60,6 @@ struct GemvSegments {
   int rows_per_block[kMax] = {};  // where a block takes one contiguous range of rows
   int n = 0;
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
-  unsigned* signal = nullptr;  // block 0 adds 1 here once its wait has passed (DeltaNetZRows::sync)
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   void add(const DeviceMatrix& m, const GemvOut& o) {
@@ -78,9 +77,8 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add. The
 // last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
 // (PDL) and can fetch what no earlier kernel writes while it runs.
-// With `signal`, the last launch's block 0 adds 1 to it once its input is written (GemvSegments::signal).
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0, unsigned* signal = nullptr);
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
@@ -237,32 +235,9 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 // their reads of its q/k conv state so the last can shift it). states_settled: no kernel that may
 // still run writes the states (true inside a recorded decode step: a layer's step runs once in it
 // and a graph launch starts after all earlier work), so they load before the PDL wait.
-// One token's z projection rows [0, Hv·per), computed by deltanet_decode's blocks while they wait
-// for the input projections, which take the other rows: the step's multiprocessors pull weights
-// instead of idling, and the projections' phase has fewer bytes. Block j takes rows [j·per,
-// (j+1)·per) of z = rmsnorm(h)·norm.w·wᵀ, staged from h exactly as the projections stage it.
-struct DeltaNetZRows {
-  DeviceMatrix w;  // the whole z projection
-  int per = 0;     // rows a step block takes (0: none)
-  const float* h = nullptr;  // the token's fp32 residual row
-  StageNorm norm;
-  bf16* z = nullptr;
-  // deltanet_z_sync_words() words, zero before first use: [0] counts the input projections' waits
-  // passed (GemvSegments::signal), [1] the step blocks' rows written, then each block's last seen
-  // targets of both. Counts only grow (wrapping), so a recorded step replays without resets.
-  unsigned* sync = nullptr;
-};
-int deltanet_z_sync_words(const DeltaNetShape& d);
-// Rows a step block takes of the z projection wz when `total` rows of input projections (z's
-// among them) share the multiprocessors with the step's blocks; 0 where the step cannot take them.
-int deltanet_z_rows_per_block(const DeltaNetShape& d, const DeviceMatrix& wz, int64_t total);
-// The DeviceMatrix of rows [r0, r0 + n) of m.
-DeviceMatrix matrix_rows(const DeviceMatrix& m, int r0, int n);
-// With zrows (per > 0) the blocks first compute their z rows (DeltaNetZRows), then the step.
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, const DeltaNetZRows& zrows,
-                     cudaStream_t s);
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
 // Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z

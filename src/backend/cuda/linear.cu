@@ -33,15 +33,6 @@ __device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) 
   return b;
 }
 
-// Block 0, once its wait has passed: x is written, which segs.signal tells the DeltaNet step's
-// blocks that stage it themselves (DeltaNetZRows).
-__device__ __forceinline__ void signal_input_written(const GemvSegments& segs) {
-  if (segs.signal && blockIdx.x == 0 && threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(segs.signal, 1u);
-  }
-}
-
 // The register-streaming decode GEMV, for rows that gemv_async_kernel's tiles do not take (bf16
 // rows wider than ~6K, segments of mixed group sizes): activations staged once per block, `lpr`
 // lanes per row; each lane keeps 8 chunks in flight: NR rows x (8 / NR) consecutive chunk steps.
@@ -75,7 +66,6 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm)
   };
   load_step(first_row + warp * warp_rows, sl);  // weights: loaded before waiting for x
   pdl_wait();
-  signal_input_written(segs);
   extern __shared__ float4 smem4[];
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem4), x, x_elem, w.cols, T,
                                      [&](int t) { return t * x_stride; }, norm);
@@ -220,7 +210,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
-  signal_input_written(segs);
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
@@ -489,16 +478,13 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
 
 // Runs of neighbouring matrices of one format and width: one launch each.
 void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
-                 int T, StageNorm norm, cudaStream_t s, int leave = 0, unsigned* signal = nullptr) {
+                 int T, StageNorm norm, cudaStream_t s, int leave = 0) {
   for (int i = 0; i < n;) {
     GemvSegments segs;
     for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format && ws[j]->cols == ws[i]->cols;
          ++j)
       segs.add(*ws[j], outs[j]);
-    if (i + segs.n == n) {
-      segs.leave = leave;
-      segs.signal = signal;
-    }
+    if (i + segs.n == n) segs.leave = leave;
     check_shapes(*ws[i], x_stride);
     gemv_staged(segs, x, x_stride, x_elem, T, norm, s);
     PETREL_LAUNCHED("gemv (several matrices)");
@@ -530,9 +516,9 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 }
 
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave, unsigned* signal) {
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
-  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave, signal);
+  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
 }
 
 namespace {
