@@ -196,11 +196,10 @@ Backend::DeltaNetScratch Model::deltanet_scratch(int64_t T) const {
 Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st) {
   const DeltaNetWeights& G = weights_.layers[layer].gdn;
   const auto [qkv, z, b, a, o] = deltanet_scratch(x.rows);
-  // PROBE noz: one token's z projection left out (z keeps stale values): the bound of computing it off the path.
-  const Matrix* proj[] = {&G.qkv, &G.b, &G.a, &G.z};
-  const Tensor proj_out[] = {qkv, b, a, z};
-  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
-                                x.rows == 1 ? 3 : 4, /*for_deltanet=*/true);
+  const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
+  const Tensor proj_out[] = {qkv, z, b, a};
+  backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,
+                                /*for_deltanet=*/true);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
   return {o, &G.out};

@@ -131,7 +131,6 @@ class CudaBackend final : public Backend {
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
       gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
       layer_counters_ = alloc_raw<int>(size_t(c.n_layers) * cuda::kDeltaNetLayerCounters);
-      probe_buf_ = alloc_raw<char>(200u << 20);
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
@@ -366,7 +365,6 @@ class CudaBackend final : public Backend {
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-    probe_deltanet_ = leave > 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }
@@ -575,13 +573,6 @@ class CudaBackend final : public Backend {
     if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
-    if (probe_deltanet_) {  // PROBE zout: z's 4.7 MB landed by 96 output-projection blocks before their wait
-      constexpr int kBytes = 43 * 1152, kBlocks = 96;
-      route.extra = probe_buf_ + probe_off_;
-      route.extra_bytes = kBytes;
-      route.extra_blocks = kBlocks;
-      probe_off_ = (probe_off_ + size_t(kBytes) * kBlocks) % (190u << 20);
-    }
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
@@ -890,9 +881,6 @@ class CudaBackend final : public Backend {
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel
   int* layer_counters_ = nullptr;  // the persistent DeltaNet layers' counters, a set per layer
-  bool probe_deltanet_ = false;  // PROBE zout
-  char* probe_buf_ = nullptr;
-  size_t probe_off_ = 0;
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;

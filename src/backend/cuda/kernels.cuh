@@ -43,10 +43,6 @@ struct RouteSums {
   int ld = 0, n = 0;
   unsigned long long* sums = nullptr;
   int smem_at = 0;  // set at launch: where a block's rows of cols sit in its shared memory
-  // PROBE zout: blocks [0, extra_blocks) copy extra_bytes from extra + block·extra_bytes before
-  // their wait (the bytes a z projection on these blocks would land; never read).
-  const char* extra = nullptr;
-  int extra_bytes = 0, extra_blocks = 0, extra_at = 0;
 };
 constexpr float kRouteFixedOne = 4294967296.0f;  // 2^32: one unit of the sums' fixed point
 // The first stage of an argmax over a one-token GEMV's fp32 output row, left by the GEMV: block b's

@@ -197,8 +197,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   float* keep = nullptr;
   if constexpr (E == GemvEpilogue::RouteSums) {
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
-    if (route.extra && int(blockIdx.x) < route.extra_blocks)
-      copy_async(ring + route.extra_at, route.extra + int64_t(blockIdx.x) * route.extra_bytes, route.extra_bytes);
     keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   } else if constexpr (E == GemvEpilogue::Argmax) {
     keep = reinterpret_cast<float*>(ring + segs.argmax.smem_at);
@@ -304,10 +302,6 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   if (segs.route.sums) {  // the block's rows of the route's columns, then their values of h
     segs.route.smem_at = div_up(int64_t(smem), 16) * 16;
     smem = segs.route.smem_at + size_t(per_max) * (segs.route.ld * 2 + 4);
-    if (segs.route.extra) {
-      segs.route.extra_at = div_up(int64_t(smem), 16) * 16;
-      smem = segs.route.extra_at + size_t(segs.route.extra_bytes);
-    }
   }
   if (segs.argmax.v) {  // the values of the block's rows
     segs.argmax.smem_at = div_up(int64_t(smem), 16) * 16;
