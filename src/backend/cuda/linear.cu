@@ -220,19 +220,15 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   if constexpr (CPL > 0) load_lane_x(st, xr);
   const float scale = st.row_scale(0);
   if constexpr (CPL > 0 && CPL <= 2) {
-    if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills
-      // The dots take tiles in pairs, but the last two one at a time: what follows the last
-      // tile's landing is then one tile's dots, not two.
-      for (int tile = 0; tile < tiles;) {
-        const int take = tiles - tile > 2 ? 2 : 1;
-        if (take == 2) cp_async_wait<kAsyncStages - 2>();
-        else cp_async_wait<kAsyncStages - 1>();
-        __syncthreads();  // every thread's copies of the tiles taken have landed
-        const int first = r0 + tile * tile_rows, rows = min(take * tile_rows, r1 - first);
-        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + take - 1), tile_rows, m, rows, xr, scale, seg.out, first,
+    if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
+      for (int tile = 0; tile < tiles; tile += 2) {
+        cp_async_wait<kAsyncStages - 2>();
+        __syncthreads();  // every thread's copies of the two tiles have landed
+        const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
+        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
-        for (int i = 0; i < take; ++i) cp_async_commit();  // an empty group for each tile taken, as the loop below commits
-        tile += take;
+        cp_async_commit();  // two empty groups for the two tiles taken, as the loop below commits
+        cp_async_commit();
       }
       if constexpr (E != GemvEpilogue::None) {
         __syncthreads();  // every warp's rows are in keep
