@@ -11,7 +11,7 @@ namespace petrel::cuda {
 
 constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, a run of rows each
 constexpr int kDecodeMaxTaps = 4;
-constexpr unsigned long long kStateDelayNs = 2500;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
+constexpr unsigned long long kStateDelayNs = 4000;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
 
 // Threads of the decode kernel: kDecodeParts per value column and one per conv channel the block
 // reads (2·dk + dv), whichever is more, in whole warps.
