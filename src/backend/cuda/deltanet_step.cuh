@@ -2,7 +2,6 @@
 // of deltanet_decode_kernel (deltanet.cu) and of the persistent DeltaNet layer's step blocks
 // (deltanet_layer.cu).
 #pragma once
-#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 
 #include <algorithm>
@@ -10,8 +9,7 @@
 namespace petrel::cuda {
 
 constexpr int kDecodeParts = 4;  // threads per value column in the decode kernel, a run of rows each
-constexpr int kDecodeMaxTaps = 4;
-constexpr unsigned long long kStateDelayNs = 4000;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
+constexpr int kDecodeMaxTaps = 4;  // conv sizes the decode kernel takes (taps, history in registers); the models use 4
 
 // Threads of the decode kernel: kDecodeParts per value column and one per conv channel the block
 // reads (2·dk + dv), whichever is more, in whole warps.
@@ -106,12 +104,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   // rolled) keeps the kernel within its registers.
   if (tid == 0 && !rows.states && !rows.states_settled)
     prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
-  // Settled states land after the input projections' rows: their loads wait kStateDelayNs from
-  // the block's start, so that the projections' window carries only the projections' bytes.
-  if (rows.states_settled) {
-    const unsigned long long from = global_ns();
-    while (global_ns() - from < kStateDelayNs) __nanosleep(64);
-  }
 #pragma unroll 1
   for (int after_wait = 0; after_wait < 2; ++after_wait) {
     if (after_wait) {
