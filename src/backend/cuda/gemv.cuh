@@ -301,21 +301,14 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     if constexpr (F != WFormat::BF16) {
       const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
       uint32_t hi[2] = {}, lo[2] = {};  // the two words of each level
-      if (cols == 4096 && rows == 1 && !norm.w) {  // probe: the output projections' x not quantised
-        hi[0] = __float_as_uint(v[0]) & 0x0F0F0F0Fu;
-        hi[1] = __float_as_uint(v[1]) & 0x0F0F0F0Fu;
-        lo[0] = __float_as_uint(v[2]) & 0x0F0F0F0Fu;
-        lo[1] = __float_as_uint(v[3]) & 0x0F0F0F0Fu;
-      } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float t = v[j] * inv;  // in units of d
-          const float x1 = rintf(t);
-          const int x2 = __float2int_rn((t - x1) * 127.0f);
-          const int word = F == WFormat::Q4 ? j % 2 : j / 4, shift = F == WFormat::Q4 ? 8 * (j / 2) : 8 * (j % 4);
-          hi[word] |= (uint32_t(int(x1)) & 255u) << shift;
-          lo[word] |= (uint32_t(x2) & 255u) << shift;
-        }
+      for (int j = 0; j < 8; ++j) {
+        const float t = v[j] * inv;  // in units of d
+        const float x1 = rintf(t);
+        const int x2 = __float2int_rn((t - x1) * 127.0f);
+        const int word = F == WFormat::Q4 ? j % 2 : j / 4, shift = F == WFormat::Q4 ? 8 * (j / 2) : 8 * (j % 4);
+        hi[word] |= (uint32_t(int(x1)) & 255u) << shift;
+        lo[word] |= (uint32_t(x2) & 255u) << shift;
       }
       reinterpret_cast<uint2*>(dst)[part] = make_uint2(hi[0], hi[1]);
       reinterpret_cast<uint2*>(dst + level_offset(F))[part] = make_uint2(lo[0], lo[1]);
