@@ -7,7 +7,7 @@
 # as "base". Each variant is built incrementally in build-gpu (only the files it changes recompile)
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
 # the tree's files are put back before the next (build-gpu keeps the last variant's binaries until
-# the next build). Ends with a table: tok/s at each context, the
+# the next build, which scripts/gpu-build.sh's source sums make recompile them). Ends with a table: tok/s at each context, the
 # kernels' shares of the step, and when each kernel of a DeltaNet layer ends after the one before
 # (and of an attention layer), for each decode context traced.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
@@ -39,9 +39,6 @@ for v in "${variants[@]}"; do
     [ -f "$f" ] || { echo "variant $v replaces $f, which the tree does not have" >&2; exit 2; }
   done || exit 2
 done
-# The device copies the tree with its own time stamps, which can be older than binaries a
-# previous call built from a variant: touching what the variants replace makes "base" rebuild it.
-for v in "${variants[@]}"; do (cd "$v" && find . -type f) | while read -r f; do touch "$f"; done; done
 
 # Builds and times the current tree as variant $1 (JSON into $logs/variant-$1.json).
 run_variant() {
@@ -72,8 +69,9 @@ for v in "${variants[@]}"; do
   run_variant "$name"
   for f in $files; do cp "$backup/$f" "$f"; done  # a fresh time stamp: ninja rebuilds what it built from the variant
 done
-# build-gpu is left as the last variant built it: the tree's files are back with fresh time stamps,
-# so the next build (gpu-check.sh, gpu-build.sh) recompiles what the variants changed.
+# build-gpu is left as the last variant built it; the next build (gpu-check.sh, gpu-build.sh), in
+# this call or a later one, finds the tree's files differ from the sums of that build and
+# recompiles them.
 
 echo
 echo "== Petrel variants ($weights, median of 5) =="
