@@ -644,20 +644,9 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 // [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial kernel and the
 // combine in one launch. With C > 1 each block leaves its cluster's merge of its
 // slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
-// Probe: launches of attention_cluster seen, and %globaltimer with a data dependence.
-__device__ unsigned probe_cluster_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned long long ps[6] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_cluster_launches, 1) / (gridDim.x * gridDim.y * gridDim.z);
   constexpr int NT = D / 8 / kClusterWarps, chunks = D / 8, kBlocks = kClusterAttentionBlocks;
   constexpr int KW = kMmaKeys / kClusterWarps;                 // keys a warp scores
   constexpr int slice = kClusterMaxGroup * D / kBlocks;        // outputs a block merges
@@ -695,7 +684,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(0);
     issue(1);
   }
-  ps[1] = probe_ns(0.0f);
   float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -705,7 +693,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
   pdl_wait();
-  ps[2] = probe_ns(0.0f);
   if (!a.settled) {
     issue(0);
     issue(1);
@@ -763,12 +750,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   if (tiles == 2) {  // both stages were in flight from the start: one pass over their keys (one chain, not two)
-    cp_async_wait<1>();
-    __syncthreads();
-    ps[3] = probe_ns(0.0f);
     cp_async_wait<0>();
     __syncthreads();  // both tiles (and the new key's row) in shared memory
-    ps[4] = probe_ns(0.0f);
     float mine[2][4], s[2 * kMmaKeys / 8][4];
     const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
     scores_pair<D>(sQ, sKs, lane, mine);
@@ -822,13 +805,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  const bool last = C == 1 || last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc);
-  if (last && merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
-  ps[5] = probe_ns(acc);
-  if (threadIdx.x == 0 && probe_idx >= 1000 && probe_idx < 1004)
-    printf("TILES cluster %u %d keys %d tiles %d enter %llu issued %llu wait %llu t0 %llu t1 %llu end %llu\n", probe_idx,
-           int(blockIdx.x + 16 * (blockIdx.y + gridDim.y * blockIdx.z)), n_keys, tiles, ps[0], ps[1], ps[2], ps[3],
-           ps[4], ps[5]);
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
