@@ -457,15 +457,6 @@ void launch(const bf16* q, int64_t q_stride, int T, const bf16* kc, const bf16* 
 
 // ---- Short contexts: q/k norm + RoPE, the append and the attention of one token in one launch ----
 
-// Probe: launches of attention_cluster seen, and %globaltimer with a data dependence.
-__device__ unsigned probe_cluster_launches;
-__device__ __forceinline__ unsigned long long probe_ns(float dep) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(dep) : "memory");
-  return t;
-}
-__device__ unsigned probe_short_launches;
-
 // grid (Hq), a block of D threads per query head, one token at *pos0 with n = *pos0 + 1 <=
 // kShortAttentionKeys keys. Where the split-K path runs three kernels (qk_norm_rope, the partial
 // ranges, the combine) and two boundaries of ~1.2 us each for a few dozen keys, this block holds its
@@ -477,9 +468,6 @@ template <int PER>  // D / 32
 __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttention a) {
   constexpr int D = 32 * PER, kWarps = PER, row_pieces = D * 2 / 16;
   constexpr int kPitch = D + 8;  // keys' row pitch: a thread per key reads 16 bytes of each row at once
-  const unsigned long long q_enter = probe_ns(0.0f);
-  __shared__ unsigned q_idx;
-  if (threadIdx.x == 0) q_idx = atomicAdd(&probe_short_launches, 1) / gridDim.x;
   extern __shared__ __align__(16) unsigned char kv_smem[];
   bf16* ks = reinterpret_cast<bf16*>(kv_smem);  // [kShortAttentionKeys][kPitch] keys
   bf16* vs = ks + kShortAttentionKeys * kPitch;  // [kShortAttentionKeys][D] values
@@ -502,7 +490,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   };
   if (a.settled) copy_older();
   pdl_wait();
-  const unsigned long long q_wait = probe_ns(0.0f);
   if (!a.settled) copy_older();
   const float position = float(pos);
   if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
@@ -511,7 +498,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
   cp_async_wait<0>();
   __syncthreads();  // q and the new k normed and rotated, the older keys landed
-  const unsigned long long q_normed = probe_ns(0.0f);
   const bf16 k_new = __float2bfloat16(k_head[tid]);  // already a bf16 value: exact
   ks[pos * kPitch + tid] = k_new;
   vs[pos * D + tid] = v_new;
@@ -565,10 +551,6 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
   for (; i < n; ++i) acc[0] = fmaf(weight[i], __bfloat162float(vs[i * D + tid]), acc[0]);
   const float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
-  const unsigned long long q_end = probe_ns(o);
-  if (tid == 0 && q_idx >= 1000 && q_idx < 1008)
-    printf("TILES short %u %d keys %d enter %llu wait %llu normed %llu end %llu\n", q_idx, h, n, q_enter, q_wait,
-           q_normed, q_end);
 }
 
 // ---- Longer contexts: the same one launch over a cluster of blocks per KV head ----
@@ -665,10 +647,6 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned long long ps[12] = {};
-  ps[0] = probe_ns(0.0f);
-  __shared__ unsigned probe_idx;
-  if (threadIdx.x == 0) probe_idx = atomicAdd(&probe_cluster_launches, 1) / (gridDim.x * gridDim.y * gridDim.z);
   constexpr int NT = D / 8 / kClusterWarps, chunks = D / 8, kBlocks = kClusterAttentionBlocks;
   constexpr int KW = kMmaKeys / kClusterWarps;                 // keys a warp scores
   constexpr int slice = kClusterMaxGroup * D / kBlocks;        // outputs a block merges
@@ -706,7 +684,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(0);
     issue(1);
   }
-  ps[1] = probe_ns(0.0f);
   float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -716,7 +693,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
   pdl_wait();
-  ps[2] = probe_ns(0.0f);
   if (!a.settled) {
     issue(0);
     issue(1);
@@ -774,21 +750,14 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   float o[NT][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   if (tiles == 2) {  // both stages were in flight from the start: one pass over their keys (one chain, not two)
-    cp_async_wait<1>();
-    __syncthreads();
-    ps[3] = probe_ns(0.0f);
     cp_async_wait<0>();
     __syncthreads();  // both tiles (and the new key's row) in shared memory
-    ps[4] = probe_ns(0.0f);
     float mine[2][4], s[2 * kMmaKeys / 8][4];
     const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
     scores_pair<D>(sQ, sKs, lane, mine);
-    ps[9] = probe_ns(mine[0][0] + mine[1][3]);
     share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
-    ps[10] = probe_ns(s[0][0] + s[15][3]);
     mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
     online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
-    ps[11] = probe_ns(l[0] + l[1] + s[15][3]);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
     accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
   }
@@ -806,7 +775,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(tile + 2);
     if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
   }
-  ps[5] = probe_ns(o[0][0]);
   // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
   // merge them, (m in natural log, l) into both blocks of the head.
   const int g = lane / 4;
@@ -824,9 +792,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       for (int owner = g * D / slice; owner <= (g * D + D - 1) / slice; ++owner)
         cluster_store2(ml[r][g], owner, m[0] * scale, sum);
   }
-  ps[6] = probe_ns(0.0f);
   cluster_sync();  // every range's record in the blocks that merge it
-  ps[7] = probe_ns(0.0f);
   float top = -INFINITY, L = 0.0f, acc = 0.0f;
   if (merges) {
     const int gh = gate_idx / D;
@@ -839,13 +805,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  const bool last = C == 1 || last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc);
-  if (last && merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
-  ps[8] = probe_ns(acc);
-  if (threadIdx.x == 0 && probe_idx >= 1000 && probe_idx < 1008)
-    printf("TILES cluster %u %d keys %d tiles %d enter %llu issued %llu wait %llu t0 %llu t1 %llu sc %llu sh %llu sm %llu pv %llu sent %llu synced %llu end %llu\n", probe_idx,
-           int(blockIdx.x + 16 * (blockIdx.y + gridDim.y * blockIdx.z)), n_keys, tiles, ps[0], ps[1], ps[2], ps[3],
-           ps[4], ps[9], ps[10], ps[11], ps[5], ps[6], ps[7], ps[8]);
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
@@ -931,7 +892,6 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s) {
   } else if (D == 256) {
     allow_dynamic_smem<attention_short_kernel<8>>(smem);
     launch_pdl(attention_short_kernel<8>, a.Hq, D, smem, s, a);
-    launch_pdl(attention_short_kernel<8>, a.Hq, D, smem, s, a);  // probe: the same launch with its code warm
   } else {
     throw Error("CUDA attention_short: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
   }
@@ -1005,7 +965,6 @@ void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s
   } else if (D == 256) {
     const cudaLaunchConfig_t cfg = cluster_config<256>(width, a.Hkv, s, attr);
     PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<256>, a));
-    PETREL_CUDA(cudaLaunchKernelEx(&cfg, attention_cluster_kernel<256>, a));  // probe: the same launch, code warm
   } else {
     throw Error("CUDA attention_cluster: head_dim " + std::to_string(D) + " is not supported (128 or 256)");
   }

@@ -168,25 +168,12 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 // keep their registers).
 enum class GemvEpilogue { None, RouteSums, Argmax };
 
-// Probe: launches of an attention layer's input projections (q, k, v, gate: k has 512 rows here) seen.
-__device__ unsigned probe_attn_proj_launches;
-__device__ __forceinline__ unsigned long long probe_gemv_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory.
 template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  const unsigned long long p_enter = probe_gemv_ns();
-  unsigned long long p_wait = 0, p_landed = 0;
-  __shared__ unsigned p_idx;
-  const bool probed = segs.n == 4 && segs.w[1].rows == 512 && E == GemvEpilogue::None && T == 1;  // q, k, v, gate
-  if (probed && threadIdx.x == 0) p_idx = atomicAdd(&probe_attn_proj_launches, 1) / gridDim.x;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -223,7 +210,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
-  p_wait = probe_gemv_ns();
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
@@ -238,7 +224,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
       for (int tile = 0; tile < tiles; tile += 2) {
         cp_async_wait<kAsyncStages - 2>();
         __syncthreads();  // every thread's copies of the two tiles have landed
-        p_landed = probe_gemv_ns();
         const int first = r0 + tile * tile_rows, rows = min(2 * tile_rows, r1 - first);
         tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile + 1), tile_rows, m, rows, xr, scale, seg.out, first,
                                   keep ? keep + (first - r0) : nullptr);
@@ -249,10 +234,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         __syncthreads();  // every warp's rows are in keep
         epilogue();
       }
-      __syncthreads();
-      if (probed && threadIdx.x == 0 && p_idx >= 960 && p_idx < 1040)
-        printf("TILES inproj %u %d rows %d enter %llu wait %llu landed %llu end %llu\n", p_idx, int(blockIdx.x), r1 - r0,
-               p_enter, p_wait, p_landed, probe_gemv_ns());
       return;
     }
   }
