@@ -62,7 +62,6 @@ struct GemvSegments {
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
-  bool warm = false;  // one token: each block runs its code once before its wait (a launch whose blocks wait long)
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
