@@ -168,19 +168,12 @@ __device__ void tile_rows_staged(const AsyncTile<F>& a, const ChunkMatrix<F>& m,
 // keep their registers).
 enum class GemvEpilogue { None, RouteSums, Argmax };
 
-// Probe: launches of the output projection with the router's sums seen.
-__device__ unsigned probe_out_launches;
-
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory.
 template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  unsigned long long ps[5] = {};
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[0])::"memory");
-  __shared__ unsigned probe_idx;
-  if (E == GemvEpilogue::RouteSums && threadIdx.x == 0) probe_idx = atomicAdd(&probe_out_launches, 1) / gridDim.x;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -217,7 +210,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
 #pragma unroll
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   pdl_wait();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[1])::"memory");
   const auto x_row = [&](int t) { return t * x_stride; };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, seg.w.cols, T, x_row, norm);
 #pragma unroll
@@ -248,7 +240,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int tile = 0; tile < tiles; ++tile) {
     cp_async_wait<kAsyncStages - 1>();
     __syncthreads();  // every thread's copies of this tile have landed
-    if (tile == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[2]) : "f"(xr[0].sum) : "memory");
     const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
     float* tile_keep = keep ? keep + (first - r0) : nullptr;
     if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -258,16 +249,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
     issue(tile + kAsyncStages);
   }
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[3])::"memory");
   epilogue();
-  __syncthreads();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[4])::"memory");
-  if (E == GemvEpilogue::RouteSums && threadIdx.x == 0 && probe_idx >= 2000 && probe_idx < 2008) {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    printf("OUTP %u block %d sm %u enter %llu wait %llu landed %llu dots %llu end %llu\n", probe_idx, int(blockIdx.x),
-           sm, ps[0], ps[1], ps[2], ps[3], ps[4]);
-  }
 }
 
 // Rows a tile holds (a multiple of async_row_align), 0 where not even that many fit a ring slot.
