@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_sampler.h"
@@ -415,8 +416,13 @@ class CudaBackend final : public Backend {
                                  weights_->vec(w.k_norm), c.rms_eps, c.rope_theta, c.rotary_dim, c.n_heads,
                                  c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out),
                                  attn_partial_, cluster_counts_};
-    if (path == AttentionPath::Short) cuda::attention_short(a, c.head_dim, stream_);
-    else cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
+    if (path == AttentionPath::Short) {
+      cuda::attention_short(a, c.head_dim, stream_);
+      mixer_blocks_ = c.n_heads;
+    } else {
+      cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
+      mixer_blocks_ = cuda::kClusterAttentionBlocks * cluster_width(st) * c.n_kv_heads;
+    }
   }
 
   // How a step of `rows` tokens of st attends: one token (not batched) of a context, the new key
@@ -471,8 +477,10 @@ class CudaBackend final : public Backend {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_))
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_)) {
+        mixer_blocks_ = cuda::deltanet_decode_blocks(d);
         return;
+      }
     }
     {
       const cuda::TimedOp part(timer_, stream_, "deltanet: conv + norms");
@@ -576,7 +584,7 @@ class CudaBackend final : public Backend {
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
-                             stream_);
+                             std::exchange(mixer_blocks_, 0), stream_);
     }
     cuda::TopK pick;
     pick.sums = route_sums_;
@@ -877,6 +885,7 @@ class CudaBackend final : public Backend {
   const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them
   const void* argmax_left_ = nullptr;  // the logits whose argmax candidates the LM head left in argmax_scratch_
   int argmax_left_count_ = 0;
+  int mixer_blocks_ = 0;  // the one-token mixer just launched: its blocks' multiprocessors (linear_add_route)
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel

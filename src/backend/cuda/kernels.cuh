@@ -62,6 +62,7 @@ struct GemvSegments {
   int leave = 0;  // multiprocessors left free, where the next kernel's blocks start early
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
+  int warm_blocks = 0;  // one register-held row: blocks [0, warm_blocks) start early and run their code once first
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;
@@ -83,8 +84,10 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
 // h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
+// The blocks that start beside the kernel before it (all but its mixer_blocks multiprocessors; 0:
+// none) run their code once while they wait, so that it is cached when x arrives.
 void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
-                      const RouteSums& route, cudaStream_t s);
+                      const RouteSums& route, int mixer_blocks, cudaStream_t s);
 // rms_norm(x)·norm.w · wᵀ for one token into an fp32 row (an LM head), each block also leaving the
 // argmax candidate of its rows in cand (a block per multiprocessor at most): returns how many
 // candidates, 0 where the one-token async GEMV does not take w (nothing launched then).
