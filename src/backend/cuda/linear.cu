@@ -581,7 +581,7 @@ void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, 
   GemvSegments segs;
   segs.add(w, out);
   segs.route = route;
-  segs.warm_blocks = mixer_blocks > 0 ? sm_count() : 0;  // probe: every block
+  segs.warm_blocks = mixer_blocks > 0 ? std::max(0, sm_count() - mixer_blocks) : 0;
   gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
 }
