@@ -581,14 +581,12 @@ class CudaBackend final : public Backend {
     if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
-    int out_blocks = 0;
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
-      out_blocks = cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride,
-                                          x.elem_size, route, std::exchange(mixer_blocks_, 0), stream_);
+      cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
+                             std::exchange(mixer_blocks_, 0), stream_);
     }
     cuda::TopK pick;
-    pick.warm_blocks = std::max(0, cuda::sm_count() - out_blocks);
     pick.sums = route_sums_;
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;

@@ -614,13 +614,12 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
                         two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
     const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
     const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
-    if (act && mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
+    if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
   }
 }
 
 // Whole block, its gate and up rows copied by cp.async (still landing) and its activation row
-// staged in st: waits for every copy, then gate_up_rows with the row's lane chunks in registers
-// (act null: nothing stored).
+// staged in st: waits for every copy, then gate_up_rows with the row's lane chunks in registers.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows_once_landed(const Staged<F>& st, const AsyncTile<F>& gt,
                                                          const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,

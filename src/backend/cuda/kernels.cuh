@@ -83,11 +83,10 @@ void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int 
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
-// h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it;
-// returns the blocks launched (one a multiprocessor).
+// h += x · wᵀ for one token, h fp32 (out.add), and the router's sums of the new h beside it.
 // The blocks that start beside the kernel before it (all but its mixer_blocks multiprocessors; 0:
 // none) run their code once while they wait, so that it is cached when x arrives.
-int linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
                       const RouteSums& route, int mixer_blocks, cudaStream_t s);
 // rms_norm(x)·norm.w · wᵀ for one token into an fp32 row (an LM head), each block also leaving the
 // argmax candidate of its rows in cand (a block per multiprocessor at most): returns how many
@@ -282,9 +281,6 @@ struct TopK {
   float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;
-  // One token: the gate+up blocks (in launch order) that start beside the kernel before, on the
-  // multiprocessors it leaves free; they run their code once while they wait (gate_up_async_kernel).
-  int warm_blocks = 0;
   __host__ __device__ bool any() const { return logits || sums; }
 };
 

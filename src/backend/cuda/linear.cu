@@ -574,7 +574,7 @@ bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& r
          gemv_one_row_fits(w, x_stride, /*norm=*/false, route.ld * 2 + 4, 0);
 }
 
-int linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
+void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,
                       const RouteSums& route, int mixer_blocks, cudaStream_t s) {
   check(out.add && out.elem == 4 && gemv_route_fits(w, x_stride, route),
         "CUDA linear_add_route: needs an fp32 residual row and a matrix the one-token async GEMV takes");
@@ -582,9 +582,8 @@ int linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, i
   segs.add(w, out);
   segs.route = route;
   segs.warm_blocks = mixer_blocks > 0 ? std::max(0, sm_count() - mixer_blocks) : 0;
-  const int blocks = gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
+  gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
-  return blocks;
 }
 
 int linear_argmax(const DeviceMatrix& w, const GemvOut& out, const void* x, int64_t x_stride, int x_elem,

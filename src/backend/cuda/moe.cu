@@ -415,35 +415,22 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     cp_async_commit();
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
+  pdl_wait();
+  // The token's activations are loaded before a routed expert's copies go out (behind them they
+  // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
-  // The first pick.warm_blocks blocks start while the kernel before still runs: they first run the
-  // code below once on stand-in inputs (the gate weights as x, the router's sums as they stand, no
-  // routed copies) and store nothing, so that after the wait its instructions are cached, here and
-  // in L2 for the blocks that start later. One loop body for both passes: the same instructions.
-  const bool warm = pick.any() && int(blockIdx.y * gridDim.x + blockIdx.x) < pick.warm_blocks;
-#pragma unroll 1
-  for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    if (real) pdl_wait();
-    const void* xin = real ? x : static_cast<const void*>(gate.w);  // never x before the wait: no stale lines
-    // The token's activations are loaded before a routed expert's copies go out (behind them they
-    // would wait for every byte) and land during its top-k.
-    const StageInputs ahead = stage_ahead<F>(xin, x_elem, gate.cols, 1, x_row, norm);
-    const bool writer = real && blockIdx.x == 0 && slot == 0;
-    const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-    if (routed && real) {
-      gm = with_data(gm, gate.entry(expert));
-      um = with_data(um, up.entry(expert));
-      issue();
-    }
-    const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), xin, x_elem, gate.cols, 1,
-                                       x_row, norm, ahead);
-    if (real && pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0))
-      weigh_route(pick, k, st.row_scale(0), weights);
-    gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n,
-                                                        real ? act + int64_t(slot) * act_stride + r0 : nullptr);
-    if (!real) __syncthreads();  // the stand-in pass's reads of shared memory end before the real pass writes it
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
+  const bool writer = blockIdx.x == 0 && slot == 0;
+  const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
+  if (routed) {
+    gm = with_data(gm, gate.entry(expert));
+    um = with_data(um, up.entry(expert));
+    issue();
   }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
+                                     norm, ahead);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
