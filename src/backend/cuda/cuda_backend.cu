@@ -353,7 +353,6 @@ class CudaBackend final : public Backend {
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
-    const int before = std::exchange(moe_blocks_, 0);  // the kernel before: the experts' down projection
     if (n == 1 && h.rows == 1 && outs[0].data == argmax_expected_) {  // the LM head, an argmax to follow
       argmax_expected_ = nullptr;
       argmax_left_count_ = cuda::linear_argmax(*p.mats[0], p.dst[0], h.data, h.stride, h.elem_size,
@@ -367,10 +366,8 @@ class CudaBackend final : public Backend {
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run.
     const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
-    // Its first blocks start on the multiprocessors the experts' down projection leaves free.
-    const int warm = h.rows == 1 && before > 0 ? std::max(0, cuda::sm_count() - before) : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
-                             stream_, leave, warm);
+                             stream_, leave);
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
@@ -597,9 +594,8 @@ class CudaBackend final : public Backend {
     const cuda::GemvOut out{h.data, h.stride, h.elem_size, /*add=*/true};
     const cuda::StageNorm staged_norm{weights_->vec(norm), eps};
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
-    moe_blocks_ = cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1,
-                                   c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out,
-                                   stream_);
+    cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, h.data, h.stride, h.elem_size, 1, c_.top_k, moe_ids_,
+                     moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out, stream_);
   }
 
   // One token, where the persistent layer takes the shapes: the whole layer in one launch, its
@@ -889,8 +885,7 @@ class CudaBackend final : public Backend {
   const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them
   const void* argmax_left_ = nullptr;  // the logits whose argmax candidates the LM head left in argmax_scratch_
   int argmax_left_count_ = 0;
-  int mixer_blocks_ = 0;
-  int moe_blocks_ = 0;  // the one-token MoE just launched: its down projection's blocks (rms_norm_linear_many)  // the one-token mixer just launched: its blocks' multiprocessors (linear_add_route)
+  int mixer_blocks_ = 0;  // the one-token mixer just launched: its blocks' multiprocessors (linear_add_route)
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel

@@ -78,10 +78,8 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 // rms_norm(x)·norm.w as its input where norm.w is set, added to outs[i] where outs[i].add. The
 // last launch leaves `leave` multiprocessors free: the next kernel's blocks start there early
 // (PDL) and can fetch what no earlier kernel writes while it runs.
-// One token: the first launch's first warm_blocks blocks start beside the kernel before, on the
-// multiprocessors it leaves free, and run their code once while they wait.
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0, int warm_blocks = 0);
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave = 0);
 // True where one token's output projection w (input stride x_stride) can carry the router's sums
 // of `route` (linear_add_route).
 bool gemv_route_fits(const DeviceMatrix& w, int64_t x_stride, const RouteSums& route);
@@ -333,7 +331,7 @@ bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const De
 // gate+up and for down; out = Σ w·expert + sgate·shared (added to out where out.add). With norm.w
 // set the experts see rms_norm(x)·norm.w (moe_norm_stageable must hold). With pick.logits set
 // (moe_experts_pick must hold) the gate+up blocks pick the top-k and write ids and weights.
-int moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                 const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x,
                 int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights, const float* sgate,
                 float* act, StageNorm norm, TopK pick, const GemvOut& out, cudaStream_t s);

@@ -496,14 +496,13 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
 
 // Runs of neighbouring matrices of one format and width: one launch each.
 void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
-                 int T, StageNorm norm, cudaStream_t s, int leave = 0, int warm_blocks = 0) {
+                 int T, StageNorm norm, cudaStream_t s, int leave = 0) {
   for (int i = 0; i < n;) {
     GemvSegments segs;
     for (int j = i; j < n && segs.n < GemvSegments::kMax && ws[j]->format == ws[i]->format && ws[j]->cols == ws[i]->cols;
          ++j)
       segs.add(*ws[j], outs[j]);
     if (i + segs.n == n) segs.leave = leave;
-    if (i == 0) segs.warm_blocks = warm_blocks;
     check_shapes(*ws[i], x_stride);
     gemv_staged(segs, x, x_stride, x_elem, T, norm, s);
     PETREL_LAUNCHED("gemv (several matrices)");
@@ -535,9 +534,9 @@ bool gemv_stageable(const DeviceMatrix* const* ws, int n, int T, int64_t x_strid
 }
 
 void linear_many_staged(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride,
-                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave, int warm_blocks) {
+                        int x_elem, int T, StageNorm norm, cudaStream_t s, int leave) {
   check(gemv_stageable(ws, n, T, x_stride, norm.w != nullptr), "CUDA linear: the staged GEMV does not fit these matrices");
-  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave, warm_blocks);
+  staged_runs(ws, outs, n, x, x_stride, x_elem, T, norm, s, leave);
 }
 
 namespace {

@@ -623,7 +623,7 @@ bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const Dev
 }
 
 template <WFormat F>
-int moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
                        const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
                        const float* sgate, float* act, int width, StageNorm norm, TopK pick, const GemvOut& out,
@@ -664,7 +664,6 @@ int moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const De
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
                pick.E + 1);
   PETREL_LAUNCHED("moe down");
-  return down_split.ppl > 0 ? div_up(down.rows, down_split.per) : 0;
 }
 
 // Exclusive prefix sum of v over the block (blockDim.x = kPlanThreads); *total gets the sum.
@@ -778,7 +777,7 @@ bool moe_experts_pick(const DeviceMatrix& gate, const DeviceMatrix& up, const De
   return T == 1 && moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k);
 }
 
-int moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
+void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                 const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int64_t x_stride, int x_elem, int T,
                 int k, int* ids, float* weights, const float* sgate, float* act, StageNorm norm, TopK pick,
                 const GemvOut& out, cudaStream_t s) {
@@ -786,14 +785,15 @@ int moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMat
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
     if (gate.format == WFormat::Q4)
-      return moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+      moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
                                      sgate, act, width, norm, pick, out, s);
     else if (gate.format == WFormat::Q8)
-      return moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+      moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
                                      sgate, act, width, norm, pick, out, s);
     else
-      return moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
+      moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
                                        sgate, act, width, norm, pick, out, s);
+    return;
   }
   check(!norm.w && !out.add && out.elem == 2 && !pick.any(),
         "CUDA MoE: a staged norm, an added output or picking the top-k needs the staged experts");
@@ -806,7 +806,6 @@ int moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMat
                                                                           shared, T, k, ids, weights, sgate, act, width,
                                                                           static_cast<bf16*>(out.y), out.stride);
   PETREL_LAUNCHED("moe down");
-  return 0;
 }
 
 bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const DeviceMatrix& gate,
