@@ -530,7 +530,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, int warm_blocks) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -550,56 +550,35 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
+  pdl_wait();
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
+  pdl_wait();
+  // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
+  // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
+  // while the copies are issued.
+  const int lane = t % 32, id = lane < k ? ids[lane] : 0;
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  for (int j = 0; j < k; ++j)
+    copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
+  cp_async_commit();
 #endif
-  // Blocks below warm_blocks start while gate+up still runs (on the multiprocessors it leaves
-  // free): they first run the code below once on stand-in inputs (the down weights as the routing
-  // weights and activations, no routed copies) and store nothing, so that after the wait its
-  // instructions are cached, here and in L2 for the blocks that start later.
-  const float* const stand_in = static_cast<const float*>(down.w);
-#pragma unroll 1
-  for (int pass = int(blockIdx.x) < warm_blocks ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    if (real) pdl_wait();
-    const float* const win = real ? weights : stand_in;  // never what gate+up writes before the wait
-    const float* const sgin = real ? sgate : stand_in;
-    const float* const ain = real ? act : stand_in;
+  if (t < n) mix[t] = mix_t;
+  clear_route_sums(clear, clear_n);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
+  const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const float mix_t = t < k ? win[t] : t < n ? sgin[0] : 0.0f;
-    if (real) {
-      if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
-      prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
-    }
+  mbar_wait(&landed, 0);
 #else
-    // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
-    // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
-    // while the copies are issued.
-    const int lane = t % 32, id = real && lane < k ? ids[lane] : 0;
-    const float mix_t = t < k ? win[t] : t < n ? sgin[0] : 0.0f;
-    if (real) {
-      prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
-      for (int j = 0; j < k; ++j)
-        copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
-      cp_async_commit();
-    }
+  cp_async_wait<0>();
 #endif
-    if (t < n) mix[t] = mix_t;
-    if (real) clear_route_sums(clear, clear_n);
-    const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), ain, 4, down.cols, n,
-                                       [&](int r) { return int64_t(r) * act_stride; });
-    const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-    if (real) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      mbar_wait(&landed, 0);
-#else
-      cp_async_wait<0>();
-#endif
-    }
-    __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-    down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0, real);
-    if (!real) __syncthreads();  // the stand-in pass's reads of shared memory end before the real pass writes it
-  }
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
@@ -622,11 +601,11 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
 template <WFormat F, int PPL>
 void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
-                       DownSplit split, const TopK& pick, int warm_blocks, cudaStream_t s) {
+                       DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, warm_blocks);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -676,14 +655,10 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   PETREL_LAUNCHED("moe gate_up");
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
-  // Its first blocks start on the multiprocessors the one-wave gate+up leaves free.
-  const int gu_rows = std::max(gate.rows, shared ? s_gate->rows : 0);
-  const int gate_up_blocks = split.per > 0 ? div_up(gu_rows, split.per) * slots : 0;
-  const int warm = gate_up_blocks > 0 ? std::max(0, sm_count() - gate_up_blocks) : 0;
   if (down_split.ppl == 3)
-    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, warm, s);
+    launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else if (down_split.ppl == 5)
-    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, warm, s);
+    launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
     launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
