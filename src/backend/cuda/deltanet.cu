@@ -619,7 +619,6 @@ bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w,
                      const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s) {
   DeltaNetRows one;
   one.states_settled = states_settled;
-  one.warm = true;
   return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s);
 }
 

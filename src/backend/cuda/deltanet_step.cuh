@@ -59,20 +59,24 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   const bool has_ch = ch < 2 * DK + d.dv, shared_qk = ch < 2 * DK;
   const int c = ch < DK ? kh * DK + ch : shared_qk ? key_dim + kh * DK + ch - DK : 2 * key_dim + j * d.dv + ch - 2 * DK;
   // Weights: written by nothing earlier in the stream, so loaded before the wait.
+  float taps[kDecodeMaxTaps], tap_x = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kDecodeMaxTaps; ++t) {
+    taps[t] = has_ch && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
+    if (t == hist) tap_x = taps[t];  // the tap of this step's x (selected, not indexed: registers)
+  }
   const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[e] : 0.0f;
   pdl_launch_dependents();
+  x += row * rows.x_stride;
+  b += row * rows.b_stride;
+  a += row * rows.a_stride;
+  z += row * rows.z_stride;
+  out += row * rows.out_stride;
   // This thread's first state element; its rows are dv floats apart (32-bit offsets), read and
   // written once a step through L2 (global space: the pointer may come from a table).
   float* S = nullptr;
-  float col[kRows], h[kDecodeMaxTaps - 1], hist_acc = 0.0f, tap_x = 0.0f;
-  // The conv's taps (weights) load with the states: they only weigh the history (and x: tap_x).
+  float col[kRows], h[kDecodeMaxTaps - 1], hist_acc = 0.0f;
   auto load_states = [&] {
-    float taps[kDecodeMaxTaps];
-#pragma unroll
-    for (int t = 0; t < kDecodeMaxTaps; ++t) {
-      taps[t] = has_ch && t < d.K ? conv_w[int64_t(c) * d.K + t] : 0.0f;
-      if (t == hist) tap_x = taps[t];  // the tap of this step's x (selected, not indexed: registers)
-    }
     S = state + int64_t(j) * DK * d.dv + part * kRows * d.dv + e;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) col[r] = active ? __ldcg(S + r * d.dv) : 0.0f;
@@ -100,131 +104,113 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
   // rolled) keeps the kernel within its registers.
   if (tid == 0 && !rows.states && !rows.states_settled)
     prefetch_l2(state + int64_t(j) * DK * d.dv, size_t(DK) * d.dv * sizeof(float));
-  // With rows.warm the blocks start long before the wait (beside the input projections): once their
-  // settled states are loaded they run the step on stand-in inputs (x, a, b and z read as zeros,
-  // decay 1 and delta 0, so that the state columns in registers keep their bits) and store
-  // nothing, so that after the wait its instructions are cached (a decode kernel's code is
-  // otherwise fetched cold after its wait). One loop body for both passes: the same instructions.
 #pragma unroll 1
-  for (int pass = rows.warm ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    // Before the wait in the first pass, the wait in the real one.
-#pragma unroll 1
-    for (int after_wait = real && rows.warm ? 1 : 0; after_wait < (real ? 2 : 1); ++after_wait) {
-      if (after_wait) {
-        wait();
-        if (rows.states) {
-          conv_state = rows.conv_states[row];
-          state = rows.states[row];
-        }
-      }
-      if (bool(after_wait) != rows.states_settled) load_states();
-      if (!after_wait && rows.states_settled) {
-        __syncthreads();
-        count_reader();
+  for (int after_wait = 0; after_wait < 2; ++after_wait) {
+    if (after_wait) {
+      wait();
+      if (rows.states) {
+        conv_state = rows.conv_states[row];
+        state = rows.states[row];
       }
     }
-    // The row's inputs (offset here: no pointers kept in registers through the stand-in pass); never
-    // read before the wait.
-    const float xc = real && has_ch ? __bfloat162float(x[row * rows.x_stride + c]) : 0.0f;
-    const float av = (real ? a[row * rows.a_stride + j] : 0.0f) + dt, bj = real ? b[row * rows.b_stride + j] : 0.0f;
-    const float zc =
-        real && active && part == 0 ? __bfloat162float(z[row * rows.z_stride + int64_t(j) * d.dv + e]) : 0.0f;
-    // The gates need only a and b: worked out while the conv's barrier below waits.
-    const float decay = real ? expf(-A * (av > 20.0f ? av : log1pf(expf(av)))) : 1.0f;
-    const float beta = 1.0f / (1.0f + expf(-bj));
-    const float u = has_ch ? siluf_(hist_acc + tap_x * xc) : 0.0f;
-    // Shifts the channel's history one step (from registers: the values were just read).
-    auto shift_history = [&] {
-#pragma unroll
-      for (int t = 1; t < kDecodeMaxTaps - 1; ++t)
-        if (t < hist) conv_state[int64_t(t - 1) * C + c] = h[t];
-      if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
-    };
-    if (real && has_ch && !shared_qk) shift_history();
-    if (ch < DK) qs[ch] = u;
-    else if (shared_qk) ks[ch - DK] = u;
-    else if (has_ch) vs[ch - 2 * DK] = u;
-    if (warp < kQkWarps) {
-      float q2, k2;
-      if constexpr (DK % 32 == 0) {  // a warp holds q or k channels only: one sum (the other is zero)
-        const float s2 = warp_sum(u * u);
-        q2 = warp * 32 < DK ? s2 : 0.0f;
-        k2 = warp * 32 < DK ? 0.0f : s2;
-      } else {
-        q2 = warp_sum(ch < DK ? u * u : 0.0f);
-        k2 = warp_sum(ch >= DK ? u * u : 0.0f);
-      }
-      if (lane == 0) {
-        q_sq[warp] = q2;
-        k_sq[warp] = k2;
-      }
+    if (bool(after_wait) != rows.states_settled) load_states();
+    if (!after_wait && rows.states_settled) {
+      __syncthreads();
+      count_reader();
     }
-    __syncthreads();
-    if (real && !rows.states_settled) count_reader();
-    float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kQkWarps; ++w) {
-      qq += q_sq[w];
-      kk += k_sq[w];
-    }
-    const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
-    // Inactive threads (past the parts) read part 0's rows and hold zero columns.
-    const int rows0 = active ? part * kRows : 0;
-    const float4* q4 = reinterpret_cast<const float4*>(qs + rows0);
-    const float4* k4 = reinterpret_cast<const float4*>(ks + rows0);
-    float mp[4] = {};
-#pragma unroll
-    for (int g = 0; g < kRows / 4; ++g) {
-      const float4 kv = k4[g];
-      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        col[4 * g + i] *= decay;
-        mp[i] += col[4 * g + i] * kr[i];
-      }
-    }
-    if (active) m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
-    __syncthreads();
-    const float m = (m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]);
-    const float delta = real ? beta * ((active ? vs[e] : 0.0f) - m * inv_k) : 0.0f;
-    float op[4] = {};
-#pragma unroll
-    for (int g = 0; g < kRows / 4; ++g) {
-      const float4 kv = k4[g], qv = q4[g];
-      const float kr[4] = {kv.x, kv.y, kv.z, kv.w}, qr[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        col[4 * g + i] += kr[i] * inv_k * delta;
-        op[i] += col[4 * g + i] * qr[i];
-      }
-    }
-    // The state rows go out as soon as they are known: their drain is the step's longest part.
-    if (active) {
-      o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
-      if (real) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
-      }
-    }
-    __syncthreads();
-    // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
-    const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
-    if (warp * 32 < d.dv) {
-      const float o2 = warp_sum(tid < d.dv ? o * o : 0.0f);
-      if (lane == 0) o_sq[warp] = o2;
-    }
-    __syncthreads();
-    if (real && last_reader && shared_qk) shift_history();
-    float oo = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kMaxWarps; ++w)
-      if (w * 32 < d.dv) oo += o_sq[w];
-    if (real && part == 0)
-      out[row * rows.out_stride + int64_t(j) * d.dv + e] =
-          __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
-    if (!real) __syncthreads();  // the stand-in pass's reads of shared memory end before the real pass writes it
   }
+  const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
+  const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
+  // The gates need only a and b: worked out while the conv's barrier below waits.
+  const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
+  const float beta = 1.0f / (1.0f + expf(-bj));
+  const float u = has_ch ? siluf_(hist_acc + tap_x * xc) : 0.0f;
+  // Shifts the channel's history one step (from registers: the values were just read).
+  auto shift_history = [&] {
+#pragma unroll
+    for (int t = 1; t < kDecodeMaxTaps - 1; ++t)
+      if (t < hist) conv_state[int64_t(t - 1) * C + c] = h[t];
+    if (hist > 0) conv_state[int64_t(hist - 1) * C + c] = xc;
+  };
+  if (has_ch && !shared_qk) shift_history();
+  if (ch < DK) qs[ch] = u;
+  else if (shared_qk) ks[ch - DK] = u;
+  else if (has_ch) vs[ch - 2 * DK] = u;
+  if (warp < kQkWarps) {
+    float q2, k2;
+    if constexpr (DK % 32 == 0) {  // a warp holds q or k channels only: one sum (the other is zero)
+      const float s2 = warp_sum(u * u);
+      q2 = warp * 32 < DK ? s2 : 0.0f;
+      k2 = warp * 32 < DK ? 0.0f : s2;
+    } else {
+      q2 = warp_sum(ch < DK ? u * u : 0.0f);
+      k2 = warp_sum(ch >= DK ? u * u : 0.0f);
+    }
+    if (lane == 0) {
+      q_sq[warp] = q2;
+      k_sq[warp] = k2;
+    }
+  }
+  __syncthreads();
+  if (!rows.states_settled) count_reader();
+  float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kQkWarps; ++w) {
+    qq += q_sq[w];
+    kk += k_sq[w];
+  }
+  const float inv_q = rsqrtf(qq + 1e-6f) * rsqrtf(float(DK)), inv_k = rsqrtf(kk + 1e-6f);
+  // Inactive threads (past the parts) read part 0's rows and hold zero columns.
+  const int rows0 = active ? part * kRows : 0;
+  const float4* q4 = reinterpret_cast<const float4*>(qs + rows0);
+  const float4* k4 = reinterpret_cast<const float4*>(ks + rows0);
+  float mp[4] = {};
+#pragma unroll
+  for (int g = 0; g < kRows / 4; ++g) {
+    const float4 kv = k4[g];
+    const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      col[4 * g + i] *= decay;
+      mp[i] += col[4 * g + i] * kr[i];
+    }
+  }
+  if (active) m_part[part][e] = (mp[0] + mp[1]) + (mp[2] + mp[3]);
+  __syncthreads();
+  const float m = (m_part[0][e] + m_part[1][e]) + (m_part[2][e] + m_part[3][e]);
+  const float delta = beta * ((active ? vs[e] : 0.0f) - m * inv_k);
+  float op[4] = {};
+#pragma unroll
+  for (int g = 0; g < kRows / 4; ++g) {
+    const float4 kv = k4[g], qv = q4[g];
+    const float kr[4] = {kv.x, kv.y, kv.z, kv.w}, qr[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      col[4 * g + i] += kr[i] * inv_k * delta;
+      op[i] += col[4 * g + i] * qr[i];
+    }
+  }
+  // The state rows go out as soon as they are known: their drain is the step's longest part.
+  if (active) {
+    o_part[part][e] = (op[0] + op[1]) + (op[2] + op[3]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) __stcg(S + r * d.dv, col[r]);
+  }
+  __syncthreads();
+  // Part 0's threads finish the columns and the gated norm's Σo² (by warps).
+  const float o = ((o_part[0][e] + o_part[1][e]) + (o_part[2][e] + o_part[3][e])) * inv_q;
+  if (warp * 32 < d.dv) {
+    const float o2 = warp_sum(tid < d.dv ? o * o : 0.0f);
+    if (lane == 0) o_sq[warp] = o2;
+  }
+  __syncthreads();
+  if (last_reader && shared_qk) shift_history();
+  float oo = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kMaxWarps; ++w)
+    if (w * 32 < d.dv) oo += o_sq[w];
+  if (part == 0)
+    out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }
 
 }  // namespace petrel::cuda

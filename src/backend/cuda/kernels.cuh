@@ -252,7 +252,6 @@ struct DeltaNetRows {
   float* const* conv_states = nullptr;
   float* const* states = nullptr;
   bool states_settled = false;  // see deltanet_decode (one sequence only)
-  bool warm = false;  // one sequence, blocks started beside the input projections: see deltanet_head_step
 };
 // deltanet_decode for the B rows of a batched step in one launch; false (nothing done) for the
 // shapes deltanet_decode does not cover.
