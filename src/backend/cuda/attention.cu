@@ -663,169 +663,150 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
   cluster_arrive();  // paired with the wait before the first store into another block
-  // Every block starts well before its wait (beside the input projections): its first pass issues
-  // what needs nothing written by the input projections, then runs the code below on stand-in
-  // inputs: no copies, cluster barriers, stores into other blocks, appends, counts or output, so
-  // that after the wait its instructions are cached (a decode kernel's code is otherwise fetched
-  // cold after its wait). One loop body for both passes: the same instructions, and nothing carried
-  // in registers from one pass to the next.
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    const int r = cluster_rank(), C = gridDim.y, kvh = blockIdx.z, G = a.Hq / a.Hkv;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
-    const int per = div_up(n_keys, kBlocks * C), range = blockIdx.y * kBlocks + r;
-    const int begin = min(n_keys, range * per), end = min(n_keys, begin + per);
-    const int64_t kv_stride = int64_t(a.Hkv) * D;
-    const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
-    auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
-    auto issue = [&](int tile) {  // the tile's older keys (one copy group, empty past the range)
-      const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
-      if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, pos - s0)), n);
-      cp_async_commit();
-    };
-    // The new key (pos, the last) is not in the cache yet: no copy reads it; the last range's block
-    // appends it and places it in its tile.
-    const bool appends = end == n_keys && begin < end;
-    const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
-    if (!real && a.settled) {  // before the wait
-      issue(0);
-      issue(1);
-    }
-    float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int e = threadIdx.x + i * blockDim.x;
-      w_ahead[i] = e < 2 * D ? (e < D ? a.q_norm[e] : a.k_norm[e - D]) : 0.0f;
-    }
-    for (int i = threadIdx.x; !real && i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
-      *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
-    if (real) pdl_wait();
-    if (real && !a.settled) {
-      issue(0);
-      issue(1);
-    }
-    // What the input projections write (q, k, v, the gate) is read only after the wait: the stand-in
-    // pass reads the cache's first rows at the same offsets (below Hq·D elements; this kernel runs
-    // beyond kShortAttentionKeys keys, so the cache holds more rows than that).
-    const bf16 *q_in = real ? a.q : a.kc, *k_in = real ? a.k : a.kc, *v_in = real ? a.v : a.kc;
-    const bf16* gate_in = real ? a.gate : a.kc;
-    // The group's q heads (contiguous) and the new k in one round trip, then each warp's heads.
-    const int items = G + (appends ? 1 : 0);
-    for (int i = threadIdx.x; i < items * chunks; i += blockDim.x) {
-      const int item = i / chunks, c = i % chunks;
-      const bf16* src = item < G ? q_in + int64_t(kvh * G + item) * D : k_in + int64_t(kvh) * D;
-      reinterpret_cast<uint4*>(raw[item])[c] = reinterpret_cast<const uint4*>(src)[c];
-    }
-    const int gate_j = threadIdx.x, gate_idx = r * slice + gate_j;  // this thread's merged output, if any
-    const bool merges = gate_j < slice && gate_idx < G * D;
-    const float gate = merges && a.gate ? sigmoidf_(__bfloat162float(gate_in[int64_t(kvh) * G * D + gate_idx])) : 1.0f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int e = threadIdx.x + i * blockDim.x;
-      if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
-    }
-    __syncthreads();  // the raw heads and the weights in shared memory
-    const float position = float(pos);
-    for (int item = warp; item < items; item += kClusterWarps) {
-      const bool is_k = item == G;
-      norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
-      for (int c = lane; c < chunks; c += 32) {
-        uint4 v;
-        bf16* b = reinterpret_cast<bf16*>(&v);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
-        if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
-        else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
-      }
-      __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
-    }
-    __syncthreads();  // Q and the new key in shared memory
-    auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
-      unsigned char* kt = smem + (sK(tile) - sQ);
-      const int row = pos - begin - tile * kMmaKeys;
-      for (int c = lane; c < chunks; c += 32) {
-        *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
-        *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
-            *reinterpret_cast<const uint4*>(v_in + int64_t(kvh) * D + 8 * c);
-      }
-    };
-    if (real && appends && warp == 0) {
-      for (int c = lane; c < chunks; c += 32) {
-        const int64_t at = int64_t(pos) * kv_stride + 8 * c;
-        *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
-        *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
-            *reinterpret_cast<const uint4*>(v_in + int64_t(kvh) * D + 8 * c);
-      }
-      if (last_tile < 2) place_new(last_tile);
-    }
-    const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
-    float o[NT][4] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    if (tiles == 2) {  // both stages were in flight from the start: one pass over their keys (one chain, not two)
-      cp_async_wait<0>();
-      __syncthreads();  // both tiles (and the new key's row) in shared memory
-      float mine[2][4], s[2 * kMmaKeys / 8][4];
-      const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
-      scores_pair<D>(sQ, sKs, lane, mine);
-      share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
-      mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
-      online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
-      accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
-      accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
-    }
-    for (int tile = 0; tiles != 2 && tile < tiles; ++tile) {  // other ranges: a tile at a time
-      cp_async_wait<1>();
-      __syncthreads();  // the tile (and the new key's row) in shared memory
-      const int n = keys_in(tile);
-      float mine[KW / 8][4], s[kMmaKeys / 8][4];
-      scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
-      share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
-      mask_keys_from<kMmaKeys>(s, n, lane);
-      online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
-      accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
-      __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it
-      if (real) issue(tile + 2);
-      if (real && appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
-    }
-    // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
-    // merge them, (m in natural log, l) into both blocks of the head.
-    const int g = lane / 4;
-    float sum = l[0];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (real) cluster_wait();  // every block of the cluster has started: its shared memory may be written
-    if (real && g < G) {
-#pragma unroll
-      for (int b = 0; b < NT; ++b) {
-        const int idx = g * D + warp * 8 * NT + 8 * b + 2 * (lane % 4);
-        cluster_store2(&inbox[r][idx % slice], idx / slice, o[b][0], o[b][1]);
-      }
-      if (warp == 0 && lane % 4 == 0)
-        for (int owner = g * D / slice; owner <= (g * D + D - 1) / slice; ++owner)
-          cluster_store2(ml[r][g], owner, m[0] * scale, sum);
-    }
-    if (real) cluster_sync();  // every range's record in the blocks that merge it
-    float top = -INFINITY, L = 0.0f, acc = 0.0f;
-    if (merges) {
-      const int gh = gate_idx / D;
-#pragma unroll
-      for (int u = 0; u < kBlocks; ++u) top = fmaxf(top, ml[u][gh][0]);
-#pragma unroll
-      for (int u = 0; u < kBlocks; ++u) {
-        const float w = __expf(ml[u][gh][0] - top);  // an empty range: exp(-inf) = 0
-        L += ml[u][gh][1] * w;
-        acc += inbox[u][gate_j] * w;
-      }
-    }
-    if (!real) {
-      __syncthreads();  // the stand-in pass's reads of shared memory end before the real pass writes it
-      continue;
-    }
-    if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
-    if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
+  const int r = cluster_rank(), C = gridDim.y, kvh = blockIdx.z, G = a.Hq / a.Hkv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
+  const int per = div_up(n_keys, kBlocks * C), range = blockIdx.y * kBlocks + r;
+  const int begin = min(n_keys, range * per), end = min(n_keys, begin + per);
+  const int64_t kv_stride = int64_t(a.Hkv) * D;
+  const bf16 *kh = a.kc + int64_t(kvh) * D, *vh = a.vc + int64_t(kvh) * D;
+  auto keys_in = [&](int tile) { return max(0, min(kMmaKeys, end - begin - tile * kMmaKeys)); };
+  auto issue = [&](int tile) {  // the tile's older keys (one copy group, empty past the range)
+    const int s0 = begin + tile * kMmaKeys, n = keys_in(tile);
+    if (n > 0) issue_kv_rows<D>(sK(tile), sK(tile) + tile_bytes, kh, vh, kv_stride, s0, max(0, min(n, pos - s0)), n);
+    cp_async_commit();
+  };
+  // The new key (pos, the last) is not in the cache yet: no copy reads it; the last range's block
+  // appends it and places it in its tile.
+  const bool appends = end == n_keys && begin < end;
+  const int tiles = div_up(end - begin, kMmaKeys), last_tile = tiles - 1;
+  if (a.settled) {
+    issue(0);
+    issue(1);
   }
+  float w_ahead[2];  // the norm weights (never written by a kernel): loaded before the wait
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int e = threadIdx.x + i * blockDim.x;
+    w_ahead[i] = e < 2 * D ? (e < D ? a.q_norm[e] : a.k_norm[e - D]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
+    *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
+  pdl_wait();
+  if (!a.settled) {
+    issue(0);
+    issue(1);
+  }
+  // The group's q heads (contiguous) and the new k in one round trip, then each warp's heads.
+  const int items = G + (appends ? 1 : 0);
+  for (int i = threadIdx.x; i < items * chunks; i += blockDim.x) {
+    const int item = i / chunks, c = i % chunks;
+    const bf16* src = item < G ? a.q + int64_t(kvh * G + item) * D : a.k + int64_t(kvh) * D;
+    reinterpret_cast<uint4*>(raw[item])[c] = reinterpret_cast<const uint4*>(src)[c];
+  }
+  const int gate_j = threadIdx.x, gate_idx = r * slice + gate_j;  // this thread's merged output, if any
+  const bool merges = gate_j < slice && gate_idx < G * D;
+  const float gate = merges && a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(kvh) * G * D + gate_idx])) : 1.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int e = threadIdx.x + i * blockDim.x;
+    if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
+  }
+  __syncthreads();  // the raw heads and the weights in shared memory
+  const float position = float(pos);
+  for (int item = warp; item < items; item += kClusterWarps) {
+    const bool is_k = item == G;
+    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
+    for (int c = lane; c < chunks; c += 32) {
+      uint4 v;
+      bf16* b = reinterpret_cast<bf16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
+      if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
+      else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
+    }
+    __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
+  }
+  __syncthreads();  // Q and the new key in shared memory
+  auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
+    unsigned char* kt = smem + (sK(tile) - sQ);
+    const int row = pos - begin - tile * kMmaKeys;
+    for (int c = lane; c < chunks; c += 32) {
+      *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+  };
+  if (appends && warp == 0) {
+    for (int c = lane; c < chunks; c += 32) {
+      const int64_t at = int64_t(pos) * kv_stride + 8 * c;
+      *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
+      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
+          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+    }
+    if (last_tile < 2) place_new(last_tile);
+  }
+  const float scale = rsqrtf(float(D)), scale_log2 = scale * 1.44269504088896341f;
+  float o[NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  if (tiles == 2) {  // both stages were in flight from the start: one pass over their keys (one chain, not two)
+    cp_async_wait<0>();
+    __syncthreads();  // both tiles (and the new key's row) in shared memory
+    float mine[2][4], s[2 * kMmaKeys / 8][4];
+    const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
+    scores_pair<D>(sQ, sKs, lane, mine);
+    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
+    mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
+    online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
+    accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
+  }
+  for (int tile = 0; tiles != 2 && tile < tiles; ++tile) {  // other ranges: a tile at a time
+    cp_async_wait<1>();
+    __syncthreads();  // the tile (and the new key's row) in shared memory
+    const int n = keys_in(tile);
+    float mine[KW / 8][4], s[kMmaKeys / 8][4];
+    scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
+    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
+    mask_keys_from<kMmaKeys>(s, n, lane);
+    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
+    accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
+    __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it
+    issue(tile + 2);
+    if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
+  }
+  // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
+  // merge them, (m in natural log, l) into both blocks of the head.
+  const int g = lane / 4;
+  float sum = l[0];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  cluster_wait();  // every block of the cluster has started: its shared memory may be written
+  if (g < G) {
+#pragma unroll
+    for (int b = 0; b < NT; ++b) {
+      const int idx = g * D + warp * 8 * NT + 8 * b + 2 * (lane % 4);
+      cluster_store2(&inbox[r][idx % slice], idx / slice, o[b][0], o[b][1]);
+    }
+    if (warp == 0 && lane % 4 == 0)
+      for (int owner = g * D / slice; owner <= (g * D + D - 1) / slice; ++owner)
+        cluster_store2(ml[r][g], owner, m[0] * scale, sum);
+  }
+  cluster_sync();  // every range's record in the blocks that merge it
+  float top = -INFINITY, L = 0.0f, acc = 0.0f;
+  if (merges) {
+    const int gh = gate_idx / D;
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) top = fmaxf(top, ml[u][gh][0]);
+#pragma unroll
+    for (int u = 0; u < kBlocks; ++u) {
+      const float w = __expf(ml[u][gh][0] - top);  // an empty range: exp(-inf) = 0
+      L += ml[u][gh][1] * w;
+      acc += inbox[u][gate_j] * w;
+    }
+  }
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
