@@ -489,88 +489,68 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     cp_async_commit();
   };
   if (a.settled) copy_older();
-  // The blocks start beside the input projections (which leave them their multiprocessors): they
-  // first run the code below once on stand-in inputs, with no appends or output, so that after the
-  // wait its instructions are cached (a decode kernel's code is otherwise fetched cold after its
-  // wait). One loop body for both passes: the same instructions.
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    if (real) {
-      pdl_wait();
-      if (!a.settled) copy_older();
-    }
-    const float position = float(pos);
-    // What the input projections write (q, k, v, the gate) is read only after the wait: the stand-in
-    // pass reads the cache's first row (D elements) instead.
-    const bf16* q_in = real ? a.q + int64_t(h) * D : a.kc;
-    const bf16* k_in = real ? a.k + int64_t(kvh) * D : a.kc;
-    const bf16* v_in = real ? a.v + int64_t(kvh) * D : a.kc;
-    const bf16* gate_in = !real ? a.kc : a.gate ? a.gate + int64_t(h) * D : nullptr;
-    if (warp == 0) norm_rope_head(q_in, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
-    if (warp == 1) norm_rope_head(k_in, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
-    const bf16 v_new = v_in[tid];
-    const float gate = a.gate ? sigmoidf_(__bfloat162float(gate_in[tid])) : 1.0f;
-    cp_async_wait<0>();
-    __syncthreads();  // q and the new k normed and rotated, the older keys landed
-    const bf16 k_new = __float2bfloat16(k_head[tid]);  // already a bf16 value: exact
-    ks[pos * kPitch + tid] = k_new;
-    vs[pos * D + tid] = v_new;
-    if (real && h % group == 0) {
-      a.kc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = k_new;
-      a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
-    }
-    __syncthreads();  // the new key's row is in place
-    float score = -INFINITY;
-    if (tid < n) {
-      float dot[4] = {};  // four chains: the loads and FMAs overlap
-      const uint4* krow = reinterpret_cast<const uint4*>(ks + tid * kPitch);
-      const float4* q4 = reinterpret_cast<const float4*>(q_head);
-#pragma unroll 4
-      for (int c = 0; c < D / 8; ++c) {
-        const uint4 raw = krow[c];
-        const float4 qa = q4[2 * c], qb = q4[2 * c + 1];
-        const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-        const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-        const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
-        const float2 k3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
-        float& d = dot[c % 4];
-        d = fmaf(qa.x, k0.x, d);
-        d = fmaf(qa.y, k0.y, d);
-        d = fmaf(qa.z, k1.x, d);
-        d = fmaf(qa.w, k1.y, d);
-        d = fmaf(qb.x, k2.x, d);
-        d = fmaf(qb.y, k2.y, d);
-        d = fmaf(qb.z, k3.x, d);
-        d = fmaf(qb.w, k3.y, d);
-      }
-      score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
-    }
-    const float top_w = warp_max(score);
-    if (lane == 0) part[0][warp] = top_w;
-    __syncthreads();
-    float top = part[0][0];
-    for (int w = 1; w < kWarps; ++w) top = fmaxf(top, part[0][w]);
-    const float e = tid < n ? __expf(score - top) : 0.0f;
-    if (tid < kShortAttentionKeys) weight[tid] = e;
-    const float sum_w = warp_sum(e);
-    if (lane == 0) part[1][warp] = sum_w;
-    __syncthreads();  // the weights and the warps' sums are in place
-    float sum = 0.0f;
-    for (int w = 0; w < kWarps; ++w) sum += part[1][w];
-    float acc[4] = {};
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[j] = fmaf(weight[i + j], __bfloat162float(vs[(i + j) * D + tid]), acc[j]);
-    for (; i < n; ++i) acc[0] = fmaf(weight[i], __bfloat162float(vs[i * D + tid]), acc[0]);
-    const float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    if (!real) {
-      __syncthreads();  // the stand-in pass's reads of shared memory end before the real pass writes it
-      continue;
-    }
-    a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
+  pdl_wait();
+  if (!a.settled) copy_older();
+  const float position = float(pos);
+  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
+  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
+  const bf16 v_new = a.v[int64_t(kvh) * D + tid];
+  const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
+  cp_async_wait<0>();
+  __syncthreads();  // q and the new k normed and rotated, the older keys landed
+  const bf16 k_new = __float2bfloat16(k_head[tid]);  // already a bf16 value: exact
+  ks[pos * kPitch + tid] = k_new;
+  vs[pos * D + tid] = v_new;
+  if (h % group == 0) {
+    a.kc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = k_new;
+    a.vc[int64_t(pos) * kv_width + int64_t(kvh) * D + tid] = v_new;
   }
+  __syncthreads();  // the new key's row is in place
+  float score = -INFINITY;
+  if (tid < n) {
+    float dot[4] = {};  // four chains: the loads and FMAs overlap
+    const uint4* krow = reinterpret_cast<const uint4*>(ks + tid * kPitch);
+    const float4* q4 = reinterpret_cast<const float4*>(q_head);
+#pragma unroll 4
+    for (int c = 0; c < D / 8; ++c) {
+      const uint4 raw = krow[c];
+      const float4 qa = q4[2 * c], qb = q4[2 * c + 1];
+      const float2 k0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 k1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
+      const float2 k3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
+      float& d = dot[c % 4];
+      d = fmaf(qa.x, k0.x, d);
+      d = fmaf(qa.y, k0.y, d);
+      d = fmaf(qa.z, k1.x, d);
+      d = fmaf(qa.w, k1.y, d);
+      d = fmaf(qb.x, k2.x, d);
+      d = fmaf(qb.y, k2.y, d);
+      d = fmaf(qb.z, k3.x, d);
+      d = fmaf(qb.w, k3.y, d);
+    }
+    score = ((dot[0] + dot[1]) + (dot[2] + dot[3])) * rsqrtf(float(D));
+  }
+  const float top_w = warp_max(score);
+  if (lane == 0) part[0][warp] = top_w;
+  __syncthreads();
+  float top = part[0][0];
+  for (int w = 1; w < kWarps; ++w) top = fmaxf(top, part[0][w]);
+  const float e = tid < n ? __expf(score - top) : 0.0f;
+  if (tid < kShortAttentionKeys) weight[tid] = e;
+  const float sum_w = warp_sum(e);
+  if (lane == 0) part[1][warp] = sum_w;
+  __syncthreads();  // the weights and the warps' sums are in place
+  float sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) sum += part[1][w];
+  float acc[4] = {};
+  int i = 0;
+  for (; i + 4 <= n; i += 4)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = fmaf(weight[i + j], __bfloat162float(vs[(i + j) * D + tid]), acc[j]);
+  for (; i < n; ++i) acc[0] = fmaf(weight[i], __bfloat162float(vs[i * D + tid]), acc[0]);
+  const float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  a.out[int64_t(h) * D + tid] = __float2bfloat16(o / sum * gate);
 }
 
 // ---- Longer contexts: the same one launch over a cluster of blocks per KV head ----
