@@ -123,11 +123,12 @@ class Backend {
   }
   // h += a
   virtual void add(Tensor h, const Tensor& a) = 0;
+  // What a layer's input projections feed: a backend may start the mixer's step beside them.
+  enum class Feeds { Other, DeltaNet, Attention };
   // outs[i] = rms_norm(h)·w · ws[i]ᵀ: a layer's input norm and projections. x holds the normed rows
-  // where the backend does not fold the norm into the projections. for_deltanet: they feed a
-  // DeltaNet step, which a backend may start beside them.
+  // where the backend does not fold the norm into the projections.
   virtual void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x,
-                                    const Matrix* const* ws, const Tensor* outs, int n, bool /*for_deltanet*/ = false) {
+                                    const Matrix* const* ws, const Tensor* outs, int n, Feeds /*feeds*/ = Feeds::Other) {
     rms_norm(h, w, eps, x);
     linear_many(x, ws, outs, n);
   }

@@ -177,7 +177,7 @@ Model::Mixed Model::attention_mixer(int layer, Tensor h, Tensor x, const StepSta
   const Matrix* proj[] = {&A.q, &A.k, &A.v, &A.gate};
   const Tensor proj_out[] = {q, k, v, gate};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out,
-                                A.gate.valid() ? 4 : 3);
+                                A.gate.valid() ? 4 : 3, Backend::Feeds::Attention);
   const Tensor* gate_or_null = A.gate.valid() ? &gate : nullptr;
   if (st.rows) {
     backend_.qk_norm_rope(q, k, A);
@@ -199,7 +199,7 @@ Model::Mixed Model::deltanet_mixer(int layer, Tensor h, Tensor x, const StepStat
   const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
   const Tensor proj_out[] = {qkv, z, b, a};
   backend_.rms_norm_linear_many(h, weights_.layers[layer].input_norm, config_.rms_eps, x, proj, proj_out, 4,
-                                /*for_deltanet=*/true);
+                                Backend::Feeds::DeltaNet);
   if (st.rows) backend_.deltanet_batch(qkv, z, b, a, G, layer, st.rows, o);
   else backend_.deltanet(qkv, z, b, a, G, layer, *st.chunk, o);
   return {o, &G.out};

@@ -230,6 +230,7 @@ class CudaBackend final : public Backend {
     stage_ids(ids, n);
     token_->advance();
     *h_pos_ = st.n_past;
+    step_keys_ = n == 1 ? int(st.n_past) + 1 : 0;
     batch_ = false;
   }
 
@@ -348,7 +349,7 @@ class CudaBackend final : public Backend {
 
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
-                            const Tensor* outs, int n, bool for_deltanet) override {
+                            const Tensor* outs, int n, Feeds feeds) override {
     const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
@@ -364,8 +365,14 @@ class CudaBackend final : public Backend {
       }
     }
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
-    // loads its states while they run.
-    const int leave = h.rows == 1 && for_deltanet ? cuda::deltanet_decode_blocks(gdn_shape()) : 0;
+    // loads its states while they run; so does a short context's attention (a block per query head),
+    // which copies its older keys.
+    const bool short_attention = feeds == Feeds::Attention && !batch_ && step_keys_ > 0 &&
+                                 cuda::attention_short_fits(step_keys_, c_.n_heads, c_.n_kv_heads, c_.head_dim);
+    const int leave = h.rows != 1                ? 0
+                      : feeds == Feeds::DeltaNet ? cuda::deltanet_decode_blocks(gdn_shape())
+                      : short_attention          ? c_.n_heads
+                                                 : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }
@@ -878,7 +885,8 @@ class CudaBackend final : public Backend {
   bool token_read_ = false;  // greedy_token has read the token of the chunk staged last
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
-  bool batch_ = false;                               // the staged step is a batch (begin_batch)
+  bool batch_ = false;
+  int step_keys_ = 0;  // keys (its own included) of the staged one-token step's attention; 0 otherwise                               // the staged step is a batch (begin_batch)
   float* attn_partial_ = nullptr;
   int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
