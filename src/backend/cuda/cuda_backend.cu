@@ -427,9 +427,8 @@ class CudaBackend final : public Backend {
       cuda::attention_short(a, c.head_dim, stream_);
       mixer_blocks_ = c.n_heads;
     } else {
-      const int width = cluster_width(st);
-      cuda::attention_cluster(a, c.head_dim, width, stream_);
-      mixer_blocks_ = cuda::kClusterAttentionBlocks * width * c.n_kv_heads;
+      cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
+      mixer_blocks_ = cuda::kClusterAttentionBlocks * cluster_width(st) * c.n_kv_heads;
     }
   }
 

@@ -528,14 +528,15 @@ constexpr int kAsyncWarps = 16;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by
 // `scale`): a warp per row, two rows at a time. Where keep is set, row r's stored value also goes
-// to keep[r].
+// to keep[r]. Without `store` nothing is written (a pass that only runs the code).
 template <WFormat F, int CPL>
 __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int rows, const ChunkX<F> (&xr)[CPL],
-                             float scale, const GemvOut& out, int first, float* keep) {
+                             float scale, const GemvOut& out, int first, float* keep, bool store = true) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int row = warp; row < rows; row += 2 * kAsyncWarps) {  // uniform per warp: shuffles are safe
     const int row2 = row + kAsyncWarps;
     const float v = warp_sum(row_dot_x1(a, m, row, xr)), v2 = row2 < rows ? warp_sum(row_dot_x1(a, m, row2, xr)) : 0.0f;
+    if (!store) continue;
     if (lane == 0) {
       const float stored = write_out(out, first + row, v * scale);
       if (keep) keep[row] = stored;
@@ -549,8 +550,8 @@ __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int
 
 // Rows [0, rows) of tile a (its first a_rows) and then tile b dotted with one activation row held
 // in registers, scaled by `scale`: a warp four rows at a time, their sums reduced together
-// (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep as
-// in tile_rows_x1; without `store` nothing is written (a pass that only runs the code).
+// (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep and
+// store as in tile_rows_x1.
 template <WFormat F, int CPL>
 __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, int a_rows, const ChunkMatrix<F>& m,
                                   int rows, const ChunkX<F> (&xr)[CPL], float scale, const GemvOut& out, int first,

@@ -211,15 +211,13 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int i = 0; i < kPreWaitTiles; ++i) issue(i);
   const auto x_row = [&](int t) { return t * x_stride; };
   float* staged = reinterpret_cast<float*>(ring + ring_slots * slot_bytes);
-  // A block below segs.warm_blocks starts while the kernel before still runs: where all its tiles
-  // are in flight at once (one register-held row), it first runs the code below once on stand-in
-  // inputs (its own weight rows as x, the tiles as they land) and stores nothing, so that after the
-  // wait its instructions are cached (a decode kernel's code is otherwise fetched cold after its
-  // wait). One loop body for both passes keeps them the same instructions. Blocks that start late
-  // skip it: it would delay them. The ring below runs in the real pass only.
-  const bool warm = CPL > 0 && CPL <= 2 && tiles <= kAsyncStages && int(blockIdx.x) < segs.warm_blocks;
+  // A block below segs.warm_blocks (one register-held row, CPL > 0) starts while the kernel before
+  // still runs: it first runs the code below once on stand-in inputs (its own weight rows as x, the
+  // tiles as they land) and stores nothing, so that after the wait its instructions are cached (a
+  // decode kernel's code is otherwise fetched cold after its wait). One loop body for both passes
+  // keeps them the same instructions. Blocks that start late skip it: it would delay them.
 #pragma unroll 1
-  for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
+  for (int pass = CPL > 0 && int(blockIdx.x) < segs.warm_blocks ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) pdl_wait();
     const void* xin = real ? x : static_cast<const void*>(seg.w.w);  // never x before the wait: no stale lines
@@ -256,19 +254,19 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
         return;
       }
     }
-    for (int tile = 0; tile < tiles; ++tile) {
-      cp_async_wait<kAsyncStages - 1>();
+    for (int tile = 0; tile < (real ? tiles : min(tiles, 2)); ++tile) {
+      if (real) cp_async_wait<kAsyncStages - 1>();
       __syncthreads();  // every thread's copies of this tile have landed
       const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
       float* tile_keep = keep ? keep + (first - r0) : nullptr;
       if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
-        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep);
-      else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep);
+        tile_pair_rows_x1<F, CPL>(slot(tile), slot(tile), rows, m, rows, xr, scale, seg.out, first, tile_keep, real);
+      else if constexpr (CPL > 0) tile_rows_x1<F, CPL>(slot(tile), m, rows, xr, scale, seg.out, first, tile_keep, real);
       else tile_rows_staged<F, TMAX>(slot(tile), m, rows, st, T, lpr, seg.out, first, tile_keep);
       __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
-      issue(tile + kAsyncStages);
+      if (real) issue(tile + kAsyncStages);
     }
-    epilogue();
+    if (real) epilogue();
   }
 }
 
