@@ -572,21 +572,13 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
   const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-  // While the rows land the block runs its dot loop once storing nothing, over whatever the tiles
-  // hold, so that its instructions are cached when they arrive (a warm pass: session 44).
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {  // one loop body for both passes: the same instructions
-    const bool real = pass == 1;
-    if (real) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      mbar_wait(&landed, 0);
+  mbar_wait(&landed, 0);
 #else
-      cp_async_wait<0>();
+  cp_async_wait<0>();
 #endif
-    }
-    __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-    down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0, real);
-  }
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
