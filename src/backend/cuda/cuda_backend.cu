@@ -427,8 +427,9 @@ class CudaBackend final : public Backend {
       cuda::attention_short(a, c.head_dim, stream_);
       mixer_blocks_ = c.n_heads;
     } else {
-      cuda::attention_cluster(a, c.head_dim, cluster_width(st), stream_);
-      mixer_blocks_ = cuda::kClusterAttentionBlocks * cluster_width(st) * c.n_kv_heads;
+      const int width = cluster_width(st);
+      cuda::attention_cluster(a, c.head_dim, width, stream_);
+      mixer_blocks_ = cuda::kClusterAttentionBlocks * width * c.n_kv_heads;
     }
   }
 
@@ -884,8 +885,8 @@ class CudaBackend final : public Backend {
   bool token_read_ = false;  // greedy_token has read the token of the chunk staged last
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
-  bool batch_ = false;
-  int step_keys_ = 0;  // keys (its own included) of the staged one-token step's attention; 0 otherwise                               // the staged step is a batch (begin_batch)
+  bool batch_ = false;  // the staged step is a batch (begin_batch)
+  int step_keys_ = 0;   // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
   int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
