@@ -663,10 +663,10 @@ __device__ __forceinline__ DownPairs<F, PPL> down_pairs(const Staged<F>& st, con
 }
 
 // Whole block of WARPS warps, once every tile has landed: out[r0 + row] = Σ over the pairs of mr ·
-// (tile row · activations) for rows [0, rows), a warp per row. store as in tile_rows_x1.
+// (tile row · activations) for rows [0, rows), a warp per row.
 template <WFormat F, int PPL, int WARPS>
 __device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, PPL>& d, const ChunkMatrix<F>& dm,
-                                          int n, int per, int rows, const GemvOut& out, int r0, bool store = true) {
+                                          int n, int per, int rows, const GemvOut& out, int r0) {
   const int lane = threadIdx.x % 32, biases_from_scales = per * dm.groups * 2;
   for (int row = threadIdx.x / 32; row < rows; row += WARPS) {
     const int row_w = row * dm.chunks * 16, row_s = row * dm.groups * 2;
@@ -684,7 +684,7 @@ __device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, P
       acc += d.mr[i] * dot_x<F>(ch, d.xr[i]);
     }
     acc = warp_sum(acc);
-    if (store && lane == 0) write_out(out, r0 + row, acc);
+    if (lane == 0) write_out(out, r0 + row, acc);
   }
 }
 

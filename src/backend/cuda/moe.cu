@@ -550,50 +550,35 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
+  pdl_wait();
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
+  pdl_wait();
+  // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
+  // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
+  // while the copies are issued.
+  const int lane = t % 32, id = lane < k ? ids[lane] : 0;
+  const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  for (int j = 0; j < k; ++j)
+    copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
+  cp_async_commit();
 #endif
-  // Warp 0 first runs one round of the dot loop on stand-in inputs (zero pairs, the tiles as they
-  // are) and stores nothing, before the wait, so that the loop's instructions are in this
-  // multiprocessor's caches when the rows land (one loop body for both passes: the same
-  // instructions; no barrier in the stand-in pass, which the other warps skip).
-#pragma unroll 1
-  for (int pass = t < 32 ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    DownPairs<F, PPL> pairs = {};
-    int dotted = min(rows, 1);  // the stand-in: one row
-    if (real) {
-      pdl_wait();
+  if (t < n) mix[t] = mix_t;
+  clear_route_sums(clear, clear_n);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
+  const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-      if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
-      prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  mbar_wait(&landed, 0);
 #else
-      // One round trip for what gate+up wrote: lane j of every warp holds expert j's id, thread j
-      // < n its routing weight (the shared gate for j = k), and the activation rows head for L1
-      // while the copies are issued.
-      const int lane = t % 32, id = lane < k ? ids[lane] : 0;
-      const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-      prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
-      for (int j = 0; j < k; ++j)
-        copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
-      cp_async_commit();
+  cp_async_wait<0>();
 #endif
-      if (t < n) mix[t] = mix_t;
-      clear_route_sums(clear, clear_n);
-      const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
-                                         [&](int r) { return int64_t(r) * act_stride; });
-      pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      mbar_wait(&landed, 0);
-#else
-      cp_async_wait<0>();
-#endif
-      __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-      dotted = rows;
-    }
-    down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, dotted, out, r0, real);
-  }
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
