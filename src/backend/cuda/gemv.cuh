@@ -601,12 +601,11 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
 // scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
 // up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
-// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum. store as in
-// tile_rows_x1.
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
                                              const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
-                                             float scale, float* act, bool store = true) {
+                                             float scale, float* act) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
     const int row2 = row + WARPS;
@@ -615,8 +614,22 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
                         two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
     const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
     const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
-    if (store && mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
+    if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
   }
+}
+
+// Whole block, its gate and up rows copied by cp.async (still landing) and its activation row
+// staged in st: waits for every copy, then gate_up_rows with the row's lane chunks in registers.
+template <WFormat F, int CPL, int WARPS>
+__device__ __forceinline__ void gate_up_rows_once_landed(const Staged<F>& st, const AsyncTile<F>& gt,
+                                                         const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
+                                                         const ChunkMatrix<F>& um, int rows, float* act) {
+  ChunkX<F> xr[CPL];
+  load_lane_x(st, xr);
+  const float scale = st.row_scale(0);
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's copies have landed
+  gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, rows, xr, scale, act);
 }
 
 // ---- The one-token down projection's dots: n staged activation rows (the experts' and the shared

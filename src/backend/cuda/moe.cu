@@ -415,45 +415,22 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     cp_async_commit();
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
-  // The block first runs its top-k on stand-in values (topk_block's standin) and warp 0 one round
-  // of the dot loop on zeros and the tiles as they are, storing nothing, while the memory system
-  // is quiet before the wait, so that their instructions are in this multiprocessor's caches after
-  // it (one loop body for both passes: the same instructions).
+  pdl_wait();
+  // The token's activations are loaded before a routed expert's copies go out (behind them they
+  // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
+  const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    ChunkX<F> xr[CPL] = {};
-    float scale = 0.0f;
-    int dotted = threadIdx.x < 32 ? min(n, 2 * kExpertAsyncWarps) : 0;  // the stand-in: warp 0, one round
-    if (real) pdl_wait();
-    // The token's activations are loaded before a routed expert's copies go out (behind them they
-    // would wait for every byte) and land during its top-k.
-    StageInputs ahead{};
-    if (real) ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
-    const int expert = !routed    ? -1
-                       : pick.any() ? pick_expert(pick, k, slot, real && writer, ids, weights, !real)
-                       : real       ? ids[slot]
-                                    : 0;
-    if (real) {
-      if (routed) {
-        gm = with_data(gm, gate.entry(expert));
-        um = with_data(um, up.entry(expert));
-        issue();
-      }
-      const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1,
-                                         x_row, norm, ahead);
-      if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-      load_lane_x(st, xr);
-      scale = st.row_scale(0);
-      cp_async_wait<0>();
-      __syncthreads();  // every thread's copies have landed
-      dotted = n;
-    }
-    gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, dotted, xr, scale, act + int64_t(slot) * act_stride + r0,
-                                            real);
+  const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
+  if (routed) {
+    gm = with_data(gm, gate.entry(expert));
+    um = with_data(um, up.entry(expert));
+    issue();
   }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
+                                     norm, ahead);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per

@@ -27,11 +27,8 @@ __device__ __forceinline__ float router_value(const TopK& src, int e) {
 // the maxima of its segments of 32 logits (one reduction each); when there are at least k
 // segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
 // do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
-// weights take the values times `scale` (router sums times the norm's rsqrt are the logits). A
-// `standin` pass ignores what it reads: each segment's first expert stands at 1 and the rest at 0,
-// so the same code ranks one candidate a segment (a pass that only runs the code, before a wait).
-__device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f,
-                                  bool standin = false) {
+// weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
+__device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
   const int E = src.E;
   const bool renorm = src.renorm;
   __shared__ unsigned seg_max[kMaxExperts / 32];
@@ -45,8 +42,7 @@ __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weigh
 #pragma unroll
   for (int m = 0; m < kTopkSegments; ++m) {  // one L2 round trip for all of them
     const int e = 32 * (warp + m * warps) + lane;
-    v[m] = e < E ? router_value(src, e) : -INFINITY;  // L2 only (ld.cg): read before a wait, no stale L1 lines
-    if (e < E && standin) v[m] = float(lane == 0);     // a select, not a branch: one copy of the code
+    v[m] = e < E ? router_value(src, e) : -INFINITY;
     key[m] = e < E ? ordered_bits(v[m]) : 0u;  // 0: below every logit
   }
 #pragma unroll
@@ -112,12 +108,11 @@ __device__ inline void topk_block(const TopK& src, int k, int* ids, float* weigh
 // top-k of the router's values; the `writer` block (block (0, 0) of a launch) also writes the ids
 // for the down kernel and, from logits, their softmax weights (from sums: weigh_route, once the
 // norm is staged). Returns the expert of `slot`.
-__device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer, int* ids, float* weights,
-                                  bool standin = false) {
+__device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer, int* ids, float* weights) {
   __shared__ int picked[32];
   __shared__ float picked_w[32];
   const bool weigh = writer && !pick.sums;
-  topk_block(pick, k, picked, weigh ? picked_w : nullptr, 1.0f, standin);
+  topk_block(pick, k, picked, weigh ? picked_w : nullptr);
   __syncthreads();
   if (writer && int(threadIdx.x) < k) {
     ids[threadIdx.x] = picked[threadIdx.x];
