@@ -11,8 +11,11 @@
 # tok/s at each context, the kernels' shares of the step, and when each kernel of a DeltaNet layer
 # ends after the one before (and of an attention layer), for each decode context traced.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
-# how many passed: an unmeasured variant is checked and timed in one call.
-# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] [--tests FILTER] VARIANT_DIR...
+# how many passed: an unmeasured variant is checked and timed in one call. With --sass REGEX the
+# table also shows the SASS opcode counts of the kernels matching REGEX (scripts/sass-ops.py): a
+# stand-in pass must run the real pass's instructions, so its loops must stay one copy.
+# Usage: scripts/gpu-variants.sh [--weights int4|bf16] [--bench-args "..."] [--tests FILTER]
+#        [--sass REGEX] VARIANT_DIR...
 # scripts/make-variant.sh NAME REV writes such a folder from a git revision or branch. Under the
 # device tool the per-variant JSON, test and error files come back packed in $OUT/variants.tgz.
 set -uo pipefail
@@ -20,12 +23,14 @@ cd "$(dirname "$0")/.."
 weights=int4
 bench_args="--decode-context 0,4096"
 tests=""
+sass=""
 variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --weights) weights="$2"; shift ;;
     --bench-args) bench_args="$2"; shift ;;
     --tests) tests="$2"; shift ;;
+    --sass) sass="$2"; shift ;;
     *) variants+=("${1%/}") ;;
   esac
   shift
@@ -49,6 +54,8 @@ run_variant() {
     echo "$name: build failed"; grep -E "error" "$logs/build.log" | head -10
     return 1
   fi
+  [ -n "$sass" ] && scripts/sass-ops.py "$sass" build-gpu/src/CMakeFiles/petrel_lib.dir/backend/cuda/*.cu.o \
+    > "$logs/variant-$name.sass" 2>&1
   # A variant that hangs (a copy barrier never completing) costs 3 minutes, not the device call.
   timeout 180 ./build-gpu/src/petrel bench --synthetic qwen3.5-35b-a3b --weights "$weights" --prefill 512 --breakdown \
     $bench_args --json > "$logs/variant-$name.json" 2> "$logs/variant-$name.err" \
@@ -92,6 +99,10 @@ for name in names:
         failed = len(re.findall(r"^\[  FAILED  \] .*\(", text, re.M))
         row += f" | tests {passed.group(1) if passed else 0} passed, {failed} failed"
     print(f"{name:28s} {row}")
+    sass = os.path.join(logs, f"variant-{name}.sass")
+    if os.path.exists(sass):
+        for line in open(sass).read().splitlines():
+            print(f"{'':28s} sass {line}")
     for g in d["breakdown"].get("graphs", []):
         short = lambda k: k.replace("(petrel::cuda::WFormat)", "F").replace("_kernel", "")[:24]
         top = ", ".join(f"{short(r['kernel'])} {r['us']:.0f}" for r in g["kernels"][:6])
