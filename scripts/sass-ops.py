@@ -29,12 +29,16 @@ def cuobjdump():
     return near if near and os.path.exists(near) else None
 
 
-def short_name(mangled):
-    name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip()
-    for long, brief in (("petrel::cuda::", ""), ("(anonymous namespace)::", ""), ("(WFormat)", "F"),
-                        ("(GemvEpilogue)", "E")):
-        name = name.replace(long, brief)
-    return re.sub(r"^void |\(.*", "", name)
+def short_names(mangled):
+    """The names as scripts/kernel-sizes.sh prints them, demangled in one c++filt call."""
+    names = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True).stdout.split("\n")
+    shorts = []
+    for name in names[:len(mangled)]:
+        for long, brief in (("petrel::cuda::", ""), ("(anonymous namespace)::", ""), ("(WFormat)", "F"),
+                            ("(GemvEpilogue)", "E")):
+            name = name.replace(long, brief)
+        shorts.append(re.sub(r"^void |\(.*", "", name))
+    return shorts
 
 
 def kernels(sass):
@@ -70,8 +74,8 @@ def main():
         if out.returncode != 0:
             print(f"sass-ops: cuobjdump -sass {obj} failed: {out.stderr.strip()[:200]}", file=sys.stderr)
             continue
-        for mangled, ops in kernels(out.stdout):
-            name = short_name(mangled)
+        found = list(kernels(out.stdout))
+        for name, (_, ops) in zip(short_names([m for m, _ in found]), found):
             if pattern.search(name):
                 counts = ", ".join(f"{op} {ops[op]}" for op in wanted)
                 print(f"{name}: {sum(ops.values())} instructions; {counts}")
