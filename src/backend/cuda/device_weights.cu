@@ -60,7 +60,7 @@ void* DeviceWeights::device_alloc(size_t bytes) {
   return p;
 }
 
-DeviceMatrix DeviceWeights::shape(const Plan& p, int count) const {
+DeviceMatrix DeviceWeights::allocate(const Plan& p, int count) {
   DeviceMatrix d;
   d.format = p.format;
   d.rows = int(p.m->rows);
@@ -69,19 +69,17 @@ DeviceMatrix DeviceWeights::shape(const Plan& p, int count) const {
   d.count = count;
   check(d.cols % 8 == 0, p.m->name + ": input width " + std::to_string(d.cols) +
                              " is not a multiple of 8, which the CUDA kernels require");
-  return d;
-}
-
-DeviceMatrix DeviceWeights::allocate(const Plan& p) {
-  DeviceMatrix d = shape(p, 1);
   if (p.format == WFormat::BF16) {
-    d.w = device_alloc(size_t(d.rows) * d.cols * 2);
+    d.w_stride = int64_t(d.rows) * d.cols;
+    d.w = device_alloc(size_t(d.w_stride * count) * 2);
   } else {
-    d.w = device_alloc(size_t(d.rows) * d.cols * d.bits() / 8);
-    d.scales = static_cast<bf16*>(device_alloc(size_t(d.rows) * (d.cols / d.group) * 2));
-    d.biases = static_cast<bf16*>(device_alloc(size_t(d.rows) * (d.cols / d.group) * 2));
+    d.w_stride = int64_t(d.rows) * d.cols * d.bits() / 32;
+    d.s_stride = int64_t(d.rows) * (d.cols / d.group);
+    d.w = device_alloc(size_t(d.w_stride * count) * 4);
+    d.scales = static_cast<bf16*>(device_alloc(size_t(d.s_stride * count) * 2));
+    d.biases = static_cast<bf16*>(device_alloc(size_t(d.s_stride * count) * 2));
   }
-  bytes_ += matrix_bytes(p.format, d.rows, d.cols, d.group);
+  bytes_ += matrix_bytes(p.format, d.rows, d.cols, d.group) * count;
   return d;
 }
 
@@ -110,11 +108,10 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     if (dst.format == WFormat::BF16) {
       fill_random_bf16(static_cast<bf16*>(const_cast<void*>(dst.w)), rows * cols, scale, seed, stream_);
     } else {
-      const int64_t groups = rows * (cols / dst.group);
-      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), rows * cols * dst.bits() / 32, seed, stream_);
+      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_);
       const float step = 2.0f * scale / float((1 << dst.bits()) - 1);
-      fill_random_bf16(const_cast<bf16*>(dst.scales), groups, step, seed + 1, stream_);
-      fill_random_bf16(const_cast<bf16*>(dst.biases), groups, scale, seed + 2, stream_);
+      fill_random_bf16(const_cast<bf16*>(dst.scales), dst.s_stride, step, seed + 1, stream_);
+      fill_random_bf16(const_cast<bf16*>(dst.biases), dst.s_stride, scale, seed + 2, stream_);
     }
     done_ += matrix_bytes(dst.format, rows, cols, dst.group);
     if (progress_) progress_(std::min(done_, planned_), planned_);
@@ -169,55 +166,25 @@ void DeviceWeights::add_matrix(const Matrix& m, bool router_like) {
     }
   }
   const Plan p = plan(m, router_like);
-  DeviceMatrix d = allocate(p);
+  DeviceMatrix d = allocate(p, 1);
   fill(p, d);
   matrices_[&m] = d;
   if (m.data && !m.row_map) by_data_[m.data] = d;
 }
 
-// One allocation for a layer's experts, each expert's gate, up and down (codes, scales, biases)
-// side by side in one region: a routed expert's rows then lie in one or two 2 MB pages, not nine
-// (the expert stacks are ~10 GB at 4-bit, more than the GPU's TLBs reach).
 void DeviceWeights::add_experts(const FfnWeights& f) {
   ExpertStacks s;
   DeviceMatrix* dst[3] = {&s.gate, &s.up, &s.down};
-  auto pick = [](const MlpWeights& e, int role) -> const Matrix& {
-    return role == 0 ? e.gate : role == 1 ? e.up : e.down;
-  };
-  const int count = int(f.experts.size());
-  constexpr size_t kAlign = 256;
-  auto align = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
-  size_t at[3][3] = {}, region = 0;  // [role][codes, scales, biases]: byte offsets in an expert's region
-  Plan first[3];
   for (int role = 0; role < 3; ++role) {
-    first[role] = plan(pick(f.experts[0], role), false);
-    *dst[role] = shape(first[role], count);
-    const DeviceMatrix& d = *dst[role];
-    const size_t groups = d.format == WFormat::BF16 ? 0 : size_t(d.rows) * (d.cols / d.group);
-    const size_t part[3] = {d.format == WFormat::BF16 ? size_t(d.rows) * d.cols * 2 : size_t(d.rows) * d.cols * d.bits() / 8,
-                            groups * 2, groups * 2};
-    for (int k = 0; k < 3; ++k) {
-      at[role][k] = region;
-      region += align(part[k]);
-    }
-    bytes_ += matrix_bytes(d.format, d.rows, d.cols, d.group) * count;
-  }
-  char* base = static_cast<char*>(device_alloc(region * count));
-  for (int role = 0; role < 3; ++role) {
-    DeviceMatrix& d = *dst[role];
-    d.w = base + at[role][0];
-    d.w_stride = int64_t(region) / (d.format == WFormat::BF16 ? 2 : 4);
-    if (d.format != WFormat::BF16) {
-      d.scales = reinterpret_cast<const bf16*>(base + at[role][1]);
-      d.biases = reinterpret_cast<const bf16*>(base + at[role][2]);
-      d.s_stride = int64_t(region) / 2;
-    }
-    for (int e = 0; e < count; ++e) {
-      const Plan p = plan(pick(f.experts[e], role), false);
-      check(p.format == first[role].format && p.group == first[role].group && p.m->rows == first[role].m->rows &&
-                p.m->cols == first[role].m->cols,
+    auto pick = [&](const MlpWeights& e) -> const Matrix& { return role == 0 ? e.gate : role == 1 ? e.up : e.down; };
+    const Plan first = plan(pick(f.experts[0]), false);
+    *dst[role] = allocate(first, int(f.experts.size()));
+    for (size_t e = 0; e < f.experts.size(); ++e) {
+      const Plan p = plan(pick(f.experts[e]), false);
+      check(p.format == first.format && p.group == first.group && p.m->rows == first.m->rows &&
+                p.m->cols == first.m->cols,
             p.m->name + ": expert " + std::to_string(e) + " differs in format or shape from expert 0");
-      fill(p, d.entry(e));
+      fill(p, dst[role]->entry(int(e)));
     }
   }
   experts_[&f] = s;

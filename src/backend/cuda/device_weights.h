@@ -48,8 +48,7 @@ class DeviceWeights {
     int group;
   };
   Plan plan(const Matrix& m, bool router_like) const;
-  DeviceMatrix shape(const Plan& p, int count) const;  // format and sizes, no memory
-  DeviceMatrix allocate(const Plan& p);
+  DeviceMatrix allocate(const Plan& p, int count);
   void fill(const Plan& p, const DeviceMatrix& dst);
   void upload_rows(int64_t rows, size_t row_bytes, const std::function<void(int64_t, uint8_t*)>& row, void* dst);
   void add_matrix(const Matrix& m, bool router_like);
