@@ -222,9 +222,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int pass = CPL > 0 && int(blockIdx.x) < segs.warm_blocks ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) pdl_wait();
-    if constexpr (E == GemvEpilogue::RouteSums)  // the residual rows write_out adds to: in L1 by the dots' end
-      if (real && seg.out.add)
-        prefetch_l1_rows(static_cast<const char*>(seg.out.y) + int64_t(r0) * seg.out.elem, 1, 0, (r1 - r0) * seg.out.elem);
     const void* xin = real ? x : static_cast<const void*>(seg.w.w);  // never x before the wait: no stale lines
     const StageInputs ahead = stage_ahead<F>(xin, x_elem, seg.w.cols, T, x_row, norm);
     if (real) {
