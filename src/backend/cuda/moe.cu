@@ -554,6 +554,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
+  if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end
+    prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
