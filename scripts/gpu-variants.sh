@@ -8,7 +8,7 @@
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
 # the tree's files are put back before the next (build-gpu keeps the last variant's binaries until
 # the next build, which scripts/gpu-build.sh's source sums make recompile them). Ends with a table:
-# tok/s at each context, the kernels' shares of the step, and when each kernel of a DeltaNet layer
+# tok/s at each context (each variant's also as a change against base), the kernels' shares of the step, and when each kernel of a DeltaNet layer
 # ends after the one before (and of an attention layer), for each decode context traced.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
 # how many passed: an unmeasured variant is checked and timed in one call. With --sass REGEX the
@@ -85,13 +85,17 @@ echo "== Petrel variants ($weights, median of 5) =="
 python3 - "$logs" "${names[@]}" <<'PY'
 import json, os, re, sys
 logs, names = sys.argv[1], sys.argv[2:]
+base = {}  # the tree's tok/s by context: each variant's rates are also given against it
 for name in names:
     path = os.path.join(logs, f"variant-{name}.json")
     if not os.path.exists(path) or os.path.getsize(path) == 0:  # bench failed: see variant-NAME.err
         print(f"{name:28s} (no result)")
         continue
     d = json.load(open(path))
-    row = " | ".join(f"tg@{q['context']} {q['tok_per_s']:.1f} [{q['min']:.1f}-{q['max']:.1f}]" for q in d["decode"])
+    if name == names[0]:
+        base = {q["context"]: q["tok_per_s"] for q in d["decode"]}
+    against = lambda q: f" {100 * (q['tok_per_s'] / base[q['context']] - 1):+.1f}%" if name != names[0] and base.get(q["context"]) else ""
+    row = " | ".join(f"tg@{q['context']} {q['tok_per_s']:.1f} [{q['min']:.1f}-{q['max']:.1f}]{against(q)}" for q in d["decode"])
     tests = os.path.join(logs, f"variant-{name}.tests")
     if os.path.exists(tests):
         text = open(tests).read()
