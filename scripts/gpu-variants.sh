@@ -8,8 +8,9 @@
 # and timed with `petrel bench --synthetic qwen3.5-35b-a3b --weights W --prefill 512 --breakdown`;
 # the tree's files are put back before the next (build-gpu keeps the last variant's binaries until
 # the next build, which scripts/gpu-build.sh's source sums make recompile them). Ends with a table:
-# tok/s at each context (each variant's also as a change against base), the kernels' shares of the step, and when each kernel of a DeltaNet layer
-# ends after the one before (and of an attention layer), for each decode context traced.
+# tok/s at each context (a variant's also as a change against base), the kernels' shares of the
+# step, and when each kernel of a DeltaNet layer ends after the one before (and of an attention
+# layer), for each decode context traced.
 # With --tests FILTER each variant also runs those GPU tests (gtest filter) and the table shows
 # how many passed: an unmeasured variant is checked and timed in one call. With --sass REGEX the
 # table also shows the SASS opcode counts of the kernels matching REGEX (scripts/sass-ops.py): a
