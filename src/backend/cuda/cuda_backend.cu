@@ -145,7 +145,7 @@ class CudaBackend final : public Backend {
       moe_w_ = alloc_raw<float>(T * k);
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
-      route_sums_ = alloc_raw<unsigned long long>(2 * (c.n_experts + 1));
+      route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -588,18 +588,14 @@ class CudaBackend final : public Backend {
                         cuda::gemv_route_fits(m, x.stride, *cols);
     if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
     cuda::RouteSums route = *cols;
-    unsigned long long* sums = route_sums_ + route_parity_ * (c_.n_experts + 1);
-    unsigned long long* other = route_sums_ + (1 - route_parity_) * (c_.n_experts + 1);
-    route_parity_ ^= 1;
-    route.sums = sums;
+    route.sums = route_sums_;
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
                              std::exchange(mixer_blocks_, 0), stream_);
     }
     cuda::TopK pick;
-    pick.sums = sums;
-    pick.clear = other;
+    pick.sums = route_sums_;
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
@@ -908,7 +904,6 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
-  int route_parity_ = 0;  // PROBE
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;

@@ -278,7 +278,6 @@ void moe_route(const DeviceMatrix& router, const DeviceMatrix* shared_gate, cons
 struct TopK {
   const float* logits = nullptr;
   unsigned long long* sums = nullptr;
-  unsigned long long* clear = nullptr;  // PROBE: the other layer parity's sums, cleared by gate+up
   float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;

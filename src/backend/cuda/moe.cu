@@ -393,22 +393,13 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // 0.6 us a layer faster without it, down unchanged). With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
 // itself, a step sooner than the router's last block could hand it over through memory; block
 // (0, 0) writes the ids and weights for the down kernel.
-__device__ unsigned long long probe_part[33 * 2048];  // PROBE: each slot's 2048 fixed-point partials
-
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
-                         int per, StageNorm norm, TopK pick, DeviceMatrix down, DeviceMatrix s_down,
-                         unsigned long long* part) {
+                         int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
   pdl_launch_dependents();
-  constexpr int kSliceBytes = 40960;  // PROBE: a split-K down slice (32 KB of codes, 8 KB of scales)
-  char* dsl = reinterpret_cast<char*>(smem4);
-  auto issue_down = [&](const DeviceMatrix& d) {
-    copy_async(dsl, static_cast<const char*>(d.w) + size_t(blockIdx.x) * 32768, kSliceBytes);
-    cp_async_commit();
-  };
   const int slot = blockIdx.y;
   const bool routed = slot < k;
   if (!routed && !has_shared) return;
@@ -416,20 +407,15 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int rows = routed ? gate.rows : s_gate.rows, r0 = blockIdx.x * per, n = min(per, rows - r0);
   if (n <= 0) return;
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
-  char* smem = reinterpret_cast<char*>(smem4) + kSliceBytes;
+  char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
   auto issue = [&]() {
     copy_rows_async(gt, gm, r0, n);
     copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
-  if (!routed) {
-    issue();  // the shared expert's weights: in flight before waiting
-    issue_down(s_down);
-  }
+  if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  if (pick.clear && blockIdx.x == 0 && slot == 0)
-    for (int i = threadIdx.x; i < pick.E + 1; i += blockDim.x) pick.clear[i] = 0;
   // The token's activations are loaded before a routed expert's copies go out (behind them they
   // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
@@ -440,42 +426,11 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
     issue();
-    issue_down(down.entry(expert));
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  {
-    ChunkX<F> xr[CPL];
-    load_lane_x(st, xr);
-    const float scale = st.row_scale(0);
-    cp_async_wait<1>();
-    __syncthreads();  // gate and up have landed
-    gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, n, xr, scale, act + int64_t(slot) * act_stride + r0);
-  }
-  // PROBE: the split-K down's partial of this block's slice, 4 output rows a thread, into fixed point.
-  cp_async_wait<0>();
-  __syncthreads();
-  float av[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) av[i] = st.row_scale(0) * float(i + 1) * 1e-3f;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int r = threadIdx.x + q * 512;
-    const uint4 w = *reinterpret_cast<const uint4*>(dsl + 16 * r);
-    const bf16* sb = reinterpret_cast<const bf16*>(dsl + 32768 + 4 * r);
-    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-    float acc = 0.0f, asum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        acc = fmaf(float((ww[j] >> (4 * b)) & 15u), av[8 * j + b], acc);
-        asum += av[8 * j + b];
-      }
-    acc = acc * __bfloat162float(sb[0]) + __bfloat162float(sb[1]) * asum;
-    atomicAdd(probe_part + 4 * r, static_cast<unsigned long long>(__float2ll_rn(acc * 4294967296.0f)));
-  }
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -494,17 +449,15 @@ GateUpSplit gate_up_async_split(const DeviceMatrix& gate, int slots) {
 }
 
 template <WFormat F, int CPL>
-void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                          const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, const void* x, int x_elem, int k, int* ids, float* weights,
+void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix* s_gate,
+                          const DeviceMatrix* s_up, const void* x, int x_elem, int k, int* ids, float* weights,
                           float* act, int width, GateUpSplit split, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
-  unsigned long long* part = nullptr;  // PROBE: the kernel adds into probe_part (no allocation while capturing)
-  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem + 40960);
-  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps,
-             split.smem + 40960, s, gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{},
-             shared, x, x_elem, k, ids, weights, act, width, split.per, norm, pick, down,
-             s_down ? *s_down : DeviceMatrix{}, part);
+  allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
+  launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
+             gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
+             weights, act, width, split.per, norm, pick);
 }
 
 // Block 0 of a down launch, after its wait: zeroes the router sums gate+up picked from (null:
@@ -683,8 +636,8 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
-      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, down, s_gate, s_up, s_down, x, x_elem, k, ids, weights,
-                                                    act, width, split, norm, pick, s);
+      launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
+                                                    split, norm, pick, s);
     };
     switch (lane_x_chunks(F, gate.cols / chunk_weights(F))) {
       case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -702,7 +655,6 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
-  if (split.per > 0 && pick.clear) return;  // PROBE: no down launch
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
