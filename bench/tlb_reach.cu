@@ -19,6 +19,7 @@
 
 constexpr size_t kSpan = 32ull << 30;  // the buffer the chains lie in
 constexpr int kLine = 128;
+constexpr int kMaxPages = 16384;  // the longest chain
 
 // Node i's offset in the buffer: page i, a pseudo-random line of it.
 __host__ __device__ inline uint64_t node_at(uint64_t i, uint64_t page) {
@@ -54,12 +55,12 @@ int main() {
   uint32_t* order_d = nullptr;
   CHECK(cudaMalloc(&cycles, sizeof(long long)));
   CHECK(cudaMalloc(&sink, sizeof(uint64_t)));
-  CHECK(cudaMalloc(&order_d, (1 << 20) * sizeof(uint32_t)));
+  CHECK(cudaMalloc(&order_d, kMaxPages * sizeof(uint32_t)));
   std::mt19937 rng(7);
   std::printf("one thread, a chain of one node a page (pages in random order), warm: cycles a hop (L2 hits)\n");
   std::printf("%10s %8s %12s %12s %10s\n", "page", "pages", "span", "cycles/hop", "ns/hop");
   for (uint64_t page : {uint64_t(kLine), uint64_t(64) << 10, uint64_t(2) << 20, uint64_t(32) << 20}) {
-    for (int n : {16, 64, 256, 1024, 2048, 4096, 8192, 16384}) {
+    for (int n : {16, 64, 256, 1024, 2048, 4096, 8192, kMaxPages}) {
       if (page * uint64_t(n) > kSpan) continue;
       std::vector<uint32_t> order(n);
       std::iota(order.begin(), order.end(), 0u);

@@ -87,6 +87,11 @@ python3 - "$logs" "${names[@]}" <<'PY'
 import json, os, re, sys
 logs, names = sys.argv[1], sys.argv[2:]
 base = {}  # the tree's tok/s by context: each variant's rates are also given against it
+
+def against(name, q):  # " +x.x%" against base at q's context ("" for base itself)
+    b = base.get(q["context"])
+    return f" {100 * (q['tok_per_s'] / b - 1):+.1f}%" if name != names[0] and b else ""
+
 for name in names:
     path = os.path.join(logs, f"variant-{name}.json")
     if not os.path.exists(path) or os.path.getsize(path) == 0:  # bench failed: see variant-NAME.err
@@ -95,8 +100,8 @@ for name in names:
     d = json.load(open(path))
     if name == names[0]:
         base = {q["context"]: q["tok_per_s"] for q in d["decode"]}
-    against = lambda q: f" {100 * (q['tok_per_s'] / base[q['context']] - 1):+.1f}%" if name != names[0] and base.get(q["context"]) else ""
-    row = " | ".join(f"tg@{q['context']} {q['tok_per_s']:.1f} [{q['min']:.1f}-{q['max']:.1f}]{against(q)}" for q in d["decode"])
+    row = " | ".join(f"tg@{q['context']} {q['tok_per_s']:.1f} [{q['min']:.1f}-{q['max']:.1f}]{against(name, q)}"
+                     for q in d["decode"])
     tests = os.path.join(logs, f"variant-{name}.tests")
     if os.path.exists(tests):
         text = open(tests).read()
