@@ -2,7 +2,6 @@
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
 #include "backend/cuda/gemv.cuh"
-#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/topk.cuh"
 
@@ -423,13 +422,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-  if (writer && pick.handoff) {  // PROBE earlydown: the ids out, then the flag down's blocks poll
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      atomicExch(pick.handoff, 1);
-    }
-  }
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -540,7 +532,7 @@ template <WFormat F, int PPL>
 __global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, int* handoff, int land_target) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -560,18 +552,9 @@ __global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
-  if (handoff) {  // PROBE earlydown: the routed rows go out once gate+up's writer flags the ids
-    wait_count(handoff, 1);
-    if (land_target > 0) wait_count(handoff + 1, land_target);
-    if (t < k) {
-      const int id = *static_cast<const volatile int*>(ids + t);
-      bulk_rows(tile(t), with_data(dm, down.entry(id)), r0, rows, &landed);
-    }
-    if (t == 0 && atomicAdd(handoff + 2, 1) == int(gridDim.x) - 1) handoff[0] = handoff[1] = handoff[2] = 0;
-  }
   pdl_wait();
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-  if (!handoff && t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
@@ -627,7 +610,7 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
   allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kDownAsyncWarps, smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, pick.handoff, pick.land_target);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -654,8 +637,6 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
-  const DownSplit down_split = T == 1 ? down_async_split(down, k + (shared ? 1 : 0)) : DownSplit{};
-  if (!(split.per > 0 && down_split.ppl > 0 && pick.any() && loaded_ptx_version() >= 90)) pick.handoff = nullptr;
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
@@ -677,12 +658,14 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
+  const int n = k + (shared ? 1 : 0);
+  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
     launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else if (down_split.ppl == 5)
     launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
-    launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, k + (shared ? 1 : 0)), s,
+    launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
                pick.E + 1);
   PETREL_LAUNCHED("moe down");
