@@ -526,10 +526,8 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 // Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte cp.async), stages
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
-constexpr int kDownAsyncWarps = 4;  // PROBE down4: a block small enough to sit beside gate+up's
-constexpr size_t kDownAsyncPadSmem = 120 * 1024;  // PROBE down4: two never share a multiprocessor
 template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
                       int per, unsigned long long* clear, int clear_n) {
@@ -582,7 +580,7 @@ __global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  down_rows<F, PPL, kDownAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
@@ -606,9 +604,8 @@ template <WFormat F, int PPL>
 void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
                        DownSplit split, const TopK& pick, cudaStream_t s) {
-  const size_t smem = std::max(split.smem, kDownAsyncPadSmem);
-  allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kDownAsyncWarps, smem, s, down,
+  allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
              pick.sums, pick.E + 1);
 }
