@@ -623,14 +623,12 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows_once_landed(const Staged<F>& st, const AsyncTile<F>& gt,
                                                          const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
-                                                         const ChunkMatrix<F>& um, int rows, float* act,
-                                                         int* landed = nullptr) {
+                                                         const ChunkMatrix<F>& um, int rows, float* act) {
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
   const float scale = st.row_scale(0);
   cp_async_wait<0>();
   __syncthreads();  // every thread's copies have landed
-  if (landed && threadIdx.x == 0) atomicAdd(landed, 1);  // PROBE earlydownland
   gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, rows, xr, scale, act);
 }
 

@@ -438,8 +438,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 2)
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0,
-                                                      pick.handoff ? pick.handoff + 1 : nullptr);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // PROBE carve: every multiprocessor that runs K configured for all of its shared memory, so that a
@@ -669,12 +668,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   const DownSplit down_split = T == 1 ? down_async_split(down, k + (shared ? 1 : 0)) : DownSplit{};
-  if (!(split.per > 0 && down_split.ppl > 0 && pick.any() && loaded_ptx_version() >= 90)) pick.handoff = nullptr;
-  if (pick.handoff) {  // PROBE earlydownland: every gate+up block that reaches its landing
-    const int blocks = div_up(std::max(gate.rows, shared ? s_gate->rows : 0), split.per);
-    pick.land_target = k * std::min(blocks, div_up(gate.rows, split.per)) +
-                       (shared ? std::min(blocks, div_up(s_gate->rows, split.per)) : 0);
-  }
+  pick.handoff = nullptr;  // PROBE co8: no early copies
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
