@@ -668,7 +668,7 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
   const DownSplit down_split = T == 1 ? down_async_split(down, k + (shared ? 1 : 0)) : DownSplit{};
-  pick.handoff = nullptr;  // PROBE co8: no early copies
+  if (!(split.per > 0 && down_split.ppl > 0 && pick.any() && loaded_ptx_version() >= 90)) pick.handoff = nullptr;
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
