@@ -395,7 +395,7 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // itself, a step sooner than the router's last block could hand it over through memory; block
 // (0, 0) writes the ids and weights for the down kernel.
 template <WFormat F, int CPL>
-__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 2)
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
                          int per, StageNorm norm, TopK pick) {
@@ -546,10 +546,10 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 // Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte cp.async), stages
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
-constexpr int kDownAsyncWarps = 8;  // PROBE down4: a block small enough to sit beside gate+up's
+constexpr int kDownAsyncWarps = 4;  // PROBE down4: a block small enough to sit beside gate+up's
 constexpr size_t kDownAsyncPadSmem = 120 * 1024;  // PROBE down4: two never share a multiprocessor
 template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kDownAsyncWarps, 2)
+__global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
                       int per, unsigned long long* clear, int clear_n, int* handoff, int land_target) {
