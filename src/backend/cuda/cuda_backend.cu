@@ -146,7 +146,6 @@ class CudaBackend final : public Backend {
       moe_sgate_ = alloc_raw<float>(T);
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
-      moe_handoff_ = alloc_raw<int>(3);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
       moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
                       cuda::kGemmTileM);
@@ -600,7 +599,6 @@ class CudaBackend final : public Backend {
     pick.sgate = ffn.has_shared ? moe_sgate_ : nullptr;
     pick.E = c_.n_experts;
     pick.renorm = c_.norm_topk_prob;
-    pick.handoff = moe_handoff_;
     const cuda::GemvOut out{h.data, h.stride, h.elem_size, /*add=*/true};
     const cuda::StageNorm staged_norm{weights_->vec(norm), eps};
     const cuda::TimedOp timed(timer_, stream_, "moe.experts + add");
@@ -906,7 +904,6 @@ class CudaBackend final : public Backend {
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;
   int* moe_tile_expert_ = nullptr;
   int* moe_route_done_ = nullptr;  // per-token counters of the fused router + top-k
-  int* moe_handoff_ = nullptr;  // PROBE earlydown
   unsigned long long* route_sums_ = nullptr;  // the router sums beside one token's output projection (zero between uses)
   float *moe_w_ = nullptr, *moe_sgate_ = nullptr, *moe_decode_act_ = nullptr, *moe_logits_ = nullptr;
   bf16 *moe_g_ = nullptr, *moe_u_ = nullptr, *moe_y_ = nullptr, *moe_shared_ = nullptr;

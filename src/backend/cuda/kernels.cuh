@@ -281,9 +281,6 @@ struct TopK {
   float* sgate = nullptr;  // with sums and a shared expert
   int E = 0;
   bool renorm = false;
-  // PROBE earlydown: [0] ids written, [1] gate+up blocks landed, [2] down blocks out (zero between layers)
-  int* handoff = nullptr;
-  int land_target = 0;  // PROBE earlydownland: down's copies wait for this many landed gate+up blocks
   __host__ __device__ bool any() const { return logits || sums; }
 };
 

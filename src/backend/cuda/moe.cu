@@ -2,7 +2,6 @@
 // few-token path (all selected experts in one launch for gate+up, one for down + weighting + shared
 // expert), and the prefill plan (device-built per-expert row lists for the grouped GEMM) + combine.
 #include "backend/cuda/gemv.cuh"
-#include "backend/cuda/grid_counts.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/topk.cuh"
 
@@ -423,13 +422,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-  if (writer && pick.handoff) {  // PROBE earlydown: the ids out, then the flag down's blocks poll
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      atomicExch(pick.handoff, 1);
-    }
-  }
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
@@ -439,17 +431,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
   gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
-}
-
-// PROBE carve: every multiprocessor that runs K configured for all of its shared memory, so that a
-// second kernel's block fits beside K's (the driver otherwise picks the least that K needs).
-template <auto K>
-void prefer_full_smem_carveout() {
-  static const bool set = [] {
-    PETREL_CUDA(cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    return true;
-  }();
-  (void)set;
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -474,7 +455,6 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
-  prefer_full_smem_carveout<gate_up_async_kernel<F, CPL>>();
   launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
              gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
              weights, act, width, split.per, norm, pick);
@@ -546,13 +526,11 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
 // Hopper by bulk copies, a thread per matrix; elsewhere by 16-byte cp.async), stages
 // the n activation rows while they land and keeps its lane's (row j, chunk c) pairs of them in
 // registers, PPL pairs per lane; then a warp per output row.
-constexpr int kDownAsyncWarps = 4;  // PROBE down4: a block small enough to sit beside gate+up's
-constexpr size_t kDownAsyncPadSmem = 120 * 1024;  // PROBE down4: two never share a multiprocessor
 template <WFormat F, int PPL>
-__global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
+__global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     down_async_kernel(DeviceMatrix down, DeviceMatrix s_down, bool has_shared, int k, const int* ids,
                       const float* weights, const float* sgate, const float* act, int act_stride, GemvOut out,
-                      int per, unsigned long long* clear, int clear_n, int* handoff, int land_target) {
+                      int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
   pdl_launch_dependents();
@@ -572,18 +550,9 @@ __global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
     if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
-  if (handoff) {  // PROBE earlydown: the routed rows go out once gate+up's writer flags the ids
-    wait_count(handoff, 1);
-    if (land_target > 0) wait_count(handoff + 1, land_target);
-    if (t < k) {
-      const int id = *static_cast<const volatile int*>(ids + t);
-      bulk_rows(tile(t), with_data(dm, down.entry(id)), r0, rows, &landed);
-    }
-    if (t == 0 && atomicAdd(handoff + 2, 1) == int(gridDim.x) - 1) handoff[0] = handoff[1] = handoff[2] = 0;
-  }
   pdl_wait();
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-  if (!handoff && t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
@@ -611,7 +580,7 @@ __global__ void __launch_bounds__(32 * kDownAsyncWarps, 4)
   cp_async_wait<0>();
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  down_rows<F, PPL, kDownAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
+  down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
@@ -635,12 +604,10 @@ template <WFormat F, int PPL>
 void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int k, const int* ids,
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
                        DownSplit split, const TopK& pick, cudaStream_t s) {
-  const size_t smem = std::max(split.smem, kDownAsyncPadSmem);
-  allow_dynamic_smem<down_async_kernel<F, PPL>>(smem);
-  prefer_full_smem_carveout<down_async_kernel<F, PPL>>();
-  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kDownAsyncWarps, smem, s, down,
+  allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
+  launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
-             pick.sums, pick.E + 1, pick.handoff, pick.land_target);
+             pick.sums, pick.E + 1);
 }
 
 // The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
@@ -667,8 +634,6 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
   check(!pick.any() || T == 1, "CUDA MoE: the expert blocks pick the top-k of one token only");
-  const DownSplit down_split = T == 1 ? down_async_split(down, k + (shared ? 1 : 0)) : DownSplit{};
-  if (!(split.per > 0 && down_split.ppl > 0 && pick.any() && loaded_ptx_version() >= 90)) pick.handoff = nullptr;
   if (split.per > 0) {
     auto launch = [&](auto cpl) {
       launch_gate_up_async<F, decltype(cpl)::value>(gate, up, s_gate, s_up, x, x_elem, k, ids, weights, act, width,
@@ -690,12 +655,14 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
+  const int n = k + (shared ? 1 : 0);
+  const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
     launch_down_async<F, 3>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else if (down_split.ppl == 5)
     launch_down_async<F, 5>(down, s_down, k, ids, weights, sgate, act, width, out, down_split, pick, s);
   else
-    launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, k + (shared ? 1 : 0)), s,
+    launch_pdl(down_staged_kernel<F>, dim3(div_up(down.rows, kWarps), T), 32 * kWarps, staged_bytes(F, down.cols, n), s,
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
                pick.E + 1);
   PETREL_LAUNCHED("moe down");
