@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_set>
 #include <utility>
 
 #include "core/error.h"
@@ -279,9 +278,6 @@ inline bool pdl_supported() {
 // earlier kernels write or writes what they read. Before Hopper it is an ordinary launch.
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-  static std::unordered_set<const void*> carved;  // PROBE carveall: every PDL kernel at the full carveout
-  if (carved.insert(reinterpret_cast<const void*>(kernel)).second)
-    PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
