@@ -433,16 +433,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
-// PROBE carvemoe: the SMs that run K configured for all of their shared memory.
-template <auto K>
-void prefer_full_smem_carveout() {
-  static const bool set = [] {
-    PETREL_CUDA(cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    return true;
-  }();
-  (void)set;
-}
-
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
 // multiprocessor; 0 where the async form does not take this shape) in `smem` bytes.
 struct GateUpSplit {
@@ -465,7 +455,6 @@ void launch_gate_up_async(const DeviceMatrix& gate, const DeviceMatrix& up, cons
   const bool shared = s_gate != nullptr;
   const int slots = k + (shared ? 1 : 0), rows = std::max(gate.rows, shared ? s_gate->rows : 0);
   allow_dynamic_smem<gate_up_async_kernel<F, CPL>>(split.smem);
-  prefer_full_smem_carveout<gate_up_async_kernel<F, CPL>>();
   launch_pdl(gate_up_async_kernel<F, CPL>, dim3(div_up(rows, split.per), slots), 32 * kExpertAsyncWarps, split.smem, s,
              gate, up, shared ? *s_gate : DeviceMatrix{}, shared ? *s_up : DeviceMatrix{}, shared, x, x_elem, k, ids,
              weights, act, width, split.per, norm, pick);
@@ -616,7 +605,6 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
                        const float* weights, const float* sgate, const float* act, int width, const GemvOut& out,
                        DownSplit split, const TopK& pick, cudaStream_t s) {
   allow_dynamic_smem<down_async_kernel<F, PPL>>(split.smem);
-  prefer_full_smem_carveout<down_async_kernel<F, PPL>>();
   launch_pdl(down_async_kernel<F, PPL>, div_up(down.rows, split.per), 32 * kExpertAsyncWarps, split.smem, s, down,
              s_down ? *s_down : DeviceMatrix{}, s_down != nullptr, k, ids, weights, sgate, act, width, out, split.per,
              pick.sums, pick.E + 1);
