@@ -648,7 +648,6 @@ __device__ __forceinline__ DownPairs<F, PPL> down_pairs(const Staged<F>& st, con
                                                         const float* mix, TileAt tile_at) {
   const int lane = threadIdx.x % 32, scales_at = per * dm.chunks * 16;
   DownPairs<F, PPL> d;
-  const ChunkX<F> x0 = st.load_x(0, lane % dm.chunks);  // PROBE nopairs: one load a lane, not PPL
 #pragma unroll
   for (int i = 0; i < PPL; ++i) {  // pair p = lane + 32i is (row j = p / chunks, chunk c = p % chunks)
     const int p = lane + 32 * i, j = p / dm.chunks, c = p % dm.chunks, at = tile_at(min(j, n - 1));
@@ -656,7 +655,7 @@ __device__ __forceinline__ DownPairs<F, PPL> down_pairs(const Staged<F>& st, con
     d.w_at[i] = at + c * 16;
     d.s_at[i] = at + scales_at + (c >> dm.group_shift) * 2;
     if (j < n) {
-      d.xr[i] = x0;
+      d.xr[i] = st.load_x(j, c);
       d.mr[i] = mix[j];
     }
   }
