@@ -36,7 +36,7 @@ inline bool chunked_layout(const DeviceMatrix& m) {
 // Shared memory for `rows` staged activation rows of a `cols`-wide matrix of format f: the
 // chunks, each chunk's Σx and int8 scale, and (for a staged norm) each row's Σx² with the
 // per-warp parts it is summed from.
-__host__ __device__ inline size_t staged_bytes(WFormat f, int cols, int rows) {
+inline size_t staged_bytes(WFormat f, int cols, int rows) {
   const int chunks = cols / chunk_weights(f);
   return (size_t(rows) * chunks * (chunk_pitch(f) + 2) + rows + size_t(rows) * (cols / kNormWarpCols)) *
          sizeof(float);
@@ -685,56 +685,6 @@ __device__ __forceinline__ void down_rows(const char* smem, const DownPairs<F, P
     }
     acc = warp_sum(acc);
     if (lane == 0) write_out(out, r0 + row, acc);
-  }
-}
-
-// Whether down_rows_by_expert takes matrices of m's shape: a row's chunks fill whole lane groups.
-__host__ __device__ inline bool down_by_expert_fits(int chunks) { return chunks <= 32 && 32 % chunks == 0; }
-
-// Whole block of WARPS warps, once every tile has landed: out[r0 + row] = Σ_j mix[j] · (row `row`
-// of tile j · staged activation row j) for rows [0, rows). The work is (matrix j, row group)
-// items, a row group 32 / chunks rows with a lane per (row, chunk); a warp takes a run of them in
-// j-major order, so a lane loads its activation chunk only when j changes (a warp per row would
-// load every row's activations in every warp). Each item's sum goes to partial[j][row] and the
-// block adds a row's n partials in order: the same value every run.
-template <WFormat F, int WARPS>
-__device__ __forceinline__ void down_rows_by_expert(const char* smem, const Staged<F>& st, const ChunkMatrix<F>& dm,
-                                                    int n, int per, int rows, const float* mix, int tile_bytes,
-                                                    float* partial, const GemvOut& out, int r0) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, chunks = dm.chunks;
-  const int c = lane % chunks, sub = lane / chunks, group_rows = 32 / chunks;
-  const int groups = (rows + group_rows - 1) / group_rows, items = n * groups;
-  const int scales_at = per * chunks * 16, biases_from_scales = per * dm.groups * 2;
-  int xj = -1;
-  ChunkX<F> x;
-  float m = 0.0f;
-  for (int i = warp * items / WARPS, last = (warp + 1) * items / WARPS; i < last; ++i) {  // uniform per warp
-    const int j = i / groups, row = (i % groups) * group_rows + sub;
-    if (j != xj) {
-      x = st.load_x(j, c);
-      m = mix[j];
-      xj = j;
-    }
-    float v = 0.0f;
-    if (row < rows) {
-      const char* tile = smem + j * tile_bytes;
-      Chunk ch;
-      ch.raw = *reinterpret_cast<const uint4*>(tile + (row * chunks + c) * 16);
-      if constexpr (F != WFormat::BF16) {
-        const char* sp = tile + scales_at + (row * dm.groups + (c >> dm.group_shift)) * 2;
-        ch.scale = __bfloat162float(*reinterpret_cast<const bf16*>(sp));
-        ch.bias = __bfloat162float(*reinterpret_cast<const bf16*>(sp + biases_from_scales));
-      }
-      v = m * dot_x<F>(ch, x);
-    }
-    v = group_sum(v, chunks);
-    if (c == 0 && row < rows) partial[j * per + row] = v;
-  }
-  __syncthreads();
-  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += partial[j * per + row];
-    write_out(out, r0 + row, acc);
   }
 }
 

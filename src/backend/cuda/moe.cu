@@ -573,22 +573,13 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   clear_route_sums(clear, clear_n);
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
                                      [&](int r) { return int64_t(r) * act_stride; });
-  const auto wait_landed = [&]() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    mbar_wait(&landed, 0);
-#else
-    cp_async_wait<0>();
-#endif
-    __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
-  };
-  if (down_by_expert_fits(dm.chunks)) {
-    float* partial = reinterpret_cast<float*>(smem + n * tile_bytes + staged_bytes(F, down.cols, n));
-    wait_landed();
-    down_rows_by_expert<F, kExpertAsyncWarps>(smem, st, dm, n, per, rows, mix, tile_bytes, partial, out, r0);
-    return;
-  }
   const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-  wait_landed();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mbar_wait(&landed, 0);
+#else
+  cp_async_wait<0>();
+#endif
+  __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
   down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
 }
 
@@ -604,11 +595,9 @@ DownSplit down_async_split(const DeviceMatrix& down, int n) {
   const int ppl = pairs <= 3 ? 3 : pairs <= 5 ? 5 : 0;  // 6 and up spill 4-bit activations
   const int align = async_row_align(down);
   const int per = div_up(div_up(down.rows, sm_count()), align) * align;
-  const int chunks = down.cols / chunk_weights(down.format);
-  const size_t partials = down_by_expert_fits(chunks) ? size_t(n) * per * sizeof(float) : 0;
-  const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n) + partials;
+  const size_t smem = size_t(n) * per * async_row_bytes(down) + staged_bytes(down.format, down.cols, n);
   if (ppl == 0 || smem > kExpertAsyncMaxSmem) return {};
-  return {per, ppl, kExpertAsyncMaxSmem};  // PROBE downexppad: the whole SM's shared memory, so nothing sits beside down
+  return {per, ppl, smem};
 }
 
 template <WFormat F, int PPL>
