@@ -599,21 +599,15 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
 }
 
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
-// scaled by `scale`) by a whole block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes
-// rows row and row + WARPS, gate and up, their four sums reduced together (warp_sum4: bench/dot_rates'
-// faster form, the same values bit for bit): lanes 0 and 16 end with a row's gate sum, lanes 8
-// and 24 with its up sum. A tail of at most WARPS / 2 rows past the last such pass (a block's rows
-// 32-36 of 37) goes one dot a warp, gate and up on two warps met in shared memory, where a warp
-// each would leave most warps idle through four dots: the same sums, bit for bit.
+// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
+// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
                                              const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
                                              float scale, float* act) {
-  __shared__ float tail_sums[WARPS];  // gate and up of each tail row
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tail_first = rows / (2 * WARPS) * (2 * WARPS), tail = rows - tail_first;
-  const bool split_tail = 2 * tail <= WARPS;  // uniform per block: the barrier below is safe
-  for (int row = warp; row < (split_tail ? tail_first : rows); row += 2 * WARPS) {  // uniform per warp
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
     const int row2 = row + WARPS;
     const bool two = row2 < rows;
     const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
@@ -622,15 +616,6 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
     const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
     if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
   }
-  if (!split_tail || tail == 0) return;
-  if (warp < 2 * tail) {
-    const int row = tail_first + warp / 2;
-    const float v = warp_sum(warp % 2 == 0 ? row_dot_x1(gt, gm, row, xr) : row_dot_x1(ut, um, row, xr));
-    if (lane == 0) tail_sums[warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < tail)
-    act[tail_first + threadIdx.x] = siluf_(tail_sums[2 * threadIdx.x] * scale) * (tail_sums[2 * threadIdx.x + 1] * scale);
 }
 
 // Whole block, its gate and up rows copied by cp.async (still landing) and its activation row
