@@ -250,12 +250,6 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
                                                    StageNorm norm = {}) {
   return stage_inputs<F>(threadIdx.x, x, x_elem, cols, rows, row_src, norm);
 }
-// The inputs of stage_rows' second pass (zeros where it has none), loaded ahead as stage_ahead's.
-template <WFormat F, typename RowSrc>
-__device__ __forceinline__ StageInputs stage_ahead_second(const void* x, int x_elem, int cols, int rows,
-                                                          RowSrc row_src, StageNorm norm = {}) {
-  return stage_inputs<F>(threadIdx.x + blockDim.x, x, x_elem, cols, rows, row_src, norm);
-}
 
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
 // Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
@@ -266,10 +260,10 @@ __device__ __forceinline__ StageInputs stage_ahead_second(const void* x, int x_e
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
 // warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
-// The first AHEAD passes (0-2) take their inputs from `ahead` and `ahead2`.
-template <WFormat F, int AHEAD, typename RowSrc>
+// With AHEAD the first pass takes its inputs from `ahead`.
+template <WFormat F, bool AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                     StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
+                                     StageNorm norm, const StageInputs& ahead) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
@@ -280,9 +274,7 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
-    StageInputs in = AHEAD >= 1 && first == 0                ? ahead
-                     : AHEAD >= 2 && first == int(blockDim.x) ? ahead2
-                                                              : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
+    StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
     float* v = in.v;
     if (norm.w) {
       float ss = 0.0f;
@@ -343,19 +335,13 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm = {}) {
-  return stage_rows_from<F, 0>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{}, StageInputs{});
+  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
 }
 // stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm, const StageInputs& ahead) {
-  return stage_rows_from<F, 1>(smem, x, x_elem, cols, rows, row_src, norm, ahead, StageInputs{});
-}
-// stage_rows with its first two passes' inputs loaded ahead (stage_ahead and stage_ahead_second).
-template <WFormat F, typename RowSrc>
-__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
-  return stage_rows_from<F, 2>(smem, x, x_elem, cols, rows, row_src, norm, ahead, ahead2);
+  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored
@@ -613,21 +599,15 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
 }
 
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
-// scaled by `scale`) by a whole block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes
-// rows row and row + WARPS, gate and up, their four sums reduced together (warp_sum4: bench/dot_rates'
-// faster form, the same values bit for bit): lanes 0 and 16 end with a row's gate sum, lanes 8
-// and 24 with its up sum. A tail of at most WARPS / 2 rows past the last such pass (a block's rows
-// 32-36 of 37) goes one dot a warp, gate and up on two warps met in shared memory, where a warp
-// each would leave most warps idle through four dots: the same sums, bit for bit.
+// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
+// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
                                              const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
                                              float scale, float* act) {
-  __shared__ float tail_sums[WARPS];  // gate and up of each tail row
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tail_first = rows / (2 * WARPS) * (2 * WARPS), tail = rows - tail_first;
-  const bool split_tail = 2 * tail <= WARPS;  // uniform per block: the barrier below is safe
-  for (int row = warp; row < (split_tail ? tail_first : rows); row += 2 * WARPS) {  // uniform per warp
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
     const int row2 = row + WARPS;
     const bool two = row2 < rows;
     const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
@@ -636,15 +616,6 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
     const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
     if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
   }
-  if (!split_tail || tail == 0) return;
-  if (warp < 2 * tail) {
-    const int row = tail_first + warp / 2;
-    const float v = warp_sum(warp % 2 == 0 ? row_dot_x1(gt, gm, row, xr) : row_dot_x1(ut, um, row, xr));
-    if (lane == 0) tail_sums[warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < tail)
-    act[tail_first + threadIdx.x] = siluf_(tail_sums[2 * threadIdx.x] * scale) * (tail_sums[2 * threadIdx.x + 1] * scale);
 }
 
 // Whole block, its gate and up rows copied by cp.async (still landing) and its activation row
