@@ -378,34 +378,6 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   }
 }
 
-// PROBE expstamps: %globaltimer stamps in the one-token gate+up and down kernels, printed by
-// thread 0 of each block for launches 1000-1003 of each (scripts/probe-stamps.sh).
-__device__ unsigned probe_launches[2];
-__device__ __forceinline__ unsigned long long probe_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ __forceinline__ int mbar_done(uint64_t* bar) {
-  uint32_t done;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
-               : "=r"(done) : "r"(smem_addr(bar)) : "memory");
-  return int(done);
-}
-// Thread 0 of the block prints its stamps st[1..7) as us after st[0] (the PDL wait), and st[0]
-// as us within its second (to line up the two kernels of one layer).
-__device__ void probe_print(const char* kind, unsigned* launches, const unsigned long long (&st)[7],
-                            const char* const (&names)[7], int tag) {
-  if (threadIdx.x != 0) return;
-  const unsigned idx = atomicAdd(launches, 1) / (gridDim.x * gridDim.y);  // at the end: off the block's path
-  if (idx < 1000 || idx > 1003) return;
-  double us[7];
-  for (int i = 1; i < 7; ++i) us[i] = (double(st[i]) - double(st[0])) * 1e-3;
-  printf("STAMP %s-%u %d tag %d wait_abs %.3f %s %.2f %s %.2f %s %.2f %s %.2f %s %.2f %s %.2f\n", kind, idx,
-         int(blockIdx.x + gridDim.x * blockIdx.y), tag, double(st[0] % 1000000000ull) * 1e-3, names[1], us[1],
-         names[2], us[2], names[3], us[3], names[4], us[4], names[5], us[5], names[6], us[6]);
-}
-
 // The one-token expert kernels with weights in shared memory: a block of 512 threads per
 // multiprocessor, all of its rows in flight at once (bf16 experts' rows do not fit: they keep the
 // register-streaming kernels, and a ring of tiles measured slower than those).
@@ -427,8 +399,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
                          const void* x, int x_elem, int k, int* ids, float* weights, float* act, int act_stride,
                          int per, StageNorm norm, TopK pick) {
   extern __shared__ float4 smem4[];
-  unsigned long long ps[7] = {};
-  ps[1] = probe_ns();
   pdl_launch_dependents();
   const int slot = blockIdx.y;
   const bool routed = slot < k;
@@ -446,35 +416,21 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
   pdl_wait();
-  ps[0] = probe_ns();
   // The token's activations are loaded before a routed expert's copies go out (behind them they
   // would wait for every byte) and land during its top-k.
   const auto x_row = [](int) { return int64_t(0); };
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-  ps[2] = probe_ns();
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
     issue();
   }
-  ps[3] = probe_ns();
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  ChunkX<F> xr[CPL];
-  load_lane_x(st, xr);
-  const float scale = st.row_scale(0);
-  ps[4] = probe_ns();
-  cp_async_wait<0>();
-  __syncthreads();  // every thread's copies have landed
-  ps[5] = probe_ns();
-  gate_up_rows<F, CPL, kExpertAsyncWarps>(gt, ut, gm, um, n, xr, scale, act + int64_t(slot) * act_stride + r0);
-  __syncthreads();  // every warp's rows done
-  ps[6] = probe_ns();
-  constexpr const char* names[7] = {"wait", "enter", "picked", "issued", "staged", "landed", "end"};
-  probe_print("gateup", &probe_launches[0], ps, names, routed ? 0 : 1);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
@@ -523,8 +479,6 @@ __global__ void __launch_bounds__(32 * kWarps) down_staged_kernel(DeviceMatrix d
                                                                   unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  unsigned long long ps[7] = {};
-  ps[1] = probe_ns();
   pdl_launch_dependents();
   const int t = blockIdx.y, n = k + (has_shared ? 1 : 0);
   const int lane = threadIdx.x % 32, h = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -579,9 +533,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
                       int per, unsigned long long* clear, int clear_n) {
   extern __shared__ float4 smem4[];
   __shared__ float mix[33];  // routing weight of each staged row (the shared expert's is its gate)
-  unsigned long long ps[7] = {};
-  int tag = 0;
-  ps[1] = probe_ns();
   pdl_launch_dependents();
   const int n = k + (has_shared ? 1 : 0), r0 = blockIdx.x * per, rows = min(per, down.rows - r0);
   const ChunkMatrix<F> dm = chunk_matrix<F>(down);
@@ -600,11 +551,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   }
   __syncthreads();
   pdl_wait();
-  ps[0] = probe_ns();
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
-  ps[2] = probe_ns();
-  tag = mbar_done(&landed);
   prefetch_l1_rows(act, n, int64_t(act_stride) * 4, down.cols * 4);
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
@@ -623,21 +571,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
 #endif
   if (t < n) mix[t] = mix_t;
   clear_route_sums(clear, clear_n);
-  Staged<F> st;
-#pragma unroll 1
-  for (int rep = 0; rep < 2; ++rep) {  // PROBE stagetwice: the second staging finds act in L1 / L2
-    st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
-                       [&](int r) { return int64_t(r) * act_stride; });
-    ps[3 + rep] = probe_ns();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (rep == 0) tag += 2 * mbar_done(&landed);
-#endif
-  }
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n,
+                                     [&](int r) { return int64_t(r) * act_stride; });
   const DownPairs<F, PPL> pairs = down_pairs<F, PPL>(st, dm, n, per, mix, [&](int j) { return j * tile_bytes; });
-  ps[5] = probe_ns();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  tag += 4 * mbar_done(&landed);
-#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   mbar_wait(&landed, 0);
 #else
@@ -645,10 +581,6 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
 #endif
   __syncthreads();  // every copy has landed (and any scale tail copied by plain loads)
   down_rows<F, PPL, kExpertAsyncWarps>(smem, pairs, dm, n, per, rows, out, r0);
-  __syncthreads();  // every warp's rows done
-  ps[6] = probe_ns();
-  constexpr const char* names[7] = {"wait", "enter", "issued", "staged1", "staged2", "paired", "end"};
-  probe_print("down", &probe_launches[1], ps, names, tag);
 }
 
 // How down_async_kernel covers the output rows: `per` rows a block (one wave of blocks, one per
