@@ -250,6 +250,12 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
                                                    StageNorm norm = {}) {
   return stage_inputs<F>(threadIdx.x, x, x_elem, cols, rows, row_src, norm);
 }
+// The inputs of stage_rows' second pass (zeros where it has none), loaded ahead as stage_ahead's.
+template <WFormat F, typename RowSrc>
+__device__ __forceinline__ StageInputs stage_ahead_second(const void* x, int x_elem, int cols, int rows,
+                                                          RowSrc row_src, StageNorm norm = {}) {
+  return stage_inputs<F>(threadIdx.x + blockDim.x, x, x_elem, cols, rows, row_src, norm);
+}
 
 // Whole block: copies `rows` activation rows (bf16 or fp32) into shared memory as the format's
 // Staged layout, in one pass with one barrier at the end. row_src(r) gives row r's first element
@@ -260,10 +266,10 @@ __device__ __forceinline__ StageInputs stage_ahead(const void* x, int x_elem, in
 // stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
 // Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
 // warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
-// With AHEAD the first pass takes its inputs from `ahead`.
-template <WFormat F, bool AHEAD, typename RowSrc>
+// The first AHEAD passes (0-2) take their inputs from `ahead` and `ahead2`.
+template <WFormat F, int AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                     StageNorm norm, const StageInputs& ahead) {
+                                     StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
@@ -274,7 +280,9 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
   for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
-    StageInputs in = AHEAD && first == 0 ? ahead : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
+    StageInputs in = AHEAD >= 1 && first == 0                ? ahead
+                     : AHEAD >= 2 && first == int(blockDim.x) ? ahead2
+                                                              : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
     float* v = in.v;
     if (norm.w) {
       float ss = 0.0f;
@@ -335,13 +343,19 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm = {}) {
-  return stage_rows_from<F, false>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{});
+  return stage_rows_from<F, 0>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{}, StageInputs{});
 }
 // stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm, const StageInputs& ahead) {
-  return stage_rows_from<F, true>(smem, x, x_elem, cols, rows, row_src, norm, ahead);
+  return stage_rows_from<F, 1>(smem, x, x_elem, cols, rows, row_src, norm, ahead, StageInputs{});
+}
+// stage_rows with its first two passes' inputs loaded ahead (stage_ahead and stage_ahead_second).
+template <WFormat F, typename RowSrc>
+__device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
+                                StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
+  return stage_rows_from<F, 2>(smem, x, x_elem, cols, rows, row_src, norm, ahead, ahead2);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored
