@@ -489,11 +489,11 @@ __global__ void __launch_bounds__(32 * PER) attention_short_kernel(ShortAttentio
     cp_async_commit();
   };
   if (a.settled) copy_older();
-  const RopeAngles angles = rope_angles(a.rotary, a.theta, float(pos));  // before the wait: off the path
   pdl_wait();
   if (!a.settled) copy_older();
-  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, angles, q_head);
-  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, angles, k_head);
+  const float position = float(pos);
+  if (warp == 0) norm_rope_head(a.q + int64_t(h) * D, a.q_norm, D, a.eps, a.rotary, a.theta, position, q_head);
+  if (warp == 1) norm_rope_head(a.k + int64_t(kvh) * D, a.k_norm, D, a.eps, a.rotary, a.theta, position, k_head);
   const bf16 v_new = a.v[int64_t(kvh) * D + tid];
   const float gate = a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(h) * D + tid])) : 1.0f;
   cp_async_wait<0>();
@@ -692,7 +692,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   }
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
-  const RopeAngles angles = rope_angles(a.rotary, a.theta, float(pos));  // the rotation's, before the wait
   pdl_wait();
   if (!a.settled) {
     issue(0);
@@ -714,9 +713,10 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
   }
   __syncthreads();  // the raw heads and the weights in shared memory
+  const float position = float(pos);
   for (int item = warp; item < items; item += kClusterWarps) {
     const bool is_k = item == G;
-    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, angles, normed[warp]);
+    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
     for (int c = lane; c < chunks; c += 32) {
       uint4 v;
       bf16* b = reinterpret_cast<bf16*>(&v);

@@ -94,7 +94,7 @@ __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_bloc
   if (h >= m.heads) return;
   bf16* p = m.x + t * m.stride + int64_t(h) * D;
   float* hv = heads[warp];
-  norm_rope_head(p, m.w, D, eps, rotary, rope_angles(rotary, theta, float(per_row ? pos[t] : *pos + t)), hv);
+  norm_rope_head(p, m.w, D, eps, rotary, theta, float(per_row ? pos[t] : *pos + t), hv);
   for (int i = lane; i < D; i += 32) p[i] = __float2bfloat16(hv[i]);
 }
 

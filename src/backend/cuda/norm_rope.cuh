@@ -7,33 +7,11 @@ namespace petrel::cuda {
 
 constexpr int kNormRopeMaxPer = 16;  // D / 32: head_dim up to 512
 
-// One lane's cosines and sines of the NeoX rotation at `position`: pair j = lane + 32i (j <
-// rotary/2) turns by position·θ^(-2j/rotary), in fp32 as HF computes it. They depend on the
-// position alone, so the decode attention kernels work them out before waiting for the heads.
-struct RopeAngles {
-  float cs[kNormRopeMaxPer / 2], sn[kNormRopeMaxPer / 2];
-};
-__device__ __forceinline__ RopeAngles rope_angles(int rotary, float theta, float position) {
-  const int lane = threadIdx.x % 32, half = rotary / 2;
-  RopeAngles r;
-#pragma unroll
-  for (int i = 0; i < kNormRopeMaxPer / 2; ++i) {
-    const int j = lane + 32 * i;
-    r.cs[i] = 1.0f;
-    r.sn[i] = 0.0f;
-    if (j < half) {
-      const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
-      sincosf(position * inv_freq, &r.sn[i], &r.cs[i]);
-    }
-  }
-  return r;
-}
-
 // One warp: head p (D values) normalised with weights w, then its first `rotary` dims rotated in
-// pairs (j, j + rotary/2) by the angles r; the result, rounded to bf16 as it would be stored, is
-// left in hv (D floats of shared memory). The head and its weights are one round trip.
+// pairs (j, j + rotary/2) at `position`; the result, rounded to bf16 as it would be stored, is left
+// in hv (D floats of shared memory). The head, its weights and the position are one round trip.
 __device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, int D, float eps, int rotary,
-                                               const RopeAngles& r, float* hv) {
+                                               float theta, float position, float* hv) {
   const int lane = threadIdx.x % 32, per = D / 32;
   float v[kNormRopeMaxPer], wv[kNormRopeMaxPer];
 #pragma unroll
@@ -49,12 +27,13 @@ __device__ __forceinline__ void norm_rope_head(const bf16* p, const float* w, in
   for (int i = 0; i < kNormRopeMaxPer; ++i)
     if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * wv[i]));
   __syncwarp();
+  // NeoX rotation: dims j and j + rotary/2, j < rotary/2; angle in fp32 as HF computes it.
   const int half = rotary / 2;
-#pragma unroll
-  for (int i = 0; i < kNormRopeMaxPer / 2; ++i) {
-    const int j = lane + 32 * i;
-    if (j >= half) continue;
-    const float x0 = hv[j], x1 = hv[j + half], cs = r.cs[i], sn = r.sn[i];
+  for (int j = lane; j < half; j += 32) {
+    const float inv_freq = 1.0f / powf(theta, float(2 * j) / float(rotary));
+    float sn, cs;
+    sincosf(position * inv_freq, &sn, &cs);
+    const float x0 = hv[j], x1 = hv[j + half];
     hv[j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
     hv[j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
   }
