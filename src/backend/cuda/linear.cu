@@ -224,9 +224,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     if (real) pdl_wait();
     const void* xin = real ? x : static_cast<const void*>(seg.w.w);  // never x before the wait: no stale lines
     const StageInputs ahead = stage_ahead<F>(xin, x_elem, seg.w.cols, T, x_row, norm);
-    if (real && seg.out.add)  // the residual rows write_out adds to: in L1 by the dots' end
-      prefetch_l1_rows(static_cast<const char*>(seg.out.y) + int64_t(r0) * seg.out.elem, T,
-                       seg.out.stride * seg.out.elem, (r1 - r0) * seg.out.elem);
     if (real) {
 #pragma unroll
       for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
