@@ -659,7 +659,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   __shared__ __align__(16) float sS[16 * kScorePitch];         // one or two tiles' scores, shared by the warps
   __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
   __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
-  __shared__ float rope_sn[D / 2], rope_cs[D / 2];             // the rotation at pos, built before the wait
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
@@ -693,7 +692,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   }
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
-  rope_table(a.rotary, a.theta, float(pos), rope_sn, rope_cs);
   pdl_wait();
   if (!a.settled) {
     issue(0);
@@ -715,13 +713,10 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
   }
   __syncthreads();  // the raw heads and the weights in shared memory
-  const auto table = [&](int j, float& sn, float& cs) {
-    sn = rope_sn[j];
-    cs = rope_cs[j];
-  };
+  const float position = float(pos);
   for (int item = warp; item < items; item += kClusterWarps) {
     const bool is_k = item == G;
-    norm_rope_head_by(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, table, normed[warp]);
+    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
     for (int c = lane; c < chunks; c += 32) {
       uint4 v;
       bf16* b = reinterpret_cast<bf16*>(&v);
@@ -760,9 +755,9 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     float mine[2][4], s[2 * kMmaKeys / 8][4];
     const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
     scores_pair<D>(sQ, sKs, lane, mine);
-    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys, false>(sS, mine, warp, lane, s);
+    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
     mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
-    online_softmax<2 * kMmaKeys, NT, false>(s, m, l, o, scale_log2);
+    online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
     accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
   }
@@ -772,9 +767,9 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     const int n = keys_in(tile);
     float mine[KW / 8][4], s[kMmaKeys / 8][4];
     scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
-    share_scores<kMmaKeys, KW, KW, 8, false>(sS, mine, warp, lane, s);
+    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
     mask_keys_from<kMmaKeys>(s, n, lane);
-    online_softmax<kMmaKeys, NT, false>(s, m, l, o, scale_log2);
+    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
     __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it
     issue(tile + 2);

@@ -542,17 +542,15 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int t = threadIdx.x;
   const auto act_row = [&](int r) { return int64_t(r) * act_stride; };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies: the rows of matrix j come from thread blockDim - n + j (the last warp, which has
-  // the least to do next: the first stores nothing in the staging's second pass), each one
-  // arrival on `landed`; the shared expert's before waiting.
+  // Bulk copies: the rows of matrix j come from thread j, each one arrival on `landed`; the shared
+  // expert's from thread 0 before waiting.
   __shared__ uint64_t landed;
-  const int issues = t - (int(blockDim.x) - n);  // the matrix this thread copies, if >= 0
   if (t == 0) {
     mbar_init(&landed, n);
     mbar_init_fence();
+    if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
-  if (has_shared && issues == k) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   pdl_wait();
   // Both staging passes' activations (all of them: down_async_split allows at most 5 pairs a
   // lane) are loaded before the routed copies go out (session 48: +0.8% decode against the
@@ -560,10 +558,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const StageInputs ahead = stage_ahead<F>(act, 4, down.cols, n, act_row);
   const StageInputs ahead2 = stage_ahead_second<F>(act, 4, down.cols, n, act_row);
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
-  clear_route_sums(clear, clear_n);  // block 0's stores, before the copies too
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end (asked before the copies: +1.3%)
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
-  if (issues >= 0 && issues < k) bulk_rows(tile(issues), with_data(dm, down.entry(ids[issues])), r0, rows, &landed);
+  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
@@ -576,9 +573,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   for (int j = 0; j < k; ++j)
     copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
-  clear_route_sums(clear, clear_n);
 #endif
   if (t < n) mix[t] = mix_t;
+  clear_route_sums(clear, clear_n);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n, act_row,
                                      StageNorm{}, ahead, ahead2);

@@ -21,16 +21,14 @@ __device__ __forceinline__ float router_value(const TopK& src, int e) {
                   : __ldcg(src.logits + e);
 }
 
-// Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert); warp
-// 0 writes them to ids[0..k) by rank where ids is set, and with weights set also their softmax
-// probabilities (renormalised over the k where `renorm`). Returns the expert ranked `slot` to every
-// thread (-1 for none), so a block that needs only its own pick waits at no barrier after the
-// ranking. Softmax keeps the logits' order, so the logits are ranked. Each warp takes the maxima
-// of its segments of 32 logits (one reduction each); when there are at least k segments, the
-// k-th largest logit reaches the smallest of those maxima, and only the logits that do (about 17
-// of 256 for normal logits) are ranked, by every warp, each against the others. The weights take
-// the values times `scale` (router sums times the norm's rsqrt are the logits).
-__device__ inline int topk_block(const TopK& src, int k, int slot, int* ids, float* weights, float scale = 1.0f) {
+// Whole block: the top k (<= 32) of one token's E router logits (ties to the lower expert) into
+// shared ids[0..k), by rank; with weights set, also their softmax probabilities (renormalised over
+// the k where `renorm`). Softmax keeps the logits' order, so the logits are ranked. Each warp takes
+// the maxima of its segments of 32 logits (one reduction each); when there are at least k
+// segments, the k-th largest logit reaches the smallest of those maxima, and only the logits that
+// do (about 17 of 256 for normal logits) are ranked, by warp 0, each against the others. The
+// weights take the values times `scale` (router sums times the norm's rsqrt are the logits).
+__device__ inline void topk_block(const TopK& src, int k, int* ids, float* weights, float scale = 1.0f) {
   const int E = src.E;
   const bool renorm = src.renorm;
   __shared__ unsigned seg_max[kMaxExperts / 32];
@@ -78,12 +76,11 @@ __device__ inline int topk_block(const TopK& src, int k, int slot, int* ids, flo
     if (lane == 0) warp_exp[warp] = sum;
   }
   __syncthreads();
+  if (warp != 0) return;
   const int n = count;
-  const bool lead = warp == 0;  // the warp that writes
   float total = 0.0f;
-  if (weights && lead)
+  if (weights)
     for (int w = 0; w < warps; ++w) total += warp_exp[w];
-  int picked = -1;
   for (int c = lane; c < n; c += 32) {
     const int2 me = cand[c];
     const float mv = __int_as_float(me.x);
@@ -93,20 +90,18 @@ __device__ inline int topk_block(const TopK& src, int k, int slot, int* ids, flo
       const float ov = __int_as_float(o.x);
       rank += ov > mv || (ov == mv && o.y < me.y);
     }
-    if (rank == slot) picked = me.y;
-    if (lead && rank < k) {
-      if (ids) ids[rank] = me.y;
+    if (rank < k) {
+      ids[rank] = me.y;
       if (weights) weights[rank] = expf((mv - vmax) * scale) / total;
     }
   }
-  if (weights && renorm && lead) {  // the picks' sum in rank order (off the critical path: one block)
+  if (weights && renorm) {  // the picks' sum in rank order (off the critical path: block (0, 0) only)
     __syncwarp();
     float kept = 0.0f;
     for (int r = 0; r < k; ++r) kept += weights[r];
     __syncwarp();
     if (lane < k) weights[lane] /= kept;
   }
-  return __reduce_max_sync(0xffffffffu, picked);  // the one lane that holds it
 }
 
 // Whole block, in a routed expert block that picks the top-k itself (pick.any(), one token): the
@@ -114,7 +109,16 @@ __device__ inline int topk_block(const TopK& src, int k, int slot, int* ids, flo
 // for the down kernel and, from logits, their softmax weights (from sums: weigh_route, once the
 // norm is staged). Returns the expert of `slot`.
 __device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer, int* ids, float* weights) {
-  return topk_block(pick, k, slot, writer ? ids : nullptr, writer && !pick.sums ? weights : nullptr);
+  __shared__ int picked[32];
+  __shared__ float picked_w[32];
+  const bool weigh = writer && !pick.sums;
+  topk_block(pick, k, picked, weigh ? picked_w : nullptr);
+  __syncthreads();
+  if (writer && int(threadIdx.x) < k) {
+    ids[threadIdx.x] = picked[threadIdx.x];
+    if (weigh) weights[threadIdx.x] = picked_w[threadIdx.x];
+  }
+  return picked[slot];
 }
 
 // Whole block, once the norm's rsqrt (inv_rms) is staged, in a block with time to spare (a shared-
@@ -122,8 +126,9 @@ __device__ inline int pick_expert(const TopK& pick, int k, int slot, bool writer
 // the softmax weights of the top-k picked from router sums (ranked on the sums as pick_expert
 // ranks them, so they follow its ids) and the shared expert's gate, as the router's logits give them.
 __device__ inline void weigh_route(const TopK& pick, int k, float inv_rms, float* weights) {
+  __shared__ int picked[32];
   __shared__ float picked_w[32];
-  topk_block(pick, k, -1, nullptr, picked_w, inv_rms);
+  topk_block(pick, k, picked, picked_w, inv_rms);
   __syncthreads();
   if (int(threadIdx.x) < k) weights[threadIdx.x] = picked_w[threadIdx.x];
   if (threadIdx.x == 0 && pick.sgate) *pick.sgate = sigmoidf_(router_value(pick, pick.E) * inv_rms);
