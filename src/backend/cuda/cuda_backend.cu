@@ -429,9 +429,7 @@ class CudaBackend final : public Backend {
     } else {
       const int width = cluster_width(st);
       cuda::attention_cluster(a, c.head_dim, width, stream_);
-      // Counted as one cluster a KV head: the other clusters' blocks but the last to merge leave
-      // ~1 us before the mixer ends, so the output projection's blocks on their SMs warm too.
-      mixer_blocks_ = cuda::kClusterAttentionBlocks * c.n_kv_heads;
+      mixer_blocks_ = cuda::kClusterAttentionBlocks * width * c.n_kv_heads;
     }
   }
 
