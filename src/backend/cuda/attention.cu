@@ -632,26 +632,6 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
   return true;
 }
 
-// PROBE clstamps: %globaltimer stamps in attention_cluster_kernel, printed by thread 0 of each
-// block for launches 1000-1003 (scripts/probe-stamps.sh --prefill 16 --decode-context 4096), the
-// appending block, the blocks that merge across clusters and the rest as three kinds.
-__device__ unsigned probe_launches;
-__device__ __forceinline__ unsigned long long probe_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ void probe_print(const char* kind, const unsigned long long (&st)[7], const char* const (&names)[7], int tag) {
-  if (threadIdx.x != 0) return;
-  const unsigned idx = atomicAdd(&probe_launches, 1) / (gridDim.x * gridDim.y * gridDim.z);
-  if (idx < 1000 || idx > 1003) return;
-  double us[7];
-  for (int i = 1; i < 7; ++i) us[i] = (double(st[i]) - double(st[0])) * 1e-3;
-  printf("STAMP %s-%u %d tag %d wait_abs %.3f %s %.2f %s %.2f %s %.2f %s %.2f %s %.2f %s %.2f\n", kind, idx,
-         int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), tag, double(st[0] % 1000000000ull) * 1e-3,
-         names[1], us[1], names[2], us[2], names[3], us[3], names[4], us[4], names[5], us[5], names[6], us[6]);
-}
-
 // grid (kClusterAttentionBlocks, C, Hkv) in clusters of kClusterAttentionBlocks blocks, one token
 // at *pos0. Cluster c of KV head kvh's C; its block r takes key range 16c + r of the 16C ranges
 // for all the head's queries on tensor cores (its older keys copied before the PDL wait
@@ -681,8 +661,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
-  unsigned long long ps[7] = {};
-  ps[1] = probe_ns();
   pdl_launch_dependents();
   cluster_arrive();  // paired with the wait before the first store into another block
   const int r = cluster_rank(), C = gridDim.y, kvh = blockIdx.z, G = a.Hq / a.Hkv;
@@ -715,7 +693,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
   pdl_wait();
-  ps[0] = probe_ns();
   if (!a.settled) {
     issue(0);
     issue(1);
@@ -751,7 +728,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
   }
   __syncthreads();  // Q and the new key in shared memory
-  ps[2] = probe_ns();
   auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage
     unsigned char* kt = smem + (sK(tile) - sQ);
     const int row = pos - begin - tile * kMmaKeys;
@@ -799,7 +775,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(tile + 2);
     if (appends && warp == 0 && tile + 2 == last_tile) place_new(last_tile);
   }
-  ps[3] = probe_ns();
   // This range's record of head g (rows g + 8 are padding): its outputs into the blocks that
   // merge them, (m in natural log, l) into both blocks of the head.
   const int g = lane / 4;
@@ -818,7 +793,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
         cluster_store2(ml[r][g], owner, m[0] * scale, sum);
   }
   cluster_sync();  // every range's record in the blocks that merge it
-  ps[4] = probe_ns();
   float top = -INFINITY, L = 0.0f, acc = 0.0f;
   if (merges) {
     const int gh = gate_idx / D;
@@ -831,19 +805,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  const bool merges_all = C == 1 || last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc);
-  ps[5] = probe_ns();
-  constexpr const char* names[7] = {"wait", "enter", "qready", "tiles", "csync", "counted", "end"};
-  const char* kind = appends ? "clapp" : merges_all ? "cllast" : "clrest";
-  if (!merges_all) {
-    ps[6] = ps[5];
-    probe_print(kind, ps, names, int(blockIdx.y));
-    return;
-  }
+  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
   if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
-  __syncthreads();
-  ps[6] = probe_ns();
-  probe_print(kind, ps, names, int(blockIdx.y));
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
 #endif
