@@ -542,15 +542,17 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int t = threadIdx.x;
   const auto act_row = [&](int r) { return int64_t(r) * act_stride; };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Bulk copies: the rows of matrix j come from thread j, each one arrival on `landed`; the shared
-  // expert's from thread 0 before waiting.
+  // Bulk copies: the rows of matrix j come from thread blockDim - n + j (the last warp, which has
+  // the least to do next: the first stores nothing in the staging's second pass), each one
+  // arrival on `landed`; the shared expert's before waiting.
   __shared__ uint64_t landed;
+  const int issues = t - (int(blockDim.x) - n);  // the matrix this thread copies, if >= 0
   if (t == 0) {
     mbar_init(&landed, n);
     mbar_init_fence();
-    if (has_shared) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   }
   __syncthreads();
+  if (has_shared && issues == k) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   pdl_wait();
   // Both staging passes' activations (all of them: down_async_split allows at most 5 pairs a
   // lane) are loaded before the routed copies go out (session 48: +0.8% decode against the
@@ -560,7 +562,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end (asked before the copies: +1.3%)
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
-  if (t < k) bulk_rows(tile(t), with_data(dm, down.entry(ids[t])), r0, rows, &landed);
+  if (issues >= 0 && issues < k) bulk_rows(tile(issues), with_data(dm, down.entry(ids[issues])), r0, rows, &landed);
 #else
   if (has_shared) copy_rows_async(tile(k), with_data(dm, s_down), r0, rows);  // before waiting
   pdl_wait();
