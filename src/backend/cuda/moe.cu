@@ -560,6 +560,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const StageInputs ahead = stage_ahead<F>(act, 4, down.cols, n, act_row);
   const StageInputs ahead2 = stage_ahead_second<F>(act, 4, down.cols, n, act_row);
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
+  clear_route_sums(clear, clear_n);  // block 0's stores, before the copies too
   if (out.add)  // the residual rows write_out adds to: in L1 by the dots' end (asked before the copies: +1.3%)
     prefetch_l1_rows(static_cast<const char*>(out.y) + int64_t(r0) * out.elem, 1, 0, rows * out.elem);
   if (issues >= 0 && issues < k) bulk_rows(tile(issues), with_data(dm, down.entry(ids[issues])), r0, rows, &landed);
@@ -575,9 +576,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   for (int j = 0; j < k; ++j)
     copy_rows_async(tile(j), with_data(dm, down.entry(__shfl_sync(0xffffffffu, id, j))), r0, rows);
   cp_async_commit();
+  clear_route_sums(clear, clear_n);
 #endif
   if (t < n) mix[t] = mix_t;
-  clear_route_sums(clear, clear_n);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + n * tile_bytes), act, 4, down.cols, n, act_row,
                                      StageNorm{}, ahead, ahead2);
