@@ -659,6 +659,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   __shared__ __align__(16) float sS[16 * kScorePitch];         // one or two tiles' scores, shared by the warps
   __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
   __shared__ __align__(16) float inbox[kBlocks][slice];        // each range's outputs this block merges
+  __shared__ float rope_sn[D / 2], rope_cs[D / 2];             // the rotation at pos, built before the wait
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
@@ -692,6 +693,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   }
   for (int i = threadIdx.x; i < (16 - G) * chunks; i += blockDim.x)  // Q's rows past the group: zero
     *reinterpret_cast<uint4*>(smem + swz<D>(G + i / chunks, 8 * (i % chunks))) = make_uint4(0, 0, 0, 0);
+  rope_table(a.rotary, a.theta, float(pos), rope_sn, rope_cs);
   pdl_wait();
   if (!a.settled) {
     issue(0);
@@ -713,10 +715,13 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     if (e < 2 * D) norm_w[e / D][e % D] = w_ahead[i];
   }
   __syncthreads();  // the raw heads and the weights in shared memory
-  const float position = float(pos);
+  const auto table = [&](int j, float& sn, float& cs) {
+    sn = rope_sn[j];
+    cs = rope_cs[j];
+  };
   for (int item = warp; item < items; item += kClusterWarps) {
     const bool is_k = item == G;
-    norm_rope_head(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, a.theta, position, normed[warp]);
+    norm_rope_head_by(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, table, normed[warp]);
     for (int c = lane; c < chunks; c += 32) {
       uint4 v;
       bf16* b = reinterpret_cast<bf16*>(&v);
