@@ -760,9 +760,9 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     float mine[2][4], s[2 * kMmaKeys / 8][4];
     const uint32_t at = uint32_t(KW * warp) * D * 2, sKs[2] = {sK(0) + at, sK(1) + at};
     scores_pair<D>(sQ, sKs, lane, mine);
-    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys>(sS, mine, warp, lane, s);
+    share_scores<2 * kMmaKeys, 2 * KW, KW, kMmaKeys, false>(sS, mine, warp, lane, s);
     mask_keys_from<kMmaKeys>(s + kMmaKeys / 8, keys_in(1), lane);
-    online_softmax<2 * kMmaKeys, NT>(s, m, l, o, scale_log2);
+    online_softmax<2 * kMmaKeys, NT, false>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(0) + tile_bytes, lane, warp * 8 * NT, o);
     accumulate_pv<D, kMmaKeys, NT>(s + kMmaKeys / 8, sK(1) + tile_bytes, lane, warp * 8 * NT, o);
   }
@@ -772,9 +772,9 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     const int n = keys_in(tile);
     float mine[KW / 8][4], s[kMmaKeys / 8][4];
     scores<D, KW>(sQ, sK(tile) + uint32_t(KW * warp) * D * 2, 0, lane, mine);
-    share_scores<kMmaKeys, KW>(sS, mine, warp, lane, s);
+    share_scores<kMmaKeys, KW, KW, 8, false>(sS, mine, warp, lane, s);
     mask_keys_from<kMmaKeys>(s, n, lane);
-    online_softmax<kMmaKeys, NT>(s, m, l, o, scale_log2);
+    online_softmax<kMmaKeys, NT, false>(s, m, l, o, scale_log2);
     accumulate_pv<D, kMmaKeys, NT>(s, sK(tile) + tile_bytes, lane, warp * 8 * NT, o);
     __syncthreads();  // every warp is done with the stage and the scores: the tile two on may take it
     issue(tile + 2);

@@ -76,9 +76,10 @@ __device__ __forceinline__ void scores_pair(uint32_t sQ, const uint32_t (&sK)[2]
 
 // The whole tile's scores in every warp, from each warp's share: warp w scored its KW keys into
 // `mine`, fragment b being keys [W·w + F·b, +8) (W = KW, F = 8: the warp's keys in one run), and
-// leaves with all KEYS keys in s (the same C layout), through sS ([16][KEYS + 8] floats). Whole
+// leaves with all KEYS keys in s (the same C layout), through sS ([16][KEYS + 8] floats). Without
+// UPPER rows 8-15 hold no query: only rows 0-7 are shared and s's upper elements are zero. Whole
 // block; sS is free again after the block's next barrier.
-template <int KEYS, int KW, int W = KW, int F = 8>
+template <int KEYS, int KW, int W = KW, int F = 8, bool UPPER = true>
 __device__ __forceinline__ void share_scores(float* sS, const float mine[KW / 8][4], int warp, int lane,
                                              float s[KEYS / 8][4]) {
   constexpr int P = KEYS + 8;
@@ -87,13 +88,13 @@ __device__ __forceinline__ void share_scores(float* sS, const float mine[KW / 8]
   for (int b = 0; b < KW / 8; ++b) {
     const int col = W * warp + F * b + c;
     *reinterpret_cast<float2*>(sS + g * P + col) = make_float2(mine[b][0], mine[b][1]);
-    *reinterpret_cast<float2*>(sS + (g + 8) * P + col) = make_float2(mine[b][2], mine[b][3]);
+    if (UPPER) *reinterpret_cast<float2*>(sS + (g + 8) * P + col) = make_float2(mine[b][2], mine[b][3]);
   }
   __syncthreads();
 #pragma unroll
   for (int b = 0; b < KEYS / 8; ++b) {
     const float2 lo = *reinterpret_cast<const float2*>(sS + g * P + 8 * b + c);
-    const float2 hi = *reinterpret_cast<const float2*>(sS + (g + 8) * P + 8 * b + c);
+    const float2 hi = UPPER ? *reinterpret_cast<const float2*>(sS + (g + 8) * P + 8 * b + c) : make_float2(0.0f, 0.0f);
     s[b][0] = lo.x;
     s[b][1] = lo.y;
     s[b][2] = hi.x;
@@ -114,12 +115,16 @@ __device__ __forceinline__ void mask_keys_from(float s[KEYS / 8][4], int n, int 
 
 // Online softmax over one key tile: turns s into p = 2^(s·scale_log2 - m) in place, rescales the
 // running sums l (this lane's share) and the output o (NT fragments of 8 dims) to the new row
-// maxima m (raw scores).
-template <int KEYS, int NT>
+// maxima m (raw scores). Without UPPER rows 8-15 hold no query: their p are zero, their m, l and o
+// untouched.
+template <int KEYS, int NT, bool UPPER = true>
 __device__ __forceinline__ void online_softmax(float s[KEYS / 8][4], float m[2], float l[2], float o[NT][4],
                                                float scale_log2) {
+  if (!UPPER)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {  // rows g and g+8: elements 2r and 2r+1 of each fragment
+    for (int n = 0; n < KEYS / 8; ++n) s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < (UPPER ? 2 : 1); ++r) {  // rows g and g+8: elements 2r and 2r+1 of each fragment
     float mx = m[r];
 #pragma unroll
     for (int n = 0; n < KEYS / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
