@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   constexpr int slice = kClusterMaxGroup * D / kBlocks;        // outputs a block merges
   constexpr uint32_t tile_bytes = kMmaKeys * D * 2;
   extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
-  __shared__ __align__(16) bf16 raw[kClusterMaxGroup + 1][D];  // the group's q heads, then k, as projected
+  __shared__ __align__(16) bf16 raw[kClusterMaxGroup + 2][D];  // the group's q heads, then k and v, as projected
   __shared__ float norm_w[2][D];                               // q and k norm weights
   __shared__ float normed[kClusterWarps][D];                   // each warp's head from norm_rope_head
   __shared__ __align__(16) bf16 k_new[D];                      // the new key, normed and rotated
@@ -699,13 +699,24 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     issue(0);
     issue(1);
   }
-  // The group's q heads (contiguous) and the new k in one round trip, then each warp's heads.
-  const int items = G + (appends ? 1 : 0);
-  for (int i = threadIdx.x; i < items * chunks; i += blockDim.x) {
-    const int item = i / chunks, c = i % chunks;
-    const bf16* src = item < G ? a.q + int64_t(kvh * G + item) * D : a.k + int64_t(kvh) * D;
-    reinterpret_cast<uint4*>(raw[item])[c] = reinterpret_cast<const uint4*>(src)[c];
+  // The group's q heads (contiguous) and the new k and v in one round trip: every load (at most
+  // two a thread) goes out before any store. Then each warp's heads.
+  const int items = G + (appends ? 1 : 0), loads = G + (appends ? 2 : 0);
+  static_assert((kClusterMaxGroup + 2) * chunks <= 2 * 32 * kClusterWarps, "two loads a thread");
+  uint4 got[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + u * blockDim.x, item = i / chunks, c = i % chunks;
+    if (i >= loads * chunks) continue;
+    const bf16* src = item < G ? a.q + int64_t(kvh * G + item) * D : (item == G ? a.k : a.v) + int64_t(kvh) * D;
+    got[u] = reinterpret_cast<const uint4*>(src)[c];
   }
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + u * blockDim.x;
+    if (i < loads * chunks) reinterpret_cast<uint4*>(raw[i / chunks])[i % chunks] = got[u];
+  }
+  const uint4* v_new = reinterpret_cast<const uint4*>(raw[G + 1]);  // the appending block's new value
   const int gate_j = threadIdx.x, gate_idx = r * slice + gate_j;  // this thread's merged output, if any
   const bool merges = gate_j < slice && gate_idx < G * D;
   const float gate = merges && a.gate ? sigmoidf_(__bfloat162float(a.gate[int64_t(kvh) * G * D + gate_idx])) : 1.0f;
@@ -738,16 +749,14 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     const int row = pos - begin - tile * kMmaKeys;
     for (int c = lane; c < chunks; c += 32) {
       *reinterpret_cast<uint4*>(kt + swz<D>(row, 8 * c)) = reinterpret_cast<const uint4*>(k_new)[c];
-      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) =
-          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+      *reinterpret_cast<uint4*>(kt + tile_bytes + swz<D>(row, 8 * c)) = v_new[c];
     }
   };
   if (appends && warp == 0) {
     for (int c = lane; c < chunks; c += 32) {
       const int64_t at = int64_t(pos) * kv_stride + 8 * c;
       *reinterpret_cast<uint4*>(a.kc + int64_t(kvh) * D + at) = reinterpret_cast<const uint4*>(k_new)[c];
-      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) =
-          *reinterpret_cast<const uint4*>(a.v + int64_t(kvh) * D + 8 * c);
+      *reinterpret_cast<uint4*>(a.vc + int64_t(kvh) * D + at) = v_new[c];
     }
     if (last_tile < 2) place_new(last_tile);
   }
