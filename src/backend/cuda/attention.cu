@@ -586,50 +586,59 @@ constexpr int kWideClusterKeys = kCudaWideClusterAttentionKeys;  // several, bey
 constexpr int kMaxClusterWidth = kClusterAttentionMaxWidth;
 constexpr int kClusterMaxGroup = 8;  // query heads a KV head: the records keep the mma's rows 0-7
 
-// For C > 1 clusters a KV head: block r of cluster blockIdx.y leaves (top, L, acc) of its slice's
-// element j (j < 0: none) in a.scratch and counts itself; false for all but the last of the C
-// blocks of that slice to arrive, which gets back the merge of all C in top, L, acc and resets the
-// count for the next launch.
-__device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, int r, int C, int slice, int j,
-                                              float& top, float& L, float& acc) {
-  __shared__ bool last;
-  const int64_t base = (int64_t(kvh) * kClusterAttentionBlocks + r) * C;  // the slice's C records
-  auto rec = [&](int c) { return a.scratch + (base + c) * 3 * slice; };  // [top, L, acc] x slice
-  if (j >= 0) {
-    float* mine = rec(blockIdx.y);
-    mine[j] = top;
-    mine[slice + j] = L;
-    mine[2 * slice + j] = acc;
-  }
-  __threadfence();  // the record before the count
-  __syncthreads();
-  int* count = a.counts + kvh * kClusterAttentionBlocks + r;
-  if (threadIdx.x == 0) {
-    last = atomicAdd(count, 1) == C - 1;
-    if (last) *count = 0;  // every arrival is in: the next launch starts from zero
-  }
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();  // the others' records after their counts
-  if (j >= 0) {
-    float tops[kMaxClusterWidth], Ls[kMaxClusterWidth], accs[kMaxClusterWidth], T = -INFINITY;
+// For C > 1 clusters a KV head, a cluster's merge of output j of block r's slice travels as one
+// 64-bit record: (log of its weight, top + ln L; its normalised output, acc / L). A record with
+// every bit set is empty; the 64-bit store lands whole, so a reader needs no flag or fence.
+constexpr unsigned long long kNoClusterRecord = ~0ull;
+template <int D>
+__device__ __forceinline__ unsigned long long* cluster_record(const ShortAttention& a, int kvh, int r, int c, int j) {
+  constexpr int slice = kClusterMaxGroup * D / kClusterAttentionBlocks;
+  return a.records + ((int64_t(kvh) * kClusterAttentionBlocks + r) * (kMaxClusterWidth - 1) + c) * slice + j;
+}
+__device__ __forceinline__ void put_cluster_record(unsigned long long* p, float top, float L, float acc) {
+  float lw = top + __logf(L);  // an empty cluster (top = -inf, L = 0): -inf, weight 0
+  if (isnan(lw)) lw = __int_as_float(0x7fffffff);  // a NaN never reads as the empty record
+  const unsigned long long v = uint64_t(__float_as_uint(L > 0.0f ? acc / L : 0.0f)) << 32 | __float_as_uint(lw);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long get_cluster_record(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The last cluster of a KV head (its last range holds the new key: as a rule the last to finish)
+// folds the other C - 1 clusters' records of its output j into (top, L, acc), waiting for any not
+// yet written (every cluster of the grid is resident: attention_cluster_width), and empties them
+// for the next launch. One round trip where a count after a fence took three.
+template <int D>
+__device__ __forceinline__ void merge_cluster_records(const ShortAttention& a, int kvh, int r, int C, int j,
+                                                      float& top, float& L, float& acc) {
+  unsigned long long got[kMaxClusterWidth - 1];
 #pragma unroll
-    for (int c = 0; c < kMaxClusterWidth; ++c) {  // every record's loads at once
-      tops[c] = c < C ? __ldcg(rec(c) + j) : -INFINITY;
-      Ls[c] = c < C ? __ldcg(rec(c) + slice + j) : 0.0f;
-      accs[c] = c < C ? __ldcg(rec(c) + 2 * slice + j) : 0.0f;
-      T = fmaxf(T, tops[c]);
-    }
-    L = acc = 0.0f;
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c)  // every record's load at once
+    if (c < C - 1) got[c] = get_cluster_record(cluster_record<D>(a, kvh, r, c, j));
 #pragma unroll
-    for (int c = 0; c < kMaxClusterWidth; ++c) {
-      if (tops[c] == -INFINITY) continue;  // past C, or a cluster of empty ranges (its sums are not numbers)
-      const float w = __expf(tops[c] - T);
-      L += Ls[c] * w;
-      acc += accs[c] * w;
-    }
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c) {
+    if (c >= C - 1) continue;
+    while (got[c] == kNoClusterRecord) got[c] = get_cluster_record(cluster_record<D>(a, kvh, r, c, j));
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(cluster_record<D>(a, kvh, r, c, j)), "l"(kNoClusterRecord)
+                 : "memory");
   }
-  return true;
+  float T = top;
+#pragma unroll
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c)
+    if (c < C - 1) T = fmaxf(T, __uint_as_float(uint32_t(got[c])));
+  const float w = __expf(top - T);
+  L *= w;
+  acc *= w;
+#pragma unroll
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c) {
+    if (c >= C - 1) continue;
+    const float wc = __expf(__uint_as_float(uint32_t(got[c])) - T);  // an empty cluster: exp(-inf) = 0
+    L += wc;
+    acc += wc * __uint_as_float(uint32_t(got[c] >> 32));
+  }
 }
 
 // grid (kClusterAttentionBlocks, C, Hkv) in clusters of kClusterAttentionBlocks blocks, one token
@@ -642,8 +651,8 @@ __device__ __forceinline__ bool last_of_width(const ShortAttention& a, int kvh, 
 // their 128 keys: one chain of scores, exchange and softmax where two in turn cost ~2 us more.
 // Each range's record is pushed into the blocks that merge it (block r merges outputs
 // [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial kernel and the
-// combine in one launch. With C > 1 each block leaves its cluster's merge of its
-// slice in a.scratch and counts itself in a.counts; the last of the C to arrive merges them.
+// combine in one launch. With C > 1 the first C - 1 clusters leave their merges of each slice in
+// a.records, and the last cluster (the new key's) folds them into its own.
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -819,7 +828,10 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  if (C > 1 && !last_of_width(a, kvh, r, C, slice, merges ? gate_j : -1, top, L, acc)) return;
+  if (C > 1 && merges) {
+    if (int(blockIdx.y) < C - 1) return put_cluster_record(cluster_record<D>(a, kvh, r, blockIdx.y, gate_j), top, L, acc);
+    merge_cluster_records<D>(a, kvh, r, C, gate_j, top, L, acc);
+  }
   if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())
@@ -970,8 +982,8 @@ int attention_cluster_width(int n_keys, int Hq, int Hkv, int D) {
 }
 
 void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s) {
-  check(width == 1 || (width <= kMaxClusterWidth && a.scratch && a.counts),
-        "CUDA attention_cluster: several clusters a KV head need scratch records and counts");
+  check(width == 1 || (width <= kMaxClusterWidth && a.records),
+        "CUDA attention_cluster: several clusters a KV head need their records (attention_cluster_records)");
   cudaLaunchAttribute attr[2];
   if (D == 128) {
     const cudaLaunchConfig_t cfg = cluster_config<128>(width, a.Hkv, s, attr);

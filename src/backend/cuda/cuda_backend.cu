@@ -116,10 +116,9 @@ class CudaBackend final : public Backend {
     // Records of the split-K attention: the most key ranges (64) for up to 8 rows at a time.
     attn_partial_records_ = std::max<int64_t>(8 * 64, T) * c.n_heads;
     attn_partial_ = alloc_raw<float>(size_t(attn_partial_records_) * (c.head_dim + 2));
-    // The wide cluster attention's records go in the same buffer (never in use at once).
-    check(cuda::attention_cluster_scratch(c.n_kv_heads, c.head_dim) <= attn_partial_records_ * (c.head_dim + 2),
-          "CUDA reserve: the cluster attention's records exceed the split-K buffer");
-    cluster_counts_ = alloc_raw<int>(cuda::attention_cluster_counts(c.n_kv_heads));
+    const int64_t cluster_records = cuda::attention_cluster_records(c.n_kv_heads, c.head_dim);
+    cluster_records_ = alloc_raw<unsigned long long>(cluster_records);
+    PETREL_CUDA(cudaMemsetAsync(cluster_records_, 0xff, cluster_records * sizeof(unsigned long long), stream_));
     if (c.hybrid()) {
       const int64_t C = c.gdn_conv_channels();
       gdn_u_ = alloc_raw<float>(T * C);
@@ -422,7 +421,7 @@ class CudaBackend final : public Backend {
     const cuda::ShortAttention a{bf(q), bf(k), bf(v), gate ? bf(*gate) : nullptr, weights_->vec(w.q_norm),
                                  weights_->vec(w.k_norm), c.rms_eps, c.rope_theta, c.rotary_dim, c.n_heads,
                                  c.n_kv_heads, s.k[layer], s.v[layer], d_pos_, /*settled=*/capturing(), bf(out),
-                                 attn_partial_, cluster_counts_};
+                                 cluster_records_};
     if (path == AttentionPath::Short) {
       cuda::attention_short(a, c.head_dim, stream_);
       mixer_blocks_ = c.n_heads;
@@ -888,7 +887,7 @@ class CudaBackend final : public Backend {
   bool batch_ = false;  // the staged step is a batch (begin_batch)
   int step_keys_ = 0;   // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
-  int* cluster_counts_ = nullptr;  // the wide cluster attention's arrivals, zero between launches
+  unsigned long long* cluster_records_ = nullptr;  // the wide cluster attention's records, empty between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
   const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them

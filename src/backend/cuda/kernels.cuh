@@ -180,10 +180,9 @@ struct ShortAttention {
   const int* pos0;    // the token's position (= the older keys); read before the PDL wait
   bool settled;       // no kernel that may still run writes the older keys: they go out before the wait
   bf16* out;          // [Hq·D]
-  // attention_cluster with several clusters a KV head: attention_cluster_scratch floats of records,
-  // and attention_cluster_counts ints, zero before the first launch (each launch leaves them so).
-  float* scratch = nullptr;
-  int* counts = nullptr;
+  // attention_cluster with several clusters a KV head: attention_cluster_records records, every
+  // bit set before the first launch (each launch leaves them so).
+  unsigned long long* records = nullptr;
 };
 // True where attention_short takes a context of n_keys keys for this shape.
 bool attention_short_fits(int n_keys, int Hq, int Hkv, int D);
@@ -191,15 +190,14 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s);
 // The same one launch for longer contexts: a cluster of kClusterAttentionBlocks blocks per KV
 // head, each a key range, merged in distributed shared memory (Hopper; up to 8 query heads a KV
 // head); past kCudaClusterAttentionKeys up to kCudaWideClusterAttentionKeys keys several clusters
-// a KV head, merged by the last to finish. attention_cluster_width gives the clusters a KV head
+// a KV head, merged by the last (the new key's) from the others' records in global memory. attention_cluster_width gives the clusters a KV head
 // for n_keys keys (0 where this launch does not take them).
 constexpr int kClusterAttentionBlocks = 16;
 constexpr int kClusterAttentionMaxWidth = 4;  // clusters a KV head at most
 int attention_cluster_width(int n_keys, int Hq, int Hkv, int D);
 void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s);
-// (top, sum, output) of 8 query heads' D dims for each KV head and cluster.
-constexpr int64_t attention_cluster_scratch(int Hkv, int D) { return int64_t(kClusterAttentionMaxWidth) * Hkv * 3 * 8 * D; }
-constexpr int attention_cluster_counts(int Hkv) { return Hkv * kClusterAttentionBlocks; }
+// A 64-bit record of each of 8 query heads' D dims for each KV head and cluster but the last.
+constexpr int64_t attention_cluster_records(int Hkv, int D) { return int64_t(kClusterAttentionMaxWidth - 1) * Hkv * 8 * D; }
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
