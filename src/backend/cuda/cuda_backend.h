@@ -33,7 +33,7 @@ constexpr int kCudaShortAttentionKeys = 128;
 // blocks a KV head read every key, so longer contexts go faster split over more multiprocessors.
 constexpr int kCudaClusterAttentionKeys = 2048;
 // Past it, up to this many keys, the same launch takes several clusters a KV head (more
-// multiprocessors pulling the keys), merged by the last to finish; its steps are recorded apart.
+// multiprocessors pulling the keys), merged by the new key's cluster; its steps are recorded apart.
 constexpr int kCudaWideClusterAttentionKeys = 8192;
 
 // True when this build has CUDA and a device is present.
