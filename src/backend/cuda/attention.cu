@@ -595,11 +595,13 @@ __device__ __forceinline__ unsigned long long* cluster_record(const ShortAttenti
   constexpr int slice = kClusterMaxGroup * D / kClusterAttentionBlocks;
   return a.records + ((int64_t(kvh) * kClusterAttentionBlocks + r) * (kMaxClusterWidth - 1) + c) * slice + j;
 }
+__device__ __forceinline__ void store_cluster_record(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 __device__ __forceinline__ void put_cluster_record(unsigned long long* p, float top, float L, float acc) {
   float lw = top + __logf(L);  // an empty cluster (top = -inf, L = 0): -inf, weight 0
   if (isnan(lw)) lw = __int_as_float(0x7fffffff);  // a NaN never reads as the empty record
-  const unsigned long long v = uint64_t(__float_as_uint(L > 0.0f ? acc / L : 0.0f)) << 32 | __float_as_uint(lw);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  store_cluster_record(p, uint64_t(__float_as_uint(L > 0.0f ? acc / L : 0.0f)) << 32 | __float_as_uint(lw));
 }
 __device__ __forceinline__ unsigned long long get_cluster_record(const unsigned long long* p) {
   unsigned long long v;
@@ -622,8 +624,7 @@ __device__ __forceinline__ void merge_cluster_records(const ShortAttention& a, i
   for (int c = 0; c < kMaxClusterWidth - 1; ++c) {
     if (c >= C - 1) continue;
     while (got[c] == kNoClusterRecord) got[c] = get_cluster_record(cluster_record<D>(a, kvh, r, c, j));
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(cluster_record<D>(a, kvh, r, c, j)), "l"(kNoClusterRecord)
-                 : "memory");
+    store_cluster_record(cluster_record<D>(a, kvh, r, c, j), kNoClusterRecord);
   }
   float T = top;
 #pragma unroll

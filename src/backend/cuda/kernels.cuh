@@ -190,8 +190,9 @@ void attention_short(const ShortAttention& a, int D, cudaStream_t s);
 // The same one launch for longer contexts: a cluster of kClusterAttentionBlocks blocks per KV
 // head, each a key range, merged in distributed shared memory (Hopper; up to 8 query heads a KV
 // head); past kCudaClusterAttentionKeys up to kCudaWideClusterAttentionKeys keys several clusters
-// a KV head, merged by the last (the new key's) from the others' records in global memory. attention_cluster_width gives the clusters a KV head
-// for n_keys keys (0 where this launch does not take them).
+// a KV head, merged by the last (the new key's) from the others' records in global memory.
+// attention_cluster_width gives the clusters a KV head for n_keys keys (0 where this launch does
+// not take them).
 constexpr int kClusterAttentionBlocks = 16;
 constexpr int kClusterAttentionMaxWidth = 4;  // clusters a KV head at most
 int attention_cluster_width(int n_keys, int Hq, int Hkv, int D);
