@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   // Two copy groups, rows [0, split) and [split, n) (the last row a warp each, at most), so that the
   // first group's dots run while the second lands.
   constexpr int kStagers = 32 * kExpertAsyncWarps / 2;
-  int split = n;
+  int split = n - min(n / 2, kExpertAsyncWarps);
   while (split * gm.groups % 8) --split;  // its scales start 16-byte aligned, as the tile's
   auto issue = [&]() {
     const int t = int(threadIdx.x) - kStagers, nt = int(blockDim.x) - kStagers;
