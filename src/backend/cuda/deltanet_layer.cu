@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
     const float scale = st.row_scale(0);
     mbar_wait(&bar[kGu], 0);
     __syncthreads();
-    gate_up_rows<F, CH, kAsyncWarps>(gt, ut, gm, um, 0, gu_rows, xr, scale, L.act + int64_t(slot) * L.act_stride + gu_r0);
+    gate_up_rows<F, CH, kAsyncWarps>(gt, ut, gm, um, gu_rows, xr, scale, L.act + int64_t(slot) * L.act_stride + gu_r0);
     signal_count(counters + kGateUpDone);
   }
   // Phase 5: h += Σ_j w_j·down_j·act_j + sgate·shared_down·act_shared, as down_async_kernel.

@@ -267,25 +267,9 @@ __device__ __forceinline__ StageInputs stage_ahead_second(const void* x, int x_e
 // Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
 // warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
 // The first AHEAD passes (0-2) take their inputs from `ahead` and `ahead2`.
-// The Staged view of `rows` activation rows staged at smem by stage_rows (the same arguments):
-// for threads that read them without having staged them.
-template <WFormat F>
-__device__ Staged<F> staged_view(float* smem, int cols, int rows, StageNorm norm) {
-  const int chunks = cols / chunk_weights(F), n = rows * chunks;
-  float* sums = smem + int64_t(n) * chunk_pitch(F);
-  return Staged<F>{smem, sums, sums + n, norm.w ? sums + 2 * n : nullptr, chunks, 1.0f / float(cols), norm.eps};
-}
-
-// Barrier of threads [0, threads) (a multiple of 32): the block's own where that is all of it.
-__device__ __forceinline__ void sync_first(int threads) {
-  if (threads == int(blockDim.x)) __syncthreads();
-  else asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-}
-
 template <WFormat F, int AHEAD, typename RowSrc>
 __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
-                                     StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2,
-                                     int threads) {
+                                     StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
   constexpr int cw = chunk_weights(F), per_chunk = cw / 8, pitch = chunk_pitch(F);
   const int chunks = cols / cw, n = rows * chunks;
   float* xs = smem;
@@ -293,12 +277,12 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
   float* level_scale = sums + n;
   float* row_ss = level_scale + n;
   float* warp_ss = row_ss + rows;  // [rows][cols / kNormWarpCols]: warp pass q / 32's Σx²
-  for (int first = 0; first < n * per_chunk; first += threads) {  // uniform trip count: shuffles are safe
+  for (int first = 0; first < n * per_chunk; first += blockDim.x) {  // uniform trip count: shuffles are safe
     const int q = first + threadIdx.x, p = q / per_chunk, part = q % per_chunk;
     const bool active = q < n * per_chunk;
-    StageInputs in = AHEAD >= 1 && first == 0           ? ahead
-                     : AHEAD >= 2 && first == threads    ? ahead2
-                                                         : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
+    StageInputs in = AHEAD >= 1 && first == 0                ? ahead
+                     : AHEAD >= 2 && first == int(blockDim.x) ? ahead2
+                                                              : stage_inputs<F>(q, x, x_elem, cols, rows, row_src, norm);
     float* v = in.v;
     if (norm.w) {
       float ss = 0.0f;
@@ -343,42 +327,35 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     }
     if (part == 0) sums[p] = sum;
   }
-  sync_first(threads);
+  __syncthreads();
   if (norm.w) {  // the parts in a fixed order: float atomics would make the sum differ run to run
     const int parts = cols / kNormWarpCols;
-    for (int r = threadIdx.x; r < rows; r += threads) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       float ss = 0.0f;
       for (int i = 0; i < parts; ++i) ss += warp_ss[r * parts + i];
       row_ss[r] = ss;
     }
-    sync_first(threads);
+    __syncthreads();
   }
-  return staged_view<F>(smem, cols, rows, norm);
+  return Staged<F>{xs, sums, level_scale, norm.w ? row_ss : nullptr, chunks, 1.0f / float(cols), norm.eps};
 }
 
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm = {}) {
-  return stage_rows_from<F, 0>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{}, StageInputs{}, blockDim.x);
+  return stage_rows_from<F, 0>(smem, x, x_elem, cols, rows, row_src, norm, StageInputs{}, StageInputs{});
 }
 // stage_rows with its first pass's inputs loaded ahead (stage_ahead, the same arguments).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm, const StageInputs& ahead) {
-  return stage_rows_from<F, 1>(smem, x, x_elem, cols, rows, row_src, norm, ahead, StageInputs{}, blockDim.x);
+  return stage_rows_from<F, 1>(smem, x, x_elem, cols, rows, row_src, norm, ahead, StageInputs{});
 }
 // stage_rows with its first two passes' inputs loaded ahead (stage_ahead and stage_ahead_second).
 template <WFormat F, typename RowSrc>
 __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols, int rows, RowSrc row_src,
                                 StageNorm norm, const StageInputs& ahead, const StageInputs& ahead2) {
-  return stage_rows_from<F, 2>(smem, x, x_elem, cols, rows, row_src, norm, ahead, ahead2, blockDim.x);
-}
-// stage_rows (first pass ahead) by threads [0, threads) alone, which meet at barrier 1; the rest
-// of the block takes staged_view once a block barrier follows.
-template <WFormat F, typename RowSrc>
-__device__ Staged<F> stage_rows_by(int threads, float* smem, const void* x, int x_elem, int cols, int rows,
-                                   RowSrc row_src, StageNorm norm, const StageInputs& ahead) {
-  return stage_rows_from<F, 1>(smem, x, x_elem, cols, rows, row_src, norm, ahead, StageInputs{}, threads);
+  return stage_rows_from<F, 2>(smem, x, x_elem, cols, rows, row_src, norm, ahead, ahead2);
 }
 
 // Stores v as element i of o (or adds it, rounded to bf16, where o.add); returns what it stored
@@ -448,12 +425,11 @@ inline int rows_per_part(const DeviceMatrix& m, int rows, int parts) {
   return div_up(div_up(rows, parts), align) * align;
 }
 
-// Threads t of nt (the whole block by default): start copying `bytes` from src to dst in 16-byte
-// pieces (the last one zero-filled).
-__device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes, int t = threadIdx.x,
-                                           int nt = blockDim.x) {
+// Whole block: starts copying `bytes` from src to dst in 16-byte pieces (the last one zero-filled).
+__device__ __forceinline__ void copy_async(const void* dst, const void* src, int bytes) {
   const char *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
-  for (int i = 16 * t; i < bytes; i += 16 * nt) cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x)
+    cp_async16_part(smem_addr(d + i), s + i, min(16, bytes - i));
 }
 
 // Whole block: starts copying rows [first, first + rows) of m into tile a. The scales' start must
@@ -464,20 +440,6 @@ __device__ void copy_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, 
   if constexpr (F != WFormat::BF16) {
     copy_async(a.scales, m.scales + first * m.groups, rows * m.groups * 2);
     copy_async(a.biases, m.biases + first * m.groups, rows * m.groups * 2);
-  }
-}
-
-// Threads t of nt: start copying rows [lo, hi) of the tile's rows (which begin at row `first` of
-// m) into their places in tile a. lo·groups must be a multiple of 8, as first·groups.
-template <WFormat F>
-__device__ void copy_tile_rows_async(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_t first, int lo, int hi,
-                                     int t, int nt) {
-  if (hi <= lo) return;
-  copy_async(a.w + int64_t(lo) * m.chunks, m.w + (first + lo) * m.chunks, (hi - lo) * m.chunks * 16, t, nt);
-  if constexpr (F != WFormat::BF16) {
-    const int g0 = lo * m.groups, bytes = (hi - lo) * m.groups * 2;
-    copy_async(a.scales + g0, m.scales + first * m.groups + g0, bytes, t, nt);
-    copy_async(a.biases + g0, m.biases + first * m.groups + g0, bytes, t, nt);
   }
 }
 
@@ -650,19 +612,18 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
   }
 }
 
-// Rows [lo, hi) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
-// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows
-// row and row + WARPS, gate and up, their four sums reduced together (warp_sum4: bench/dot_rates'
-// faster form, the same values bit for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and
-// 24 with its up sum.
+// Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
+// scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
+// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
-                                             const ChunkMatrix<F>& um, int lo, int hi, const ChunkX<F> (&xr)[CPL],
+                                             const ChunkMatrix<F>& um, int rows, const ChunkX<F> (&xr)[CPL],
                                              float scale, float* act) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int row = lo + warp; row < hi; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
+  for (int row = warp; row < rows; row += 2 * WARPS) {  // uniform per warp: shuffles are safe
     const int row2 = row + WARPS;
-    const bool two = row2 < hi;
+    const bool two = row2 < rows;
     const float v[4] = {row_dot_x1(gt, gm, row, xr), row_dot_x1(ut, um, row, xr),
                         two ? row_dot_x1(gt, gm, row2, xr) : 0.0f, two ? row_dot_x1(ut, um, row2, xr) : 0.0f};
     const float total = warp_sum4(v), u = __shfl_down_sync(0xffffffffu, total, 8);
@@ -671,23 +632,18 @@ __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const Async
   }
 }
 
-// Whole block, its gate and up rows copied by cp.async in two groups (rows [0, split), then [split,
-// rows); still landing) and its activation row staged in st (by some of its threads): dots each
-// group's rows as it lands, the row's lane chunks in registers. The first group's dots run while
-// the second lands.
+// Whole block, its gate and up rows copied by cp.async (still landing) and its activation row
+// staged in st: waits for every copy, then gate_up_rows with the row's lane chunks in registers.
 template <WFormat F, int CPL, int WARPS>
-__device__ __forceinline__ void gate_up_rows_as_landed(const Staged<F>& st, const AsyncTile<F>& gt,
-                                                       const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
-                                                       const ChunkMatrix<F>& um, int split, int rows, float* act) {
-  cp_async_wait<1>();
-  __syncthreads();  // the first group has landed; the staged row is visible to every thread
+__device__ __forceinline__ void gate_up_rows_once_landed(const Staged<F>& st, const AsyncTile<F>& gt,
+                                                         const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
+                                                         const ChunkMatrix<F>& um, int rows, float* act) {
   ChunkX<F> xr[CPL];
   load_lane_x(st, xr);
   const float scale = st.row_scale(0);
-  gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, 0, split, xr, scale, act);
   cp_async_wait<0>();
-  __syncthreads();  // the second group has landed
-  gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, split, rows, xr, scale, act);
+  __syncthreads();  // every thread's copies have landed
+  gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, rows, xr, scale, act);
 }
 
 // ---- The one-token down projection's dots: n staged activation rows (the experts' and the shared

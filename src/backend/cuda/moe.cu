@@ -409,24 +409,9 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const int tile_bytes = per * async_row_bytes(gm.chunks, gm.groups);
   char* smem = reinterpret_cast<char*>(smem4);
   const AsyncTile<F> gt = AsyncTile<F>::at(smem, per, gm), ut = AsyncTile<F>::at(smem + tile_bytes, per, um);
-  // The upper half of the warps issues the copies and the lower half stages the activations: a
-  // warp is held at its next memory instruction until its copies are taken (~1.5 us for ~80 KB).
-  // Two copy groups, rows [0, split) and [split, n) (the last row a warp each, at most), so that the
-  // first group's dots run while the second lands.
-  constexpr int kStagers = 32 * kExpertAsyncWarps / 2;
-  int split = n - min(n / 2, kExpertAsyncWarps);
-  while (split * gm.groups % 8) --split;  // its scales start 16-byte aligned, as the tile's
   auto issue = [&]() {
-    const int t = int(threadIdx.x) - kStagers, nt = int(blockDim.x) - kStagers;
-    if (t >= 0) {
-      copy_tile_rows_async(gt, gm, r0, 0, split, t, nt);
-      copy_tile_rows_async(ut, um, r0, 0, split, t, nt);
-    }
-    cp_async_commit();
-    if (t >= 0) {
-      copy_tile_rows_async(gt, gm, r0, split, n, t, nt);
-      copy_tile_rows_async(ut, um, r0, split, n, t, nt);
-    }
+    copy_rows_async(gt, gm, r0, n);
+    copy_rows_async(ut, um, r0, n);
     cp_async_commit();
   };
   if (!routed) issue();  // the shared expert's weights: in flight before waiting
@@ -442,15 +427,10 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     um = with_data(um, up.entry(expert));
     issue();
   }
-  float* staged = reinterpret_cast<float*>(smem + 2 * tile_bytes);
-  const Staged<F> st = int(threadIdx.x) < kStagers
-                           ? stage_rows_by<F>(kStagers, staged, x, x_elem, gate.cols, 1, x_row, norm, ahead)
-                           : staged_view<F>(staged, gate.cols, 1, norm);
-  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) {
-    __syncthreads();  // the norm's Σx² staged
-    weigh_route(pick, k, st.row_scale(0), weights);
-  }
-  gate_up_rows_as_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, split, n, act + int64_t(slot) * act_stride + r0);
+  const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
+                                     norm, ahead);
+  if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
