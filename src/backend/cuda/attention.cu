@@ -586,20 +586,20 @@ constexpr int kWideClusterKeys = kCudaWideClusterAttentionKeys;  // several, bey
 constexpr int kMaxClusterWidth = kClusterAttentionMaxWidth;
 constexpr int kClusterMaxGroup = 8;  // query heads a KV head: the records keep the mma's rows 0-7
 
-// For C > 1 clusters a KV head, each block of the first C - 1 clusters leaves its range's output j
-// (of the head's G·D) as one 64-bit record: (log of its weight, m + ln l; its normalised output,
-// acc / l). A record with every bit set is empty; the 64-bit store lands whole, so a reader needs
-// no flag or fence.
+// For C > 1 clusters a KV head, a cluster's merge of output j of block r's slice travels as one
+// 64-bit record: (log of its weight, top + ln L; its normalised output, acc / L). A record with
+// every bit set is empty; the 64-bit store lands whole, so a reader needs no flag or fence.
 constexpr unsigned long long kNoClusterRecord = ~0ull;
 template <int D>
-__device__ __forceinline__ unsigned long long* cluster_record(const ShortAttention& a, int kvh, int c, int r, int j) {
-  return a.records + ((int64_t(kvh) * (kMaxClusterWidth - 1) + c) * kClusterAttentionBlocks + r) * (kClusterMaxGroup * D) + j;
+__device__ __forceinline__ unsigned long long* cluster_record(const ShortAttention& a, int kvh, int r, int c, int j) {
+  constexpr int slice = kClusterMaxGroup * D / kClusterAttentionBlocks;
+  return a.records + ((int64_t(kvh) * kClusterAttentionBlocks + r) * (kMaxClusterWidth - 1) + c) * slice + j;
 }
 __device__ __forceinline__ void store_cluster_record(unsigned long long* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-// The record of an output acc under the log weight lw of a range whose softmax sum is L.
-__device__ __forceinline__ void put_cluster_record(unsigned long long* p, float lw, float L, float acc) {
+__device__ __forceinline__ void put_cluster_record(unsigned long long* p, float top, float L, float acc) {
+  float lw = top + __logf(L);  // an empty cluster (top = -inf, L = 0): -inf, weight 0
   if (isnan(lw)) lw = __int_as_float(0x7fffffff);  // a NaN never reads as the empty record
   store_cluster_record(p, uint64_t(__float_as_uint(L > 0.0f ? acc / L : 0.0f)) << 32 | __float_as_uint(lw));
 }
@@ -609,62 +609,36 @@ __device__ __forceinline__ unsigned long long get_cluster_record(const unsigned 
   return v;
 }
 
-// The other clusters' blocks' records of output j of KV head kvh, loaded at once (any may still be
-// empty: merge_cluster_records waits for those).
-constexpr int kClusterRecordsIn = (kMaxClusterWidth - 1) * kClusterAttentionBlocks;
-template <int D>
-__device__ __forceinline__ void load_cluster_records(const ShortAttention& a, int kvh, int C, int j,
-                                                     unsigned long long (&got)[kClusterRecordsIn]) {
-#pragma unroll
-  for (int i = 0; i < kClusterRecordsIn; ++i)
-    if (i < (C - 1) * kClusterAttentionBlocks)
-      got[i] = get_cluster_record(cluster_record<D>(a, kvh, i / kClusterAttentionBlocks, i % kClusterAttentionBlocks, j));
-}
-
-// Reloads the records load_cluster_records found empty until none is (every cluster of the grid is
-// resident: attention_cluster_width), a round at a time: a round's loads go out together, so the
-// wait is a round trip or two, not one a record.
-template <int D>
-__device__ __forceinline__ void await_cluster_records(const ShortAttention& a, int kvh, int C, int j,
-                                                      unsigned long long (&got)[kClusterRecordsIn]) {
-  const int n = (C - 1) * kClusterAttentionBlocks;
-  for (bool waiting = true; waiting;) {
-    waiting = false;
-#pragma unroll
-    for (int i = 0; i < kClusterRecordsIn; ++i)
-      if (i < n && got[i] == kNoClusterRecord) {
-        got[i] = get_cluster_record(cluster_record<D>(a, kvh, i / kClusterAttentionBlocks, i % kClusterAttentionBlocks, j));
-        waiting = true;
-      }
-  }
-}
-
 // The last cluster of a KV head (its last range holds the new key: as a rule the last to finish)
-// folds the other clusters' blocks' records of its output j (await_cluster_records has them all)
-// into (top, L, acc) and empties them for the next launch.
+// folds the other C - 1 clusters' records of its output j into (top, L, acc), waiting for any not
+// yet written (every cluster of the grid is resident: attention_cluster_width), and empties them
+// for the next launch. One round trip where a count after a fence took three.
 template <int D>
-__device__ __forceinline__ void merge_cluster_records(const ShortAttention& a, int kvh, int C, int j,
-                                                      const unsigned long long (&got)[kClusterRecordsIn], float& top,
-                                                      float& L, float& acc) {
-  const int n = (C - 1) * kClusterAttentionBlocks;
+__device__ __forceinline__ void merge_cluster_records(const ShortAttention& a, int kvh, int r, int C, int j,
+                                                      float& top, float& L, float& acc) {
+  unsigned long long got[kMaxClusterWidth - 1];
 #pragma unroll
-  for (int i = 0; i < kClusterRecordsIn; ++i)
-    if (i < n)
-      store_cluster_record(cluster_record<D>(a, kvh, i / kClusterAttentionBlocks, i % kClusterAttentionBlocks, j),
-                           kNoClusterRecord);
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c)  // every record's load at once
+    if (c < C - 1) got[c] = get_cluster_record(cluster_record<D>(a, kvh, r, c, j));
+#pragma unroll
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c) {
+    if (c >= C - 1) continue;
+    while (got[c] == kNoClusterRecord) got[c] = get_cluster_record(cluster_record<D>(a, kvh, r, c, j));
+    store_cluster_record(cluster_record<D>(a, kvh, r, c, j), kNoClusterRecord);
+  }
   float T = top;
 #pragma unroll
-  for (int i = 0; i < kClusterRecordsIn; ++i)
-    if (i < n) T = fmaxf(T, __uint_as_float(uint32_t(got[i])));
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c)
+    if (c < C - 1) T = fmaxf(T, __uint_as_float(uint32_t(got[c])));
   const float w = __expf(top - T);
   L *= w;
   acc *= w;
 #pragma unroll
-  for (int i = 0; i < kClusterRecordsIn; ++i) {
-    if (i >= n) continue;
-    const float wi = __expf(__uint_as_float(uint32_t(got[i])) - T);  // an empty range: exp(-inf) = 0
-    L += wi;
-    acc += wi * __uint_as_float(uint32_t(got[i] >> 32));
+  for (int c = 0; c < kMaxClusterWidth - 1; ++c) {
+    if (c >= C - 1) continue;
+    const float wc = __expf(__uint_as_float(uint32_t(got[c])) - T);  // an empty cluster: exp(-inf) = 0
+    L += wc;
+    acc += wc * __uint_as_float(uint32_t(got[c] >> 32));
   }
 }
 
@@ -678,9 +652,8 @@ __device__ __forceinline__ void merge_cluster_records(const ShortAttention& a, i
 // their 128 keys: one chain of scores, exchange and softmax where two in turn cost ~2 us more.
 // Each range's record is pushed into the blocks that merge it (block r merges outputs
 // [r·slice, (r+1)·slice) of the head's G·D), then gated: qk_norm_rope, the partial kernel and the
-// combine in one launch. With C > 1 the blocks of the first C - 1 clusters leave their ranges'
-// outputs in a.records, without a cluster exchange, and the last cluster (the new key's) loads
-// them during its own exchange and folds them into its merges.
+// combine in one launch. With C > 1 the first C - 1 clusters leave their merges of each slice in
+// a.records, and the last cluster (the new key's) folds them into its own.
 template <int D>
 __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(ShortAttention a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -700,9 +673,8 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   const uint32_t sQ = smem_addr(smem);
   auto sK = [&](int tile) { return sQ + 16 * D * 2 + uint32_t(tile % 2) * 2 * tile_bytes; };
   pdl_launch_dependents();
+  cluster_arrive();  // paired with the wait before the first store into another block
   const int r = cluster_rank(), C = gridDim.y, kvh = blockIdx.z, G = a.Hq / a.Hkv;
-  const bool merger = int(blockIdx.y) == C - 1;  // the clusters before it only leave records
-  if (merger) cluster_arrive();  // paired with the wait before the first store into another block
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = *a.pos0, n_keys = pos + 1;  // staged by the host: readable before the wait
   const int per = div_up(n_keys, kBlocks * C), range = blockIdx.y * kBlocks + r;
@@ -833,21 +805,6 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   float sum = l[0];
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if (!merger) {  // straight to the merging cluster, which loads them while it merges its own
-    if (g < G) {
-      const float lw = m[0] * scale + __logf(sum);  // an empty range (m = -inf, l = 0): -inf, weight 0
-#pragma unroll
-      for (int b = 0; b < NT; ++b) {
-        const int idx = g * D + warp * 8 * NT + 8 * b + 2 * (lane % 4);
-        put_cluster_record(cluster_record<D>(a, kvh, blockIdx.y, r, idx), lw, sum, o[b][0]);
-        put_cluster_record(cluster_record<D>(a, kvh, blockIdx.y, r, idx + 1), lw, sum, o[b][1]);
-      }
-    }
-    return;
-  }
-  // The other clusters' records: asked for before this cluster's exchange, awaited during its barrier.
-  unsigned long long records[kClusterRecordsIn];
-  if (C > 1 && merges) load_cluster_records<D>(a, kvh, C, gate_idx, records);
   cluster_wait();  // every block of the cluster has started: its shared memory may be written
   if (g < G) {
 #pragma unroll
@@ -859,10 +816,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       for (int owner = g * D / slice; owner <= (g * D + D - 1) / slice; ++owner)
         cluster_store2(ml[r][g], owner, m[0] * scale, sum);
   }
-  cluster_arrive();
-  if (C > 1 && merges) await_cluster_records<D>(a, kvh, C, gate_idx, records);
-  __syncwarp();
-  cluster_wait();  // every range's record in the blocks that merge it
+  cluster_sync();  // every range's record in the blocks that merge it
   float top = -INFINITY, L = 0.0f, acc = 0.0f;
   if (merges) {
     const int gh = gate_idx / D;
@@ -875,7 +829,10 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
       acc += inbox[u][gate_j] * w;
     }
   }
-  if (C > 1 && merges) merge_cluster_records<D>(a, kvh, C, gate_idx, records, top, L, acc);
+  if (C > 1 && merges) {
+    if (int(blockIdx.y) < C - 1) return put_cluster_record(cluster_record<D>(a, kvh, r, blockIdx.y, gate_j), top, L, acc);
+    merge_cluster_records<D>(a, kvh, r, C, gate_j, top, L, acc);
+  }
   if (merges) a.out[int64_t(kvh) * G * D + gate_idx] = __float2bfloat16(acc / L * gate);
 #else
   __trap();  // never launched from this build (attention_cluster_width asks pdl_supported())

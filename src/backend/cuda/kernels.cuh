@@ -197,11 +197,8 @@ constexpr int kClusterAttentionBlocks = 16;
 constexpr int kClusterAttentionMaxWidth = 4;  // clusters a KV head at most
 int attention_cluster_width(int n_keys, int Hq, int Hkv, int D);
 void attention_cluster(const ShortAttention& a, int D, int width, cudaStream_t s);
-// A 64-bit record of each of 8 query heads' D dims for each KV head and block of each cluster but
-// the last.
-constexpr int64_t attention_cluster_records(int Hkv, int D) {
-  return int64_t(kClusterAttentionMaxWidth - 1) * Hkv * kClusterAttentionBlocks * 8 * D;
-}
+// A 64-bit record of each of 8 query heads' D dims for each KV head and cluster but the last.
+constexpr int64_t attention_cluster_records(int Hkv, int D) { return int64_t(kClusterAttentionMaxWidth - 1) * Hkv * 8 * D; }
 
 // ---- attention_prefill.cu --------------------------------------------------------------------------
 // The same attention on tensor cores (FlashAttention-2 style) for chunks of at least
