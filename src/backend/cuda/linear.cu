@@ -323,15 +323,12 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
   if (segs.warm_first && segs.n == 1 && W > 0 && W < S) {
     // The warm blocks take ~5/3 of a late block's rows, within one ring tile (so that all of them
     // go out before the wait).
-    const int rows = w0.rows, rw = most / align * align;
+    const int rows = w0.rows, rw = std::min(most, div_up(5 * rows, 5 * W + 3 * (S - W))) / align * align;
     const int rc = div_up(std::max(div_up(3 * rw, 5), div_up(rows - W * rw, S - W)), align) * align;
     if (rw > 0 && W * rw < rows) {
       segs.warm_rows = rw;
       segs.rows_per_block[0] = rc;
       segs.first_block[1] = W + div_up(rows - W * rw, rc);
-    } else if (rw > 0) {  // the warm blocks take every row
-      segs.warm_rows = rw;
-      segs.first_block[1] = div_up(rows, rw);
     }
   }
   // One activation row: where a block's rows fit the ring in tiles of whole two-row passes (a warp
