@@ -63,10 +63,6 @@ struct GemvSegments {
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   int warm_blocks = 0;  // one register-held row: blocks [0, warm_blocks) start early and run their code once first
-  // One matrix: the warm blocks take more rows than the rest (warm_rows each, set by the launch),
-  // which start late and fetch their code cold after the wait (session 51, `outstamps4096`).
-  bool warm_first = false;
-  int warm_rows = 0;
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;

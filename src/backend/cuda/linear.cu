@@ -32,14 +32,6 @@ __device__ __forceinline__ BlockSegment block_segment(const GemvSegments& segs) 
     }
   return b;
 }
-// The rows [r0, r1) of seg.w this block takes: with warm_rows, the warm blocks' longer ranges first.
-__device__ __forceinline__ int2 block_row_range(const GemvSegments& segs, const BlockSegment& seg) {
-  const bool uneven = segs.warm_rows > 0;
-  const int warm = uneven ? min(seg.block, segs.warm_blocks) : 0;
-  const int r0 = warm * segs.warm_rows + (seg.block - warm) * seg.rows_per_block;
-  const int per = uneven && seg.block < segs.warm_blocks ? segs.warm_rows : seg.rows_per_block;
-  return make_int2(r0, min(seg.w.rows, r0 + per));
-}
 
 // The register-streaming decode GEMV, for rows that gemv_async_kernel's tiles do not take (bf16
 // rows wider than ~6K, segments of mixed group sizes): activations staged once per block, `lpr`
@@ -185,8 +177,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
-  const int2 rows_of_block = block_row_range(segs, seg);
-  const int r0 = rows_of_block.x, r1 = rows_of_block.y;
+  const int r0 = seg.block * seg.rows_per_block, r1 = min(seg.w.rows, r0 + seg.rows_per_block);
   const int tiles = div_up(r1 - r0, tile_rows);
   const int slot_bytes = tile_rows * async_row_bytes(m.chunks, m.groups);
   extern __shared__ float4 smem4[];
@@ -206,7 +197,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   float* keep = nullptr;
   if constexpr (E == GemvEpilogue::RouteSums) {
     copy_async(route_cols, route.cols + int64_t(r0) * route.ld, (r1 - r0) * route.ld * 2);
-    keep = reinterpret_cast<float*>(ring + route.smem_at + max(seg.rows_per_block, segs.warm_rows) * route.ld * 2);
+    keep = reinterpret_cast<float*>(ring + route.smem_at + seg.rows_per_block * route.ld * 2);
   } else if constexpr (E == GemvEpilogue::Argmax) {
     keep = reinterpret_cast<float*>(ring + segs.argmax.smem_at);
   }
@@ -318,24 +309,12 @@ int launch_gemv_async(GemvSegments segs, const void* x, int64_t x_stride, int x_
     segs.rows_per_block[i] = per;
     segs.first_block[i + 1] = segs.first_block[i] + div_up(rows, per);
   }
-  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
-  const int W = segs.warm_blocks, S = segs.first_block[1];
-  if (segs.warm_first && segs.n == 1 && W > 0 && W < S) {
-    // The warm blocks take ~5/3 of a late block's rows, within one ring tile (so that all of them
-    // go out before the wait).
-    const int rows = w0.rows, rw = std::min(most, div_up(5 * rows, 5 * W + 3 * (S - W))) / align * align;
-    const int rc = div_up(std::max(div_up(3 * rw, 5), div_up(rows - W * rw, S - W)), align) * align;
-    if (rw > 0 && W * rw < rows) {
-      segs.warm_rows = rw;
-      segs.rows_per_block[0] = rc;
-      segs.first_block[1] = W + div_up(rows - W * rw, rc);
-    }
-  }
   // One activation row: where a block's rows fit the ring in tiles of whole two-row passes (a warp
   // dots two rows at a time), every warp dots as many rows as the others (45-row tiles left 13 of
   // the 16 warps a third row).
-  int per_max = segs.warm_rows;
+  int per_max = 0;
   for (int i = 0; i < segs.n; ++i) per_max = std::max(per_max, segs.rows_per_block[i]);
+  const int most = async_tile_rows(w0), pass = 2 * kAsyncWarps;
   const int even = div_up(div_up(per_max, kAsyncStages), pass) * pass;
   const int tile_rows = CPL > 0 && even <= most ? even : most;
   const int ring_slots = std::min(kAsyncStages, div_up(per_max, tile_rows));  // no block has more tiles
@@ -605,7 +584,6 @@ void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, 
   segs.add(w, out);
   segs.route = route;
   segs.warm_blocks = mixer_blocks > 0 ? std::max(0, sm_count() - mixer_blocks) : 0;
-  segs.warm_first = true;
   gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
 }
