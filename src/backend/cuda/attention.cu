@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
   extern __shared__ __align__(16) unsigned char smem[];  // Q [16][D], then 2 stages of K, V [kMmaKeys][D]
   __shared__ __align__(16) bf16 raw[kClusterMaxGroup + 2][D];  // the group's q heads, then k and v, as projected
   __shared__ float norm_w[2][D];                               // q and k norm weights
-  __shared__ float normed[kClusterWarps + 1][D];               // each warp's heads from norm_rope_heads_by
+  __shared__ float normed[kClusterWarps][D];                   // each warp's head from norm_rope_head
   __shared__ __align__(16) bf16 k_new[D];                      // the new key, normed and rotated
   __shared__ __align__(16) float sS[16 * kScorePitch];         // one or two tiles' scores, shared by the warps
   __shared__ float ml[kBlocks][kClusterMaxGroup][2];           // each range's (max, sum) of each head
@@ -740,24 +740,18 @@ __global__ void __launch_bounds__(32 * kClusterWarps) attention_cluster_kernel(S
     sn = rope_sn[j];
     cs = rope_cs[j];
   };
-  // Warp w's items: w and, in the appending block with 8 query heads, w + 8 (warp 0: the new key
-  // beside its q head, the two chains side by side).
-  static_assert(kClusterMaxGroup + 1 <= 2 * kClusterWarps, "two items a warp");
-  const int item2 = warp + kClusterWarps, mine = warp < items ? (item2 < items ? 2 : 1) : 0;
-  const bf16* const heads[2] = {raw[warp], raw[min(item2, kClusterMaxGroup + 1)]};
-  const float* const weights[2] = {norm_w[warp == G ? 1 : 0], norm_w[item2 == G ? 1 : 0]};
-  float* const outs[2] = {normed[warp], normed[kClusterWarps]};  // only warp 0 has a second item
-  norm_rope_heads_by<2>(heads, weights, mine, D, a.eps, a.rotary, table, outs);
-  for (int h = 0; h < mine; ++h) {
-    const int item = h == 0 ? warp : item2;
+  for (int item = warp; item < items; item += kClusterWarps) {
+    const bool is_k = item == G;
+    norm_rope_head_by(raw[item], norm_w[is_k ? 1 : 0], D, a.eps, a.rotary, table, normed[warp]);
     for (int c = lane; c < chunks; c += 32) {
       uint4 v;
       bf16* b = reinterpret_cast<bf16*>(&v);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(outs[h][8 * c + i]);
-      if (item == G) reinterpret_cast<uint4*>(k_new)[c] = v;
+      for (int i = 0; i < 8; ++i) b[i] = __float2bfloat16(normed[warp][8 * c + i]);
+      if (is_k) reinterpret_cast<uint4*>(k_new)[c] = v;
       else *reinterpret_cast<uint4*>(smem + swz<D>(item, 8 * c)) = v;
     }
+    __syncwarp();  // normed[warp] is read before the warp's next head overwrites it
   }
   __syncthreads();  // Q and the new key in shared memory
   auto place_new = [&](int tile) {  // warp 0: the new key and value into their row of the tile's stage

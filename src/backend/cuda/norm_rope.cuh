@@ -22,62 +22,38 @@ __device__ __forceinline__ void rope_table(int rotary, float theta, float positi
   for (int j = threadIdx.x; j < rotary / 2; j += blockDim.x) rope_angle(j, rotary, theta, position, sn[j], cs[j]);
 }
 
-// One warp: heads p[0..n) (n <= N; D values each) normalised with weights w[i], then their first
-// `rotary` dims rotated in pairs (j, j + rotary/2) by the angles angle(j, sn, cs) gives; each
-// result, rounded to bf16 as it would be stored, is left in hv[i] (D floats of shared memory). A
-// head and its weights are one round trip, and the heads' chains run side by side (two heads
-// take little longer than one); each head's bits are those of a warp with that head alone.
-template <int N, typename Angle>
-__device__ __forceinline__ void norm_rope_heads_by(const bf16* const (&p)[N], const float* const (&w)[N], int n,
-                                                   int D, float eps, int rotary, Angle angle, float* const (&hv)[N]) {
+// One warp: head p (D values) normalised with weights w, then its first `rotary` dims rotated in
+// pairs (j, j + rotary/2) by the angles angle(j, sn, cs) gives; the result, rounded to bf16 as it
+// would be stored, is left in hv (D floats of shared memory). The head and its weights are one
+// round trip.
+template <typename Angle>
+__device__ __forceinline__ void norm_rope_head_by(const bf16* p, const float* w, int D, float eps, int rotary,
+                                                  Angle angle, float* hv) {
   const int lane = threadIdx.x % 32, per = D / 32;
-  float v[N][kNormRopeMaxPer], wv[N][kNormRopeMaxPer];
+  float v[kNormRopeMaxPer], wv[kNormRopeMaxPer];
 #pragma unroll
-  for (int h = 0; h < N; ++h)
-#pragma unroll
-    for (int i = 0; i < kNormRopeMaxPer; ++i) {
-      v[h][i] = h < n && i < per ? __bfloat162float(p[h][lane + 32 * i]) : 0.0f;
-      wv[h][i] = h < n && i < per ? w[h][lane + 32 * i] : 0.0f;
-    }
-  float ss[N];
-#pragma unroll
-  for (int h = 0; h < N; ++h) {
-    ss[h] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kNormRopeMaxPer; ++i) ss[h] += v[h][i] * v[h][i];
+  for (int i = 0; i < kNormRopeMaxPer; ++i) {
+    v[i] = i < per ? __bfloat162float(p[lane + 32 * i]) : 0.0f;
+    wv[i] = i < per ? w[lane + 32 * i] : 0.0f;
   }
+  float ss = 0.0f;
 #pragma unroll
-  for (int h = 0; h < N; ++h) {
-    const float inv = rsqrtf(warp_sum(ss[h]) / float(D) + eps);
+  for (int i = 0; i < kNormRopeMaxPer; ++i) ss += v[i] * v[i];
+  const float inv = rsqrtf(warp_sum(ss) / float(D) + eps);
 #pragma unroll
-    for (int i = 0; i < kNormRopeMaxPer; ++i)
-      if (h < n && i < per) hv[h][lane + 32 * i] = __bfloat162float(__float2bfloat16(v[h][i] * inv * wv[h][i]));
-  }
+  for (int i = 0; i < kNormRopeMaxPer; ++i)
+    if (i < per) hv[lane + 32 * i] = __bfloat162float(__float2bfloat16(v[i] * inv * wv[i]));
   __syncwarp();
   const int half = rotary / 2;
 #pragma unroll 1
   for (int j = lane; j < half; j += 32) {
     float sn, cs;
     angle(j, sn, cs);
-#pragma unroll
-    for (int h = 0; h < N; ++h) {
-      if (h >= n) continue;
-      const float x0 = hv[h][j], x1 = hv[h][j + half];
-      hv[h][j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
-      hv[h][j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
-    }
+    const float x0 = hv[j], x1 = hv[j + half];
+    hv[j] = __bfloat162float(__float2bfloat16(x0 * cs - x1 * sn));
+    hv[j + half] = __bfloat162float(__float2bfloat16(x1 * cs + x0 * sn));
   }
   __syncwarp();
-}
-
-// One warp: norm_rope_heads_by of the one head p, its result in hv.
-template <typename Angle>
-__device__ __forceinline__ void norm_rope_head_by(const bf16* p, const float* w, int D, float eps, int rotary,
-                                                  Angle angle, float* hv) {
-  const bf16* const ps[1] = {p};
-  const float* const ws[1] = {w};
-  float* const hvs[1] = {hv};
-  norm_rope_heads_by<1>(ps, ws, 1, D, eps, rotary, angle, hvs);
 }
 
 // norm_rope_head_by with the angles worked out in place, at `position`.
