@@ -170,16 +170,10 @@ enum class GemvEpilogue { None, RouteSums, Argmax };
 
 // CPL > 0: one activation row whose row width is CPL·32 chunks, held in registers (the batch-1
 // decode step); CPL = 0: up to TMAX rows read from shared memory.
-__device__ unsigned probe_out_launches;  // probe: launches of the output projection with the router's sums
-
 template <WFormat F, int TMAX, int CPL, GemvEpilogue E>
 __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
-  unsigned long long ps[6] = {};
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[0])::"memory");
-  __shared__ unsigned probe_idx;
-  if (E == GemvEpilogue::RouteSums && threadIdx.x == 0) probe_idx = atomicAdd(&probe_out_launches, 1) / gridDim.x;
   pdl_launch_dependents();
   const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
@@ -228,7 +222,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   for (int pass = CPL > 0 && int(blockIdx.x) < segs.warm_blocks ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) pdl_wait();
-    if (real) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[1])::"memory");
     const void* xin = real ? x : static_cast<const void*>(seg.w.w);  // never x before the wait: no stale lines
     const StageInputs ahead = stage_ahead<F>(xin, x_elem, seg.w.cols, T, x_row, norm);
     if (real) {
@@ -236,7 +229,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
       for (int i = kPreWaitTiles; i < kAsyncStages; ++i) issue(i);
     }
     const Staged<F> st = stage_rows<F>(staged, xin, x_elem, seg.w.cols, T, x_row, norm, ahead);
-    if (real) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[5])::"memory");
     ChunkX<F> xr[CPL > 0 ? CPL : 1];
     if constexpr (CPL > 0) load_lane_x(st, xr);
     const float scale = st.row_scale(0);
@@ -267,7 +259,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     for (int tile = 0; tile < (real ? tiles : min(tiles, 2)); ++tile) {
       if (real) cp_async_wait<kAsyncStages - 1>();
       __syncthreads();  // every thread's copies of this tile have landed
-      if (real && tile == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[2])::"memory");
       const int first = r0 + tile * tile_rows, rows = min(tile_rows, r1 - first);
       float* tile_keep = keep ? keep + (first - r0) : nullptr;
       if constexpr (CPL > 0 && CPL <= 2)  // the four-row dots over one tile (the LM head's ring)
@@ -277,19 +268,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
       __syncthreads();  // the slot is read: the tile kAsyncStages on may take it
       if (real) issue(tile + kAsyncStages);
     }
-    if (real) {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[3])::"memory");
-      epilogue();
-      __syncthreads();
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ps[4])::"memory");
-      if (E == GemvEpilogue::RouteSums && threadIdx.x == 0 && probe_idx >= 2000 && probe_idx < 2080) {
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        printf("OUTP %u block %d sm %u warm %d enter %llu wait %llu staged %llu landed %llu dots %llu end %llu\n",
-               probe_idx, int(blockIdx.x), sm, int(blockIdx.x) < segs.warm_blocks ? 1 : 0, ps[0], ps[1], ps[5], ps[2],
-               ps[3], ps[4]);
-      }
-    }
+    if (real) epilogue();
   }
 }
 
