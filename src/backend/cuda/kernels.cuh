@@ -63,7 +63,6 @@ struct GemvSegments {
   RouteSums route;  // one token, one matrix: the router's sums beside it (linear_add_route)
   ArgmaxCandidates argmax;  // one token, one matrix: argmax candidates of its rows (linear_argmax)
   int warm_blocks = 0;  // one register-held row: blocks [0, warm_blocks) start early and run their code once first
-  bool warm_staging = false;  // the other blocks run the staging alone once first (they start ~1.3 us early)
   void add(const DeviceMatrix& m, const GemvOut& o) {
     w[n] = m;
     out[n] = o;

@@ -219,8 +219,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   // output projections (4,096 columns: CPL 4) take the ring path below, so its stand-in pass
   // matters (session 44: without it, -1.0 to -1.4%).
 #pragma unroll 1
-  const bool warm_all = CPL > 0 && int(blockIdx.x) < segs.warm_blocks, warm_stage = CPL > 0 && segs.warm_staging;
-  for (int pass = warm_all || warm_stage ? 0 : 1; pass < 2; ++pass) {
+  for (int pass = CPL > 0 && int(blockIdx.x) < segs.warm_blocks ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;
     if (real) pdl_wait();
     const void* xin = real ? x : static_cast<const void*>(seg.w.w);  // never x before the wait: no stale lines
@@ -233,10 +232,6 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     ChunkX<F> xr[CPL > 0 ? CPL : 1];
     if constexpr (CPL > 0) load_lane_x(st, xr);
     const float scale = st.row_scale(0);
-    if (!real && !warm_all) {  // a late block's stand-in pass: the staging alone (a whole pass would hold its real one)
-      __syncthreads();  // the stand-in rows are read before the real ones overwrite them
-      continue;
-    }
     if constexpr (CPL > 0 && CPL <= 2) {
       if (tiles <= kAsyncStages) {  // every tile in flight at once: no slot refills, the dots take tiles in pairs
         for (int tile = 0; tile < tiles; tile += 2) {
@@ -589,9 +584,6 @@ void linear_add_route(const DeviceMatrix& w, const GemvOut& out, const void* x, 
   segs.add(w, out);
   segs.route = route;
   segs.warm_blocks = mixer_blocks > 0 ? std::max(0, sm_count() - mixer_blocks) : 0;
-  // After the wide cluster mixer (most SMs) the other blocks start ~1.3 us before the wait
-  // (session 51's outstamps4096): time for the staging's code, not for a whole stand-in pass.
-  segs.warm_staging = mixer_blocks >= sm_count() / 2;
   gemv_async_x1(segs, x, x_stride, x_elem, {}, s);
   PETREL_LAUNCHED("gemv + router sums");
 }
