@@ -42,11 +42,13 @@ constexpr int kCpuDecodeTokens = 32;
 
 struct Stat {
   double median = 0, min = 0, max = 0;
+  std::vector<double> runs;  // in the order they ran: a drift or an outlier shows in the JSON
 };
 
-Stat stats(std::vector<double> v) {
+Stat stats(const std::vector<double>& runs) {
+  std::vector<double> v = runs;
   std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
+  return {v[v.size() / 2], v.front(), v.back(), runs};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -265,7 +267,8 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
       if (r > 0) tps.push_back(double(n) * kGenerated / seconds_since(t0));
     }
     const Stat st = stats(tps);
-    rows.push_back({{"concurrency", n}, {"tok_per_s", st.median}, {"min", st.min}, {"max", st.max}});
+    rows.push_back(
+        {{"concurrency", n}, {"tok_per_s", st.median}, {"min", st.min}, {"max", st.max}, {"runs_tok_per_s", st.runs}});
   }
   return rows;
 }
@@ -343,7 +346,8 @@ void run(Args a) {
       if (r > 0) tps.push_back(T / seconds_since(t0));
     }
     const Stat s = stats(tps);
-    out["prefill"].push_back({{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}});
+    out["prefill"].push_back(
+        {{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs_tok_per_s", s.runs}});
   }
   for (int ctx : parse_ids(a.contexts, "--decode-context")) {
     std::vector<double> tps;
@@ -362,6 +366,7 @@ void run(Args a) {
                              {"tok_per_s", s.median},
                              {"min", s.min},
                              {"max", s.max},
+                             {"runs_tok_per_s", s.runs},
                              {"bytes_per_token", bytes},
                              {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
   }

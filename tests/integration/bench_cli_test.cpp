@@ -12,10 +12,22 @@ namespace {
 
 const std::string kTiny = test::tiny_model_dir();
 
-void expect_timed(const nlohmann::json& row) {
+// A row of `runs` timed runs: the median of its per-run figures, which lie within [min, max].
+void expect_timed(const nlohmann::json& row, size_t runs) {
   EXPECT_GT(row["tok_per_s"].get<double>(), 0.0) << row;
   EXPECT_LE(row["min"].get<double>(), row["tok_per_s"].get<double>()) << row;
   EXPECT_LE(row["tok_per_s"].get<double>(), row["max"].get<double>()) << row;
+  const auto each = row["runs_tok_per_s"].get<std::vector<double>>();
+  ASSERT_EQ(each.size(), runs) << row;
+  int below = 0, above = 0;
+  for (double v : each) {
+    EXPECT_GE(v, row["min"].get<double>()) << row;
+    EXPECT_LE(v, row["max"].get<double>()) << row;
+    below += v < row["tok_per_s"].get<double>();
+    above += v > row["tok_per_s"].get<double>();
+  }
+  EXPECT_LE(below, int(runs / 2)) << row;
+  EXPECT_LE(above, int(runs / 2)) << row;
 }
 
 TEST(BenchCli, CpuPrefillAndDecodeFigures) {
@@ -32,12 +44,12 @@ TEST(BenchCli, CpuPrefillAndDecodeFigures) {
   ASSERT_EQ(d["prefill"].size(), 2u);
   EXPECT_EQ(d["prefill"][0]["tokens"], 16);
   EXPECT_EQ(d["prefill"][1]["tokens"], 32);
-  for (const auto& p : d["prefill"]) expect_timed(p);
+  for (const auto& p : d["prefill"]) expect_timed(p, 3);
   ASSERT_EQ(d["decode"].size(), 2u);
   EXPECT_EQ(d["decode"][0]["context"], 0);
   EXPECT_EQ(d["decode"][1]["context"], 24);
   for (const auto& q : d["decode"]) {
-    expect_timed(q);
+    expect_timed(q, 3);
     EXPECT_GT(q["fraction_of_bandwidth"].get<double>(), 0.0) << q;
   }
   // 24 more keys and values in fp32 (the CPU's KV cache) for each attention layer.
