@@ -109,6 +109,9 @@ for name in names:
         failed = len(re.findall(r"^\[  FAILED  \] .*\(", text, re.M))
         row += f" | tests {passed.group(1) if passed else 0} passed, {failed} failed"
     print(f"{name:28s} {row}")
+    if all("runs_tok_per_s" in q for q in d["decode"]):  # each run in the order it ran: drift, outliers
+        print(f"{'':28s} runs " + " | ".join(f"tg@{q['context']} " + " ".join(f"{v:.1f}" for v in q["runs_tok_per_s"])
+                                              for q in d["decode"]))
     sass = os.path.join(logs, f"variant-{name}.sass")
     if os.path.exists(sass):
         for line in open(sass).read().splitlines():
