@@ -58,6 +58,9 @@ for p in d["prefill"]:
 for q in d["decode"]:
     row.append(f"tg@{q['context']} {q['tok_per_s']:.1f}/s ({100*q['fraction_of_bandwidth']:.0f}% BW)")
 print(" | ".join(row))
+for q in d["decode"]:  # each run in the order it ran: drift, outliers
+    if "runs_tok_per_s" in q:
+        print(f"  tg@{q['context']} runs: " + " ".join(f"{v:.1f}" for v in q["runs_tok_per_s"]))
 for r in d.get("serving", []):
     print(f"  serving: {r['concurrency']:3d} concurrent greedy streams {r['tok_per_s']:8.1f} tok/s [{r['min']:.1f}-{r['max']:.1f}]")
 if "breakdown" in d:
