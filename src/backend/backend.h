@@ -86,8 +86,6 @@ class Backend {
   virtual void run_decode_step(SequenceState& st, const std::function<void()>& ops) { (void)st; ops(); }
   // Waits for queued device work (a no-op where ops are synchronous).
   virtual void synchronize() {}
-  // PROBE: replays queued back to back, no token read, no input wait.
-  virtual void probe_free_run(bool on) { (void)on; }
   // Per-op device time, for `petrel bench --breakdown`. While enabled, every op is timed on its
   // own (decode steps are not recorded as graphs); false where the backend cannot time ops.
   virtual bool time_ops(bool enable) {

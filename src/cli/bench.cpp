@@ -350,29 +350,17 @@ void run(Args a) {
         {{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs_tok_per_s", s.runs}});
   }
   for (int ctx : parse_ids(a.contexts, "--decode-context")) {
-    std::vector<double> tps, free_tps;
+    std::vector<double> tps;
     const std::vector<int32_t> prompt = tokens(std::max(ctx, 1), config.vocab);
     for (int r = 0; r <= a.runs; ++r) {
-      auto seq = model.new_sequence(int(prompt.size()) + a.decode_tokens + 64);
+      auto seq = model.new_sequence(int(prompt.size()) + a.decode_tokens + 4);
       int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
       for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // graph capture + warm-up
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.decode_tokens; ++i) tok = model.forward_greedy(&tok, 1, *seq);
       if (r > 0) tps.push_back(a.decode_tokens / seconds_since(t0));
-      constexpr int kFree = 56;
-      backend->synchronize();
-      backend->probe_free_run(true);
-      const auto t1 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kFree; ++i) tok = model.forward_greedy(&tok, 1, *seq);
-      backend->synchronize();
-      const double free_s = seconds_since(t1);
-      backend->probe_free_run(false);
-      if (r > 0) free_tps.push_back(kFree / free_s);
     }
     const Stat s = stats(tps);
-    const Stat fs = stats(free_tps);
-    std::fprintf(stderr, "PROBE free-run ctx %d: synchronous %.1f tok/s (%.2f us), back to back %.1f tok/s (%.2f us), gap %.2f us\n",
-                 ctx, s.median, 1e6 / s.median, fs.median, 1e6 / fs.median, 1e6 / s.median - 1e6 / fs.median);
     const double bytes = decode_bytes(config, weights, where, ctx);
     out["decode"].push_back({{"context", ctx},
                              {"tok_per_s", s.median},

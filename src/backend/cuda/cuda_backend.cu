@@ -296,13 +296,7 @@ class CudaBackend final : public Backend {
 
   void expect_argmax(const Tensor& logits) override { argmax_expected_ = logits.data; }
 
-  void probe_free_run(bool on) override { free_run_ = on; }
-
   int32_t greedy_token() override {
-    if (free_run_) {
-      token_read_ = true;
-      return h_ids_[0];
-    }
     const int32_t token = token_->wait(stream_);
     token_read_ = true;
     return token;
@@ -771,14 +765,13 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaStreamUpdateCaptureDependencies(stream_, &barrier, nullptr, 1, cudaStreamSetCaptureDependencies));
   }
 
-  bool free_run_ = false;
   void stage_ids(const int32_t* ids, int n) {
     check(n <= max_tokens_, "CUDA backend: chunk of " + std::to_string(n) + " tokens exceeds the reserved " +
                                 std::to_string(max_tokens_));
     // The previous chunk's copies, or a replayed step, may still read the pinned inputs: wait only
     // then. Not in a decode loop: a posted token means every kernel before its post has ended, and a
     // sampler's token is posted after the step's graph.
-    if (!token_read_ && !free_run_) {
+    if (!token_read_) {
       const cudaError_t read = cudaEventQuery(inputs_read_);
       if (read == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(inputs_read_));
       else PETREL_CUDA(read);
