@@ -136,9 +136,9 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     const unsigned long long mine = uint64_t(tag) << 32;
     unsigned long long gx = has_ch ? rec_ld(rx) : mine, gb = rec_ld(rb), ga = rec_ld(ra);
     if (needs_z) gz = rec_ld(rz);
-    while (unsigned(gx >> 32) != tag) __nanosleep(128), gx = rec_ld(rx);
-    while (unsigned(gb >> 32) != tag) __nanosleep(128), gb = rec_ld(rb);
-    while (unsigned(ga >> 32) != tag) __nanosleep(128), ga = rec_ld(ra);
+    while (unsigned(gx >> 32) != tag) gx = rec_ld(rx);
+    while (unsigned(gb >> 32) != tag) gb = rec_ld(rb);
+    while (unsigned(ga >> 32) != tag) ga = rec_ld(ra);
     xc = has_ch ? __bfloat162float(__ushort_as_bfloat16((unsigned short)(gx & 0xffffu))) : 0.0f;
     bj = __uint_as_float(unsigned(gb));
     av = __uint_as_float(unsigned(ga)) + dt;
