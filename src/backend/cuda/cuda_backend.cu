@@ -110,8 +110,6 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaMallocHost(&h_row_states_, sizeof(void*) * row_state_slots(int(T))));
     d_ids_ = alloc_raw<int>(T);
     d_pos_ = alloc_raw<int>(1);
-    d_epoch_ = alloc_raw<unsigned>(1);
-    PETREL_CUDA(cudaMemsetAsync(d_epoch_, 0, sizeof(unsigned), stream_));
     d_row_pos_ = alloc_raw<int>(T);
     d_row_states_ = alloc_raw<void*>(row_state_slots(int(T)));
     argmax_scratch_ = alloc_raw<float>(2 * cuda::kArgmaxCandidates);
@@ -132,9 +130,6 @@ class CudaBackend final : public Backend {
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
       gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
-      const int64_t recs = C + c.gdn_value_dim() + 2 * c.lin_v_heads;
-      in_records_ = alloc_raw<unsigned long long>(recs);
-      PETREL_CUDA(cudaMemsetAsync(in_records_, 0xff, recs * sizeof(unsigned long long), stream_));
       layer_counters_ = alloc_raw<int>(size_t(c.n_layers) * cuda::kDeltaNetLayerCounters);
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
@@ -236,7 +231,6 @@ class CudaBackend final : public Backend {
     *h_pos_ = st.n_past;
     step_keys_ = n == 1 ? int(st.n_past) + 1 : 0;
     batch_ = false;
-    rec_round_ = 0;
   }
 
   // Stages each row's position and the table of its sequence's states (embed copies both), which
@@ -317,7 +311,7 @@ class CudaBackend final : public Backend {
     const cuda::TimedOp timed(timer_, stream_, "embed");
     if (capturing()) {
       cuda::embed(weights_->matrix(table), m_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
-                  {m_pos_, d_pos_, d_epoch_});
+                  {m_pos_, d_pos_});
       end_programmatic_chain();
       return;
     }
@@ -329,8 +323,7 @@ class CudaBackend final : public Backend {
                                   cudaMemcpyHostToDevice, stream_));
     }
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
-    cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
-                {nullptr, nullptr, d_epoch_});
+    cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
   void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor out) override {
@@ -356,7 +349,7 @@ class CudaBackend final : public Backend {
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
                             const Tensor* outs, int n, Feeds feeds) override {
-    Projections p = projections(ws, outs, n);
+    const Projections p = projections(ws, outs, n);
     if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
       return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
@@ -379,16 +372,6 @@ class CudaBackend final : public Backend {
                       : feeds == Feeds::DeltaNet ? cuda::deltanet_decode_blocks(gdn_shape())
                       : short_attention          ? c_.n_heads
                                                  : 0;
-    if (feeds == Feeds::DeltaNet && h.rows == 1 && !batch_ && n == 4) {
-      ++rec_round_;
-      int64_t at = 0;
-      for (int i = 0; i < n; ++i) {
-        p.dst[i].rec = in_records_ + at;
-        p.dst[i].epoch = d_epoch_;
-        p.dst[i].round = rec_round_;
-        at += p.mats[i]->rows;
-      }
-    }
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
                              stream_, leave);
   }
@@ -501,8 +484,7 @@ class CudaBackend final : public Backend {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_,
-                                batch_ || rec_round_ == 0 ? nullptr : in_records_, d_epoch_, rec_round_)) {
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_)) {
         mixer_blocks_ = cuda::deltanet_decode_blocks(d);
         return;
       }
@@ -905,10 +887,7 @@ class CudaBackend final : public Backend {
   bool batch_ = false;  // the staged step is a batch (begin_batch)
   int step_keys_ = 0;   // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
-  unsigned long long* cluster_records_ = nullptr;
-  unsigned long long* in_records_ = nullptr;  // PROBE
-  unsigned* d_epoch_ = nullptr;
-  unsigned rec_round_ = 0;  // the wide cluster attention's records, empty between launches
+  unsigned long long* cluster_records_ = nullptr;  // the wide cluster attention's records, empty between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
   const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them

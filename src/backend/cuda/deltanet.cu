@@ -514,9 +514,7 @@ __global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, D
                                                                float* state, const float* norm_w, const bf16* z,
                                                                float eps, bf16* out, int* readers) {
   deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
-                         eps, out, readers, [&] {
-                           if (!rows.rec) pdl_wait();
-                         });
+                         eps, out, readers, [] { pdl_wait(); });
 }
 
 template <int DK>
@@ -618,13 +616,9 @@ int deltanet_decode_blocks(const DeltaNetShape& d) { return d.Hv; }
 
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s,
-                     const unsigned long long* rec, const unsigned* epoch, unsigned round) {
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s) {
   DeltaNetRows one;
   one.states_settled = states_settled;
-  one.rec = rec;
-  one.epoch = epoch;
-  one.round = round;
   return decode_step(d, one, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers, s);
 }
 

@@ -66,7 +66,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
     if (t == hist) tap_x = taps[t];  // the tap of this step's x (selected, not indexed: registers)
   }
   const float A = expf(A_log[j]), dt = dt_bias[j], nw = active ? norm_w[e] : 0.0f;
-  const unsigned tag = rows.rec ? __ldcg(rows.epoch) * 64u + rows.round : 0u;
   pdl_launch_dependents();
   x += row * rows.x_stride;
   b += row * rows.b_stride;
@@ -120,34 +119,8 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
       count_reader();
     }
   }
-  const bool needs_z = active && part == 0;
-  float xc, av, bj, zc = 0.0f;
-  unsigned long long gz = 0;
-  const unsigned long long* rz = rows.rec + C + int64_t(j) * d.dv + e;
-  auto rec_ld = [](const unsigned long long* p) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-  };
-  if (rows.rec) {  // PROBE: every record's load at once, then the stale ones again (z at the end)
-    const unsigned long long* rx = rows.rec + c;
-    const unsigned long long* rb = rows.rec + C + int64_t(d.Hv) * d.dv + j;
-    const unsigned long long* ra = rb + d.Hv;
-    const unsigned long long mine = uint64_t(tag) << 32;
-    unsigned long long gx = has_ch ? rec_ld(rx) : mine, gb = rec_ld(rb), ga = rec_ld(ra);
-    if (needs_z) gz = rec_ld(rz);
-    while (unsigned(gx >> 32) != tag) gx = rec_ld(rx);
-    while (unsigned(gb >> 32) != tag) gb = rec_ld(rb);
-    while (unsigned(ga >> 32) != tag) ga = rec_ld(ra);
-    xc = has_ch ? __bfloat162float(__ushort_as_bfloat16((unsigned short)(gx & 0xffffu))) : 0.0f;
-    bj = __uint_as_float(unsigned(gb));
-    av = __uint_as_float(unsigned(ga)) + dt;
-  } else {
-    xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
-    av = a[j] + dt;
-    bj = b[j];
-    zc = needs_z ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
-  }
+  const float xc = has_ch ? __bfloat162float(x[c]) : 0.0f;
+  const float av = a[j] + dt, bj = b[j], zc = active && part == 0 ? __bfloat162float(z[int64_t(j) * d.dv + e]) : 0.0f;
   // The gates need only a and b: worked out while the conv's barrier below waits.
   const float decay = expf(-A * (av > 20.0f ? av : log1pf(expf(av))));
   const float beta = 1.0f / (1.0f + expf(-bj));
@@ -236,10 +209,6 @@ __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j
 #pragma unroll
   for (int w = 0; w < kMaxWarps; ++w)
     if (w * 32 < d.dv) oo += o_sq[w];
-  if (rows.rec && needs_z) {
-    while (unsigned(gz >> 32) != tag) gz = rec_ld(rz);
-    zc = __bfloat162float(__ushort_as_bfloat16((unsigned short)(gz & 0xffffu)));
-  }
   if (part == 0)
     out[int64_t(j) * d.dv + e] = __float2bfloat16(o * rsqrtf(oo / float(d.dv) + eps) * nw * siluf_(zc));
 }

@@ -363,10 +363,6 @@ __device__ Staged<F> stage_rows(float* smem, const void* x, int x_elem, int cols
 __device__ __forceinline__ float write_out(const GemvOut& o, int64_t i, float v) {
   if (o.add) v = load_act(o.y, o.elem, i) + __bfloat162float(__float2bfloat16(v));
   store_act(o.y, o.elem, i, v);
-  if (o.rec) {
-    const unsigned bits = o.elem == 2 ? unsigned(__bfloat16_as_ushort(__float2bfloat16(v))) : __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(o.rec + i), "l"((uint64_t(o.tag) << 32) | bits) : "memory");
-  }
   return v;
 }
 

@@ -20,9 +20,6 @@ struct GemvOut {
   int64_t stride = 0;
   int elem = 2;
   bool add = false;
-  unsigned long long* rec = nullptr;  // PROBE: (tag << 32 | value bits) records of one token's rows
-  const unsigned* epoch = nullptr;
-  unsigned round = 0, tag = 0;
 };
 // An RMSNorm the decode kernels apply to their input rows while staging them (w null: none):
 // x·w is staged and each row's rsqrt(mean(x²) + eps) scales the dot products, so the normed rows
@@ -109,7 +106,6 @@ void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
 struct PosCopy {
   const int* from = nullptr;
   int* to = nullptr;
-  unsigned* epoch = nullptr;  // PROBE
 };
 void embed(const DeviceMatrix& table, const int* ids, int T, void* out, int64_t out_stride, int out_elem,
            cudaStream_t s, PosCopy pos = {});
@@ -243,8 +239,7 @@ void delta_rule_chunk_state(const DeltaNetShape& d, int T, const float* q, const
 // and a graph launch starts after all earlier work), so they load before the PDL wait.
 bool deltanet_decode(const DeltaNetShape& d, const bf16* x, const float* conv_w, float* conv_state, const float* b,
                      const float* a, const float* A_log, const float* dt_bias, float* state, const float* norm_w,
-                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s,
-                     const unsigned long long* rec = nullptr, const unsigned* epoch = nullptr, unsigned round = 0);
+                     const bf16* z, float eps, bf16* out, int* readers, bool states_settled, cudaStream_t s);
 // Blocks of one token's deltanet_decode (a multiprocessor each): what a kernel before it leaves free.
 int deltanet_decode_blocks(const DeltaNetShape& d);
 // The rows of a batched decode step (one token of each of B sequences): row r reads x, b, a and z
@@ -256,9 +251,6 @@ struct DeltaNetRows {
   float* const* conv_states = nullptr;
   float* const* states = nullptr;
   bool states_settled = false;  // see deltanet_decode (one sequence only)
-  const unsigned long long* rec = nullptr;  // PROBE: x, z, b, a as records (x at 0, z at C, b, a after)
-  const unsigned* epoch = nullptr;
-  unsigned round = 0;
 };
 // deltanet_decode for the B rows of a batched step in one launch; false (nothing done) for the
 // shapes deltanet_decode does not cover.

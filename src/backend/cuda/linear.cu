@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm)
     gemv_staged_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, StageNorm norm) {
   constexpr int U = kGemvChunksInFlight / NR;
   pdl_launch_dependents();
-  BlockSegment seg = block_segment(segs);
-  if (seg.out.rec) seg.out.tag = __ldcg(seg.out.epoch) * 64u + seg.out.round;
+  const BlockSegment seg = block_segment(segs);
   const DeviceMatrix& w = seg.w;
   const GemvOut& out = seg.out;
   const int block = seg.block, blocks = seg.blocks;
@@ -176,8 +175,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
     gemv_async_kernel(GemvSegments segs, const void* x, int64_t x_stride, int x_elem, int T, int lpr, int tile_rows,
                       int ring_slots, StageNorm norm) {
   pdl_launch_dependents();
-  BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
-  if (seg.out.rec) seg.out.tag = __ldcg(seg.out.epoch) * 64u + seg.out.round;
+  const BlockSegment seg = block_segment(segs);  // its rows: [r0, r1) of seg.w
   const ChunkMatrix<F> m = chunk_matrix<F>(seg.w);
   const int r0 = seg.block * seg.rows_per_block, r1 = min(seg.w.rows, r0 + seg.rows_per_block);
   const int tiles = div_up(r1 - r0, tile_rows);

@@ -22,7 +22,6 @@ __global__ void embed_kernel(DeviceMatrix table, const int* ids, PosCopy pos, vo
     const int position = copies_pos ? *static_cast<const volatile int*>(pos.from) : 0;
     row_id = id;
     if (copies_pos) *pos.to = position;
-    if (t == 0 && pos.epoch) *pos.epoch += 1;
   }
   __syncthreads();
   const int64_t row = row_id;
