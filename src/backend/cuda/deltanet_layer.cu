@@ -8,8 +8,9 @@
 // are not resident until the one before has left (docs/design.md, "one persistent decode step").
 // The phases run the same device functions as the one-token kernels (gemv.cuh, topk.cuh,
 // deltanet_step.cuh), so each output row is computed as those kernels compute it. Measured 21%
-// slower than the kernel chain so far (docs/performance.md, session 18: the step and the top-k after
-// the router sums' atomics are the slow phases), so it runs only where CudaOptions asks for it.
+// slower than the kernel chain in session 18 (docs/performance.md: the step and the top-k after
+// the router sums' atomics are the slow phases) and 32% slower than the later chain in session 52,
+// so it runs only where CudaOptions asks for it.
 #include "backend/cuda/deltanet_step.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/grid_counts.cuh"
