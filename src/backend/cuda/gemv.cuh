@@ -646,64 +646,6 @@ __device__ __forceinline__ void gate_up_rows_once_landed(const Staged<F>& st, co
   gate_up_rows<F, CPL, WARPS>(gt, ut, gm, um, rows, xr, scale, act);
 }
 
-// A warp's gate and up rows (row warp + WARPS·i for i < 3) loaded from global memory straight into
-// registers, with their scales and biases still as bf16 (converted only when dotted).
-template <int CPL>
-struct DirectRows {
-  uint4 w[6][CPL];
-  bf16 s[6][CPL], b[6][CPL];
-};
-template <WFormat F, int CPL, int WARPS>
-__device__ __forceinline__ void direct_rows_load(DirectRows<CPL>& d, const ChunkMatrix<F>& gm, const ChunkMatrix<F>& um,
-                                                 int64_t r0, int rows) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const int row = warp + WARPS * i;
-    if (row >= rows) continue;
-#pragma unroll
-    for (int j = 0; j < CPL; ++j) {
-      const int c = lane + 32 * j;
-      const int64_t wi = (r0 + row) * gm.chunks + c, gi = (r0 + row) * gm.groups + (c >> gm.group_shift);
-      d.w[2 * i][j] = __ldg(gm.w + wi);
-      d.w[2 * i + 1][j] = __ldg(um.w + wi);
-      d.s[2 * i][j] = gm.scales[gi];
-      d.b[2 * i][j] = gm.biases[gi];
-      d.s[2 * i + 1][j] = um.scales[gi];
-      d.b[2 * i + 1][j] = um.biases[gi];
-    }
-  }
-}
-// gate_up_rows on rows held in registers by direct_rows_load (the same sums, bit for bit).
-template <WFormat F, int CPL, int WARPS>
-__device__ __forceinline__ void gate_up_rows_direct(const Staged<F>& st, const DirectRows<CPL>& d, int rows, float* act) {
-  ChunkX<F> xr[CPL];
-  load_lane_x(st, xr);
-  const float scale = st.row_scale(0);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float v[6];
-#pragma unroll
-  for (int i = 0; i < 6; ++i) {
-    float acc = 0.0f;
-    if (warp + WARPS * (i / 2) < rows) {
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        acc += dot_x<F>(Chunk{d.w[i][j], __bfloat162float(d.s[i][j]), __bfloat162float(d.b[i][j])}, xr[j]);
-    }
-    v[i] = acc;
-  }
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    const int row = warp + 2 * WARPS * pass, row2 = row + WARPS;
-    if (row >= rows) break;
-    const bool two = pass == 0 && row2 < rows;
-    const float q[4] = {v[4 * pass], v[4 * pass + 1], two ? v[2] : 0.0f, two ? v[3] : 0.0f};
-    const float total = warp_sum4(q), u = __shfl_down_sync(0xffffffffu, total, 8);
-    const int mine = lane == 0 ? row : lane == 16 && two ? row2 : -1;
-    if (mine >= 0) act[mine] = siluf_(total * scale) * (u * scale);
-  }
-}
-
 // ---- The one-token down projection's dots: n staged activation rows (the experts' and the shared
 // expert's act rows), row j meeting the `per`-row tile of its own matrix in shared memory ----
 

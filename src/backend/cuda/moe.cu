@@ -422,22 +422,15 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   const StageInputs ahead = stage_ahead<F>(x, x_elem, gate.cols, 1, x_row, norm);
   const bool writer = blockIdx.x == 0 && slot == 0;
   const int expert = !routed ? -1 : pick.any() ? pick_expert(pick, k, slot, writer, ids, weights) : ids[slot];
-  // Routed 4-bit rows (at most three a warp) go straight to registers: each warp dots its rows as
-  // they arrive, with no block-wide wait for every copy.
-  const bool direct = F == WFormat::Q4 && routed && n <= 3 * kExpertAsyncWarps;
-  DirectRows<CPL> d;
   if (routed) {
     gm = with_data(gm, gate.entry(expert));
     um = with_data(um, up.entry(expert));
-    if (direct) direct_rows_load<F, CPL, kExpertAsyncWarps>(d, gm, um, r0, n);
-    else issue();
+    issue();
   }
   const Staged<F> st = stage_rows<F>(reinterpret_cast<float*>(smem + 2 * tile_bytes), x, x_elem, gate.cols, 1, x_row,
                                      norm, ahead);
   if (pick.sums && blockIdx.x == 0 && slot == (has_shared ? k : 0)) weigh_route(pick, k, st.row_scale(0), weights);
-  float* out = act + int64_t(slot) * act_stride + r0;
-  if (direct) gate_up_rows_direct<F, CPL, kExpertAsyncWarps>(st, d, n, out);
-  else gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, out);
+  gate_up_rows_once_landed<F, CPL, kExpertAsyncWarps>(st, gt, ut, gm, um, n, act + int64_t(slot) * act_stride + r0);
 }
 
 // How gate_up_async_kernel covers `slots` slots: `per` rows a block (one wave of blocks, one per
