@@ -7,9 +7,10 @@
 //
 // The SDK comes from scripts/fetch-test-data.sh (npm ci in this folder).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
+
+import { API_KEY, Server, sleep } from './serve.mjs';
 
 const { default: OpenAI } = await import('openai').catch(() => {
   throw new Error('the OpenAI SDK is missing from tests/server/client/node_modules: run scripts/fetch-test-data.sh');
@@ -19,83 +20,11 @@ const [petrel, modelDir] = process.argv.slice(2);
 if (!petrel || !modelDir) throw new Error('usage: node openai_sdk_test.mjs PETREL_BINARY MODEL_DIR');
 
 const MODEL = 'petrel-tiny';
-const API_KEY = 'test-key';
+const sdkClient = (server) =>
+  new OpenAI({ baseURL: `${server.base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 60000 });
 const EOS = 2; // <|im_end|>
 const table = JSON.parse(readFileSync(new URL('../bad_requests.json', import.meta.url)));
 
-// `petrel serve` on a free port; resolves once /health says the model is ready.
-class Server {
-  constructor(args) {
-    this.args = args;
-    this.log = '';
-  }
-
-  async start() {
-    // One CPU thread: the tests run beside other work on small CI machines.
-    this.process = spawn(petrel, ['serve', modelDir, '--port', '0', '--threads', '1', ...this.args]);
-    this.exited = new Promise((resolve) => this.process.on('exit', (code, signal) => resolve(code ?? signal)));
-    this.base = await new Promise((resolve, reject) => {
-      this.process.stderr.on('data', (data) => {
-        this.log += data;
-        const match = /listening on (http:\/\/[\d.]+:\d+)/.exec(this.log);
-        if (match) resolve(match[1]);
-      });
-      this.exited.then((code) => reject(new Error(`petrel serve exited (${code}):\n${this.log}`)));
-    });
-    for (let i = 0; i < 300; ++i) {
-      if ((await fetch(`${this.base}/health`)).status === 200) return this;
-      await sleep(20);
-    }
-    throw new Error(`petrel serve never became ready:\n${this.log}`);
-  }
-
-  client() {
-    return new OpenAI({ baseURL: `${this.base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 60000 });
-  }
-
-  async post(path, body, headers = {}) {
-    const response = await fetch(`${this.base}${path}`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${API_KEY}`, 'Content-Type': 'application/json', ...headers },
-      body: typeof body === 'string' ? body : JSON.stringify(body),
-    });
-    return { status: response.status, text: await response.text() };
-  }
-
-  async tokenCount(body) {
-    const { status, text } = await this.post('/tokenize', body);
-    assert.equal(status, 200, text);
-    return JSON.parse(text).count;
-  }
-
-  async metrics() {
-    const text = await (await fetch(`${this.base}/metrics`, { headers: { Authorization: `Bearer ${API_KEY}` } })).text();
-    const values = {};
-    for (const line of text.split('\n')) {
-      const match = /^(\w+(?:\{[^}]*\})?) (\S+)$/.exec(line);
-      if (match) values[match[1]] = Number(match[2]);
-    }
-    return values;
-  }
-
-  // Polls /metrics until `ok` holds (the scheduler frees slots just after the last event).
-  async waitForMetrics(ok, what) {
-    let values;
-    for (let i = 0; i < 250; ++i) {
-      values = await this.metrics();
-      if (ok(values)) return values;
-      await sleep(20);
-    }
-    assert.fail(`${what}; metrics: ${JSON.stringify(values)}`);
-  }
-
-  async stop(signal = 'SIGTERM') {
-    if (this.process.exitCode === null) this.process.kill(signal);
-    return this.exited;
-  }
-}
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const ask = (question) => [{ role: 'user', content: question }];
 const rawPrompt = (question) => `<|im_start|>user\n${question}<|im_end|>\n<|im_start|>assistant\n`;
 
@@ -111,9 +40,9 @@ const lastChoice = (chunks) => chunks.filter((c) => c.choices.length > 0).at(-1)
 describe('petrel serve with the OpenAI SDK', () => {
   let server, openai;
   before(async () => {
-    server = await new Server(['--api-key', API_KEY, '--max-sequences', '32', '--context', '2048',
+    server = await new Server(petrel, modelDir, ['--api-key', API_KEY, '--max-sequences', '32', '--context', '2048',
                                '--max-body', '1000000']).start();
-    openai = server.client();
+    openai = sdkClient(server);
   });
   after(async () => assert.equal(await server.stop(), 0, server.log));
 
@@ -327,9 +256,9 @@ describe('petrel serve with the OpenAI SDK', () => {
 describe('petrel serve under pressure', () => {
   let server, openai;
   before(async () => {
-    server = await new Server(['--max-sequences', '1', '--max-queued', '1', '--context', '1024',
+    server = await new Server(petrel, modelDir, ['--max-sequences', '1', '--max-queued', '1', '--context', '1024',
                                '--shutdown-timeout', '60']).start();
-    openai = server.client();
+    openai = sdkClient(server);
   });
   after(async () => server.stop('SIGKILL'));
 
