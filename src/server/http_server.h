@@ -1,13 +1,12 @@
-// The HTTP side of `petrel serve`: a cpp-httplib server with the routes, optional API-key
-// authentication, a request-body limit and OpenAI-style error bodies for every 4xx/5xx.
+// The HTTP side of `petrel serve`: the routes on Petrel's HTTP/1.1 server (server/http/), optional
+// API-key authentication, the connection and request limits, and OpenAI-style error bodies for
+// every 4xx/5xx.
 #pragma once
-#include <httplib.h>
-
-#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <string>
-#include <thread>
 
+#include "server/http/server.h"
 #include "server/server_state.h"
 
 namespace petrel::server {
@@ -17,7 +16,13 @@ struct HttpOptions {
   int port = 8080;                // 0: any free port (see HttpServer::port)
   std::string api_key;            // "": no authentication
   size_t max_body_bytes = 8 << 20;
-  int threads = 64;               // connections served at once (a streaming response holds one)
+  size_t max_header_bytes = 64 << 10;  // request line and headers together
+  int max_headers = 100;
+  int max_connections = 1024;     // beyond: 503 at once
+  double header_timeout_s = 10;   // a request's head, from the connection's (re)start of waiting
+  double body_timeout_s = 60;     // a request's body, from its head's end
+  double write_timeout_s = 30;    // a response write that makes no progress
+  int threads = 64;               // requests handled at once (a streaming response holds one)
 };
 
 class HttpServer {
@@ -25,20 +30,19 @@ class HttpServer {
   HttpServer(ServerState& state, HttpOptions options);
   ~HttpServer();
 
-  // Binds (an Error when the address cannot be bound) and serves on a thread of its own.
+  // Binds (an Error naming the address when it cannot be bound) and serves on threads of its own.
   void start();
   int port() const { return port_; }
-  // Stops accepting and ends open connections; returns when the serving thread has finished.
-  void stop();
+  // Stops accepting, closes idle and half-received connections, lets responses being written
+  // finish within `grace`, then cuts the rest; returns when every thread has ended.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
 
  private:
   void install_handlers();
 
   ServerState& state_;
   HttpOptions options_;
-  httplib::Server http_;
-  std::thread thread_;
-  std::atomic<bool> listen_returned_{false};
+  http::Server http_;
   int port_ = 0;
 };
 

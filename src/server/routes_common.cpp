@@ -4,15 +4,16 @@
 
 namespace petrel::server {
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(http::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.content_type = "application/json";
+  res.body = dump(body);
 }
 
-void send_error(httplib::Response& res, const ApiError& error) { send_json(res, error.status(), error.body()); }
+void send_error(http::Response& res, const ApiError& error) { send_json(res, error.status(), error.body()); }
 
-httplib::Server::Handler guarded(Handler handler) {
-  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+http::Handler guarded(http::Handler handler) {
+  return [handler = std::move(handler)](const http::Request& req, http::Response& res) {
     try {
       handler(req, res);
     } catch (const ApiError& e) {

@@ -8,7 +8,7 @@ namespace {
 
 // Waits for the end (non-streaming) or hands the request to an EventStream.
 void respond(ServerState& state, Submission submission, std::unique_ptr<ResponseBuilder> builder,
-             const GenerationFields& fields, std::unique_ptr<ServerState::InFlight> in_flight, httplib::Response& res) {
+             const GenerationFields& fields, std::unique_ptr<ServerState::InFlight> in_flight, http::Response& res) {
   if (fields.stream) {
     auto stream = std::make_shared<EventStream>(state, std::move(submission), std::move(builder), fields.include_usage,
                                                 std::move(in_flight));
@@ -21,7 +21,7 @@ void respond(ServerState& state, Submission submission, std::unique_ptr<Response
   send_json(res, 200, builder->whole(all, submission.prompt_tokens));
 }
 
-void chat_completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void chat_completions(ServerState& state, const http::Request& req, http::Response& res) {
   ServedModel& model = ready_model(state);
   auto in_flight = std::make_unique<ServerState::InFlight>(state);
   const ChatCompletionRequest r = parse_chat_request(parse_body(req.body), model.defaults());
@@ -35,7 +35,7 @@ void chat_completions(ServerState& state, const httplib::Request& req, httplib::
   respond(state, std::move(submission), std::move(builder), r.gen, std::move(in_flight), res);
 }
 
-void completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void completions(ServerState& state, const http::Request& req, http::Response& res) {
   ServedModel& model = ready_model(state);
   auto in_flight = std::make_unique<ServerState::InFlight>(state);
   TextCompletionRequest r = parse_completion_request(parse_body(req.body), model.defaults());
@@ -49,11 +49,11 @@ void completions(ServerState& state, const httplib::Request& req, httplib::Respo
 
 }  // namespace
 
-void add_generation_routes(httplib::Server& http, ServerState& state) {
-  http.Post("/v1/chat/completions",
-            guarded([&state](const httplib::Request& req, httplib::Response& res) { chat_completions(state, req, res); }));
-  http.Post("/v1/completions",
-            guarded([&state](const httplib::Request& req, httplib::Response& res) { completions(state, req, res); }));
+void add_generation_routes(http::Server& http, ServerState& state) {
+  http.route("POST", "/v1/chat/completions",
+            guarded([&state](const http::Request& req, http::Response& res) { chat_completions(state, req, res); }));
+  http.route("POST", "/v1/completions",
+            guarded([&state](const http::Request& req, http::Response& res) { completions(state, req, res); }));
 }
 
 }  // namespace petrel::server

@@ -9,7 +9,7 @@
 namespace petrel::server {
 namespace {
 
-void health(const ServerState& state, httplib::Response& res) {
+void health(const ServerState& state, http::Response& res) {
   switch (state.phase()) {
     case Phase::Loading: return send_json(res, 503, {{"status", "loading"}});
     case Phase::Draining: return send_json(res, 503, {{"status", "shutting down"}});
@@ -17,14 +17,15 @@ void health(const ServerState& state, httplib::Response& res) {
   }
 }
 
-void metrics(ServerState& state, httplib::Response& res) {
+void metrics(ServerState& state, http::Response& res) {
   const ServedModel* model = state.phase() == Phase::Loading ? nullptr : state.model();
   const SchedulerMetrics scheduler = model ? model->scheduler_metrics() : SchedulerMetrics{};
   res.status = 200;
-  res.set_content(state.metrics().render(model ? &scheduler : nullptr), "text/plain; version=0.0.4");
+  res.content_type = "text/plain; version=0.0.4";
+  res.body = state.metrics().render(model ? &scheduler : nullptr);
 }
 
-void models(const ServerState& state, httplib::Response& res, int64_t started) {
+void models(const ServerState& state, http::Response& res, int64_t started) {
   const ServedModel& model = ready_model(state);
   const json entry = {{"id", model.name()},
                       {"object", "model"},
@@ -36,7 +37,7 @@ void models(const ServerState& state, httplib::Response& res, int64_t started) {
 
 // {"prompt": text} or {"messages": [...], "tools", "chat_template_kwargs", "add_generation_prompt"}:
 // the ids a completion request with the same fields would be given.
-void tokenize(const ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void tokenize(const ServerState& state, const http::Request& req, http::Response& res) {
   const ServedModel& model = ready_model(state);
   const json body = parse_body(req.body);
   const Fields f(body, "");
@@ -53,7 +54,7 @@ void tokenize(const ServerState& state, const httplib::Request& req, httplib::Re
   send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.context()}});
 }
 
-void detokenize(const ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void detokenize(const ServerState& state, const http::Request& req, http::Response& res) {
   const ServedModel& model = ready_model(state);
   const json body = parse_body(req.body);
   const Fields f(body, "");
@@ -78,15 +79,15 @@ void detokenize(const ServerState& state, const httplib::Request& req, httplib::
 
 }  // namespace
 
-void add_info_routes(httplib::Server& http, ServerState& state) {
+void add_info_routes(http::Server& http, ServerState& state) {
   const int64_t started = int64_t(std::time(nullptr));
-  http.Get("/health", guarded([&state](const httplib::Request&, httplib::Response& res) { health(state, res); }));
-  http.Get("/metrics", guarded([&state](const httplib::Request&, httplib::Response& res) { metrics(state, res); }));
-  http.Get("/v1/models",
-           guarded([&state, started](const httplib::Request&, httplib::Response& res) { models(state, res, started); }));
-  http.Post("/tokenize", guarded([&state](const httplib::Request& req, httplib::Response& res) { tokenize(state, req, res); }));
-  http.Post("/detokenize",
-            guarded([&state](const httplib::Request& req, httplib::Response& res) { detokenize(state, req, res); }));
+  http.route("GET", "/health", guarded([&state](const http::Request&, http::Response& res) { health(state, res); }));
+  http.route("GET", "/metrics", guarded([&state](const http::Request&, http::Response& res) { metrics(state, res); }));
+  http.route("GET", "/v1/models",
+           guarded([&state, started](const http::Request&, http::Response& res) { models(state, res, started); }));
+  http.route("POST", "/tokenize", guarded([&state](const http::Request& req, http::Response& res) { tokenize(state, req, res); }));
+  http.route("POST", "/detokenize",
+            guarded([&state](const http::Request& req, http::Response& res) { detokenize(state, req, res); }));
 }
 
 }  // namespace petrel::server

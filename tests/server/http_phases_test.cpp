@@ -1,9 +1,9 @@
 // The server's phases over HTTP, in process: while the model loads only /health (503) and
 // /metrics answer; once ready everything does; while draining new work gets 503.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "server/http_server.h"
+#include "http_client.h"
 
 namespace petrel::server {
 namespace {
@@ -11,12 +11,8 @@ namespace {
 struct Running {
   ServerState state;
   HttpServer http{state, options()};
-  std::unique_ptr<httplib::Client> client;
 
-  Running() {
-    http.start();
-    client = std::make_unique<httplib::Client>("127.0.0.1", http.port());
-  }
+  Running() { http.start(); }
 
   static HttpOptions options() {
     HttpOptions o;
@@ -36,16 +32,16 @@ struct Running {
   }
 
   // Status and the error code (or the health status) of the answer.
-  std::pair<int, std::string> get(const std::string& path) { return answer(client->Get(path.c_str())); }
+  std::pair<int, std::string> get(const std::string& path) { return answer(test::http_request(http.port(), "GET", path)); }
   std::pair<int, std::string> post(const std::string& path, const std::string& body) {
-    return answer(client->Post(path.c_str(), body, "application/json"));
+    return answer(test::http_request(http.port(), "POST", path, body));
   }
 
-  static std::pair<int, std::string> answer(const httplib::Result& r) {
-    if (!r) return {-1, "no answer"};
-    const json body = json::parse(r->body, nullptr, false);
-    if (body.contains("error")) return {r->status, body["error"]["code"].get<std::string>()};
-    return {r->status, body.value("status", std::string())};
+  static std::pair<int, std::string> answer(const test::HttpAnswer& r) {
+    if (r.status < 0) return {-1, "no answer"};
+    const json body = json::parse(r.body, nullptr, false);
+    if (body.contains("error")) return {r.status, body["error"]["code"].get<std::string>()};
+    return {r.status, body.value("status", std::string())};
   }
 };
 
@@ -56,17 +52,15 @@ TEST(HttpPhases, LoadingThenReadyThenDraining) {
   EXPECT_EQ(s.get("/health"), std::make_pair(503, std::string("loading")));
   EXPECT_EQ(s.post("/v1/chat/completions", kChat), std::make_pair(503, std::string("loading")));
   EXPECT_EQ(s.get("/v1/models"), std::make_pair(503, std::string("loading")));
-  const auto metrics = s.client->Get("/metrics");
-  ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
-  EXPECT_EQ(metrics->status, 200);
-  EXPECT_NE(metrics->body.find("petrel_slots_in_use 0\n"), std::string::npos);
+  const auto metrics = test::http_request(s.http.port(), "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("petrel_slots_in_use 0\n"), std::string::npos);
 
   s.state.set_ready(s.tiny());
   EXPECT_EQ(s.get("/health"), std::make_pair(200, std::string("ok")));
-  const auto chat = s.client->Post("/v1/chat/completions", kChat, "application/json");
-  ASSERT_TRUE(chat);
-  EXPECT_EQ(chat->status, 200);
-  EXPECT_EQ(json::parse(chat->body)["choices"][0]["message"]["content"], "Digits from the right: 4\nAnswer: 4");
+  const auto chat = test::http_request(s.http.port(), "POST", "/v1/chat/completions", kChat);
+  EXPECT_EQ(chat.status, 200);
+  EXPECT_EQ(json::parse(chat.body)["choices"][0]["message"]["content"], "Digits from the right: 4\nAnswer: 4");
 
   s.state.begin_draining();
   EXPECT_EQ(s.get("/health"), std::make_pair(503, std::string("shutting down")));
