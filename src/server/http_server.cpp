@@ -66,6 +66,7 @@ void HttpServer::install_handlers() {
     return true;
   });
   http_.after_response([this](const http::Request& req, int status) { state_.metrics().count_request(req.path, status); });
+  http_.after_refusal([this](const std::string& path, int status) { state_.metrics().count_request(path, status); });
   add_generation_routes(http_, state_);
   add_info_routes(http_, state_);
 }

@@ -265,6 +265,7 @@ void Server::accept_all() {
                                             " connections open, its limit; try again later");
       send_now(fd, response_head(res, (long long)res.body.size(), false, false) + res.body);
       ::close(fd);
+      if (refused_) refused_("", 503);
       continue;
     }
     int yes = 1;
@@ -337,6 +338,7 @@ void Server::dispatch(int fd) {
 }
 
 void Server::refuse(Connection& c, int status, const std::string& message) {
+  if (refused_) refused_(c.parser.request().path, status);
   const Response res = errors_(status, message);
   send_now(c.fd, response_head(res, (long long)res.body.size(), false, false) + res.body);
   ::shutdown(c.fd, SHUT_WR);

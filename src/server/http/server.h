@@ -51,6 +51,9 @@ class Server {
   void before_routing(std::function<bool(const Request&, Response&)> hook) { before_ = std::move(hook); }
   // Runs after every response a worker wrote, with its request and status.
   void after_response(std::function<void(const Request&, int status)> hook) { after_ = std::move(hook); }
+  // Runs on the event loop's thread for every request refused before it was whole (bad framing,
+  // limits, deadlines, the connection bound), with the status and the path when it was read.
+  void after_refusal(std::function<void(const std::string& path, int status)> hook) { refused_ = std::move(hook); }
 
   // Binds and listens (port 0: any free port); returns the port. Throws petrel::Error naming the
   // address when it cannot.
@@ -98,6 +101,7 @@ class Server {
   std::map<std::string, std::map<std::string, Handler>> routes_;  // path -> method -> handler
   std::function<bool(const Request&, Response&)> before_;
   std::function<void(const Request&, int)> after_;
+  std::function<void(const std::string&, int)> refused_;
 
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   std::unordered_map<int, std::unique_ptr<Connection>> waiting_;  // owned by the loop thread

@@ -101,6 +101,10 @@ describe('petrel serve against hostile connections', () => {
     assert.match(errorOf(answer).message, /at most 100 headers/);
     const huge = await exchange(server, `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(200000)}\r\n\r\n`);
     assert.equal(statusOf(huge), 431, huge);
+    // Refusals count in the metrics like answered requests.
+    const metrics = await server.metrics();
+    assert.equal(metrics['petrel_http_requests_total{route="/health",status="431"}'], 1, JSON.stringify(metrics));
+    assert.equal(metrics['petrel_http_requests_total{route="other",status="431"}'], 1, JSON.stringify(metrics));
   });
 
   test('a form-encoded body over 8 KB is read as the JSON it holds, not refused as too large', async () => {
