@@ -1,6 +1,7 @@
 // What thread-block clusters would cost a fused one-token DeltaNet layer (the input projections
 // of one key head spread over a cluster of blocks that then run the head's DeltaNet step
-// together, exchanging rows through distributed shared memory; docs/design.md, session 15):
+// together, exchanging rows through distributed shared memory; measured and dropped, see
+// docs/performance.md):
 //  1. how many clusters of 1/2/4/8/16 blocks of 512 threads with ~200 KB of shared memory each
 //     (one block a multiprocessor, as the decode GEMVs run) the GPU holds at once — a fused
 //     layer wants 128 blocks resident: 16 clusters of 8 or 32 of 4;

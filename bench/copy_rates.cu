@@ -1,6 +1,6 @@
 // How fast one block per multiprocessor can fill its shared memory from DRAM, by each copy
 // mechanism the decode kernels could use: the figure behind "how long until a kernel's weights
-// have landed" (docs/performance.md, session 11).
+// have landed" (docs/design.md, "The kernel chain of a layer").
 //
 // Every launch has one block of 512 threads on each multiprocessor copy `bytes` (its own range,
 // fresh from DRAM: launches rotate over a 3 GB buffer, far past the 50 MB L2) into shared memory,

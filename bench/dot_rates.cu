@@ -1,7 +1,7 @@
 // How fast a block dots 4-bit weight rows that are already in shared memory with one staged
 // activation row: the phase that follows a one-token GEMV's wait once its copies have landed
-// (docs/performance.md, session 14: ~0.9 us per 32-row tile inside the input projections, about
-// half the rate of the integer pipe the dots are bound by). Each block (one per multiprocessor,
+// (stamps put it at ~0.9 us per 32-row tile inside the input projections, about half the rate of
+// the integer pipe the dots are bound by). Each block (one per multiprocessor,
 // 512 threads, as the decode GEMV) holds 128 rows x 2048 columns of 4-bit weights (MLX affine,
 // groups of 64) as four 32-row tiles of the GEMV ring, stages a random activation row with the
 // product's stage_rows (two int8 levels a chunk), and dots all 128 rows kReps times per variant:
@@ -9,14 +9,14 @@
 //                shuffle sum per row, a block barrier before and after each tile;
 //  - one-sync:   the same without the barrier after each tile (a ring that never refills a slot);
 //  - four-rows:  a warp four rows at a time over 64-row passes, their sums reduced together
-//                (warp_sum4: 7 shuffles for four rows instead of 20; linear.cu's tile_pair_rows_x1
-//                since session 14);
+//                (warp_sum4: 7 shuffles for four rows instead of 20; what linear.cu's
+//                tile_pair_rows_x1 does);
 //  - one-level:  as kernel with the activations' first int8 level only (half the dp4a): what the
 //                second level costs, and the error it removes (printed against kernel's values);
 //  - mma:        the same rows on the tensor cores (mma m16n8k32, 4-bit codes as u8 times the
 //                activations' int8 levels), in its own layout (mma_kernel below): what a one-token
-//                GEMV's dots could cost there (session 23: dots twice as fast would be worth ~5%;
-//                session 24: 418 ns against four-rows' 462, 1.1x, so not worth the new layouts).
+//                GEMV's dots could cost there (dots twice as fast would be worth ~5% of decode;
+//                measured 418 ns against four-rows' 462, 1.1x, so not worth the new layouts).
 // Prints the median over blocks of ns per 32-row tile, each variant's largest deviation from
 // kernel's outputs, and kernel's and mma's largest error against an exact (fp64) product. Built with the CUDA backend (bench/CMakeLists.txt); on the GPU machine, after
 // scripts/gpu-build.sh: ./build-gpu/bench/dot_rates.
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // 0xF0F0F0F0, another mma, its sum shifted back exactly). Activations take one int8 scale per
 // quantisation group (64 values), not per 32, so that a group's sums stay integers. Only the 8
 // non-zero lanes of each B fragment are stored and read (the rest load nothing), and each k step
-// has its own sums, so a quad's 8 mmas do not wait on each other (session 24: 497 -> 418 ns a tile).
+// has its own sums, so a quad's 8 mmas do not wait on each other (497 -> 418 ns a tile).
 constexpr int kRowPitch = kChunks * 16 + 16;  // bytes: 16 B of padding keep the quads' loads off one bank
 constexpr int kMmaWarpsPerTile = kWarps / (kRows / 16);  // warps sharing one 16-row tile (each a range of quads)
 constexpr int kQuadsPerWarp = kQuads / kMmaWarpsPerTile;

@@ -1,6 +1,6 @@
 // What a decode kernel pays to fetch its machine code: each decode kernel runs its body once per
 // block, right after its PDL wait, and a layer's five kernels hold ~200 KB of code, so the body
-// may run from a cold instruction cache (docs/performance.md, sessions 9 and 37).
+// may run from a cold instruction cache (docs/design.md, "The kernel chain of a layer").
 //
 // A CUDA graph of kSteps kernels under programmatic dependent launch, one block of 512 threads a
 // multiprocessor. Each kernel waits, then runs a straight-line body of OPS FMAs (8 independent

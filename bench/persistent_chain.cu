@@ -2,7 +2,7 @@
 // next one's input, as in a decode step) run by ONE launch of one block per multiprocessor, each
 // block copying its next stage's weight rows into the other half of its shared memory (bulk copies)
 // while the current stage waits for its input or computes, dependencies as counters in global
-// memory. docs/design.md ("one persistent decode step") estimates ~20 us a layer from this; the
+// memory. docs/design.md ("Where the next performance floors are") builds on this; the
 // figure printed here is the mechanism's own: us a layer of 31 MB (a Qwen3.5-35B-A3B DeltaNet
 // layer's 4-bit weights: input projections, output projection, router, gate+up, down) and the
 // fraction of the copy bandwidth it reaches. "Routed" runs copy gate+up's and down's rows only once

@@ -1,6 +1,6 @@
 // What one kernel boundary costs a batch-1 decode step against one grid-wide barrier inside a
 // kernel, on the GPU at hand: the figure that decides between more fusion under PDL and a
-// persistent kernel per layer (docs/performance.md, session 5).
+// persistent kernel per layer (docs/design.md, "Performance model").
 //
 // Both chains pass a value from block to block each step (block b reads what block b+1 wrote),
 // with the decode GEMV's launch shape (3 blocks of 256 threads per multiprocessor):

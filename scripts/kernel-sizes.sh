@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Here (no GPU needed): the machine code size of each decode kernel, in SASS instructions for
 # sm_90a, read from the .text sections of the cubins nvcc writes. A decode kernel runs its body
-# once per block, so the instructions it executes are likely fetched cold (docs/performance.md,
-# session 9); this shows what a change adds before a device call measures it.
+# once per block, so the instructions it executes are likely fetched cold (docs/design.md, "The
+# kernel chain of a layer"); this shows what a change adds before a device call measures it.
 # Usage: scripts/kernel-sizes.sh [FILTER_REGEX] [SOURCE.cu...]   (default: every src/backend/cuda/*.cu)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -840,8 +840,8 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
               cosines[cosines.size() / 2], below, cosines.size());
   // Bounds from four GPU runs with fresh inputs: 6-14 of 103 positions below 0.999, medians
   // 0.99979-0.99985, minima 0.974-0.993 (fp16 activations in the 4-bit GEMVs); with two int8
-  // levels, four runs: 10-18 below, medians 0.99980-0.99984, minima 0.981-0.996; session 6, three
-  // runs: 4, 15 and 24 below, medians 0.99972-0.99985, minima 0.982-0.992 — the 100 prefill
+  // levels, four runs: 10-18 below, medians 0.99980-0.99984, minima 0.981-0.996; with the weights
+  // staged in shared memory, three runs: 4, 15 and 24 below, medians 0.99972-0.99985, minima 0.982-0.992 — the 100 prefill
   // positions ran unchanged code, so that spread is the fresh inputs' alone: the count's bound
   // sits at 30%, the median and minimum bounds catch a real loss of precision.
   EXPECT_GE(cosines[cosines.size() / 2], 0.9995);

@@ -5,12 +5,12 @@
 // a later phase into its own shared memory while an earlier one computes or waits (the output
 // projection's rows land during the input projections' dots and the step, the shared expert's
 // during everything before gate+up), which separate kernels cannot do because a kernel's blocks
-// are not resident until the one before has left (docs/design.md, "one persistent decode step").
-// The phases run the same device functions as the one-token kernels (gemv.cuh, topk.cuh,
-// deltanet_step.cuh), so each output row is computed as those kernels compute it. Measured 21%
-// slower than the kernel chain in session 18 (docs/performance.md: the step and the top-k after
-// the router sums' atomics are the slow phases) and 32% slower than the later chain in session 52,
-// so it runs only where CudaOptions asks for it.
+// are not resident until the one before has left (docs/design.md, "Where the next performance
+// floors are"). The phases run the same device functions as the one-token kernels (gemv.cuh,
+// topk.cuh, deltanet_step.cuh), so each output row is computed as those kernels compute it.
+// Measured 21% slower than the kernel chain when it was built (the step and the top-k after the
+// router sums' atomics were the slow phases) and 32% slower than today's chain
+// (docs/performance.md), so it runs only where CudaOptions asks for it.
 #include "backend/cuda/deltanet_step.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/grid_counts.cuh"
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) deltanet_layer_kernel(DeltaNetLay
   const auto row0 = [](int) { return int64_t(0); };
 
   // Copies by the whole block (16-byte cp.async from every thread lands sooner than a few bulk
-  // copies: session 9), each set counted on its own barrier.
+  // copies), each set counted on its own barrier.
   auto issue_out = [&] {
     if (out_rows <= 0) return;
     copy_rows_async(out_tile, out_m, out_r0, out_rows);

@@ -23,8 +23,8 @@ inline int decode_threads(const DeltaNetShape& d) {
 // took ~1 us a block):
 // conv + SiLU of its key head's q and k channels and of its own v channels (a thread per channel,
 // continuing the conv state), q/k L2 norms and gates, the delta rule, and the gated RMSNorm.
-// Latency decides its time (stamps, docs/performance.md session 26: ~3.5 us after the wait, ~0.5
-// of it the one round trip for x), so everything that does not need the input projections' rows
+// Latency decides its time (stamps: ~3.5 us after the wait, ~0.5 of it the one round trip for
+// x), so everything that does not need the input projections' rows
 // happens before the wait: weights, settled states, the conv's history taps and the reader count
 // below. After it: one round trip of loads, four block barriers, short sums (4 accumulators,
 // float4 reads of q and k).

@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(32 * kAsyncWarps, 1)
   // decode kernel's code is otherwise fetched cold after its wait). One loop body for both passes
   // keeps them the same instructions. Blocks that start late skip it: it would delay them. The
   // output projections (4,096 columns: CPL 4) take the ring path below, so its stand-in pass
-  // matters (session 44: without it, -1.0 to -1.4%).
+  // matters (without it decode measured 1.0-1.4% slower).
 #pragma unroll 1
   for (int pass = CPL > 0 && int(blockIdx.x) < segs.warm_blocks ? 0 : 1; pass < 2; ++pass) {
     const bool real = pass == 1;

@@ -389,10 +389,11 @@ constexpr size_t kExpertAsyncMaxSmem = 200 * 1024;
 // at once with cp.async (the shared expert's before waiting for the router, a routed expert's
 // as soon as its id is read), stages its token's activations while they land and keeps its
 // lane's chunks of them in registers; a warp per row, gate and up side by side. It asks L2 for
-// none of down's rows: that traffic met other blocks' expert copies in HBM (session 17: gate+up
-// 0.6 us a layer faster without it, down unchanged). With pick.any() (the router wrote logits or sums only) a routed block first runs the softmax + top-k
-// itself, a step sooner than the router's last block could hand it over through memory; block
-// (0, 0) writes the ids and weights for the down kernel.
+// none of down's rows: that traffic met other blocks' expert copies in HBM (without it gate+up is
+// 0.6 us a layer faster and down no slower). With pick.any() (the router wrote logits or sums
+// only) a routed block first runs the softmax + top-k itself, a step sooner than the router's last
+// block could hand it over through memory; block (0, 0) writes the ids and weights for the down
+// kernel.
 template <WFormat F, int CPL>
 __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
     gate_up_async_kernel(DeviceMatrix gate, DeviceMatrix up, DeviceMatrix s_gate, DeviceMatrix s_up, bool has_shared,
@@ -555,8 +556,8 @@ __global__ void __launch_bounds__(32 * kExpertAsyncWarps, 1)
   if (has_shared && issues == k) bulk_rows(tile(k), with_data(dm, s_down), r0, rows, &landed);
   pdl_wait();
   // Both staging passes' activations (all of them: down_async_split allows at most 5 pairs a
-  // lane) are loaded before the routed copies go out (session 48: +0.8% decode against the
-  // second pass loaded after them).
+  // lane) are loaded before the routed copies go out (+0.8% decode against loading the second
+  // pass after them).
   const StageInputs ahead = stage_ahead<F>(act, 4, down.cols, n, act_row);
   const StageInputs ahead2 = stage_ahead_second<F>(act, 4, down.cols, n, act_row);
   const float mix_t = t < k ? weights[t] : t < n ? sgate[0] : 0.0f;
