@@ -29,10 +29,17 @@ std::string content_text(const json& content, const std::string& path) {
 }
 
 // Arguments as an object when they are a JSON object written as a string; otherwise as given.
-json arguments_value(const json& arguments) {
+// Too deep a JSON text is refused: the template would walk it recursively.
+json arguments_value(const json& arguments, const std::string& path) {
   if (!arguments.is_string()) return arguments;
-  json parsed = json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-  return parsed.is_object() ? parsed : arguments;
+  try {
+    json parsed = parse_json_capped(arguments.get<std::string>());
+    return parsed.is_object() ? parsed : arguments;
+  } catch (const JsonTooDeep& e) {
+    throw invalid(path, path + ": the arguments' JSON " + e.what());
+  } catch (const json::exception&) {
+    return arguments;
+  }
 }
 
 json parse_tool_calls(const json& calls, const std::string& path) {
@@ -49,9 +56,10 @@ json parse_tool_calls(const json& calls, const std::string& path) {
     if (arguments && !arguments->is_string() && !arguments->is_object())
       throw invalid(fn.name("arguments"), fn.name("arguments") + ": expected a JSON string or an object, found " +
                                               type_name(*arguments));
+    const json value = arguments ? arguments_value(*arguments, fn.name("arguments")) : json::object();
     json normalized = {{"id", call.string("id").value_or("")},
                        {"type", "function"},
-                       {"function", {{"name", *name}, {"arguments", arguments ? arguments_value(*arguments) : json::object()}}}};
+                       {"function", {{"name", *name}, {"arguments", value}}}};
     out.push_back(std::move(normalized));
   }
   return out;

@@ -81,5 +81,17 @@ TEST(ChatTemplateEngine, KwargsAndSpecialTokensAreVariables) {
   EXPECT_EQ(tmpl.apply(req), "<s>hi!");
 }
 
+// Values are walked recursively; nesting past 256 levels is refused before it can overflow the stack.
+TEST(ChatTemplateEngine, DeeplyNestedValuesAreRefused) {
+  const auto nested = [](int depth) {
+    nlohmann::ordered_json v = 1;
+    for (int i = 0; i < depth; ++i) v = nlohmann::ordered_json::array({std::move(v)});
+    return v;
+  };
+  EXPECT_NO_THROW(jinja::Value::from_json(nested(255)));
+  EXPECT_THROW(jinja::Value::from_json(nested(256)), std::invalid_argument);
+  EXPECT_THROW(jinja::Value::from_json(nested(20000)), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace petrel
