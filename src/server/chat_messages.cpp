@@ -3,6 +3,7 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "tokenizer/chat_template.h"
 
 namespace petrel::server {
 namespace {
@@ -129,6 +130,14 @@ json parse_template_kwargs(const Fields& body) {
   if (!kwargs) return json::object();
   if (!kwargs->is_object())
     throw invalid("chat_template_kwargs", "chat_template_kwargs: expected an object, found " + type_name(*kwargs));
+  for (const auto& item : kwargs->items()) {
+    const std::string& key = item.key();
+    const std::string name = "chat_template_kwargs." + key;
+    // The validated messages (and the server's other render variables) must reach the template as they are.
+    if (ChatTemplate::sets_variable(key))
+      throw invalid(name, name + ": '" + key + "' is set by the server for the chat template (messages, tools, " +
+                              "add_generation_prompt, special tokens, template functions) and cannot be replaced");
+  }
   return *kwargs;
 }
 

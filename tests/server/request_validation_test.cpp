@@ -185,5 +185,17 @@ TEST(RequestValidation, ToolCallArgumentsNestedTooDeeplyAreRefused) {
             "{\"a\": 1e400}");
 }
 
+TEST(RequestValidation, TemplateKwargsCannotReplaceWhatTheServerRenders) {
+  json body = table()["valid"][0]["body"];
+  for (const char* key : {"messages", "tools", "add_generation_prompt", "eos_token", "raise_exception"}) {
+    body["chat_template_kwargs"] = {{key, json::array()}};
+    const auto [status, what] = refusal([&] { parse_chat_request(body, tiny_defaults()); });
+    EXPECT_EQ(status, 400);
+    EXPECT_TRUE(what.starts_with(std::string("chat_template_kwargs.") + key + " | ")) << what;
+  }
+  body["chat_template_kwargs"] = {{"enable_thinking", false}, {"custom", "x"}};
+  EXPECT_EQ(parse_chat_request(body, tiny_defaults()).template_kwargs, body["chat_template_kwargs"]);
+}
+
 }  // namespace
 }  // namespace petrel::server
