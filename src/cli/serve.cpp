@@ -110,11 +110,15 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str();
-  cmd->add_option("--special-tokens-in-content", a.serve.special_tokens_in_content,
-                  "Special-token text in what chat clients send: text (encoded as plain text, as OpenAI does; "
-                  "default) or special (encoded as the tokens)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, server::ClientSpecialTokens>{
-          {"text", server::ClientSpecialTokens::Text}, {"special", server::ClientSpecialTokens::Special}}));
+  cmd->add_option_function<std::string>(
+         "--special-tokens-in-content",
+         [](const std::string& v) {
+           a.serve.special_tokens_in_content =
+               v == "special" ? server::ClientSpecialTokens::Special : server::ClientSpecialTokens::Text;
+         },
+         "Special-token text in what chat clients send: text (encoded as plain text, as OpenAI does; default) "
+         "or special (encoded as the tokens)")
+      ->option_text("text|special")->check(CLI::IsMember({"text", "special"}));
   cmd->add_option("--max-body", a.http.max_body_bytes, "Largest request body in bytes")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
