@@ -13,6 +13,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions&) {
 
 double cuda_copy_bandwidth() { throw Error("this build has no CUDA backend"); }
 
+// `petrel bench --breakdown` asks for kernel traces; without CUDA there are none.
 bool cuda::KernelTrace::available() { return false; }
 void cuda::KernelTrace::start() { throw Error("kernel trace: this build has no CUDA backend"); }
 std::vector<cuda::KernelRecord> cuda::KernelTrace::stop() { return {}; }

@@ -131,7 +131,19 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--special-tokens-in-content",
+         [](const std::string& v) {
+           a.serve.special_tokens_in_content =
+               v == "special" ? server::ClientSpecialTokens::Special : server::ClientSpecialTokens::Text;
+         },
+         "Special-token text in what chat clients send: text (encoded as plain text, as OpenAI does; default) "
+         "or special (encoded as the tokens)")
+      ->option_text("text|special")->check(CLI::IsMember({"text", "special"}));
   add_limit_flags(cmd, a.http);
+  cmd->add_option("--max-json-depth", a.serve.max_json_depth,
+                  "Deepest nesting of a request body's JSON (400 beyond; JSON inside strings and in tool calls the model writes is capped at 64)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_load_flags(cmd, a.serve.load);

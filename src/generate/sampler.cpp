@@ -17,6 +17,10 @@ bool before(const C& a, const C& b) {
 
 }  // namespace
 
+// Tokens level with the top one get z = 0 even when the top is +inf (a tiny repetition penalty
+// can overflow a logit), where (top - top) would be NaN and leave no candidate at all.
+float relative_logit(float logit, float top, float inv_t) { return logit == top ? 0.0f : (logit - top) * inv_t; }
+
 int32_t argmax(const float* logits, int n) {
   return int32_t(std::max_element(logits, logits + n) - logits);
 }
@@ -87,7 +91,7 @@ double Sampler::select() {
   const float inv_t = 1.0f / params_.temperature;
   candidates_.clear();
   for (int i = 0; i < vocab_; ++i) {
-    const float z = (adjusted_[size_t(i)] - top) * inv_t;
+    const float z = relative_logit(adjusted_[size_t(i)], top, inv_t);
     if (z > -INFINITY) candidates_.push_back({z, i});
   }
   keep_top_k();

@@ -12,6 +12,10 @@ namespace petrel {
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(const float* logits, int n);
 
+// A token's z: the log of its weight relative to the top token, (logit - top) / T, and 0 for
+// every token level with the top (also an infinite one). The device sampler computes the same.
+float relative_logit(float logit, float top, float inv_t);
+
 // Penalties -> logit bias -> temperature -> top-k -> top-p -> min-p -> one draw. Filters use
 // partial selection (nth_element, growing partial sorts), never a sort of the whole vocabulary.
 // The draw accumulates the kept tokens' weights in token-id order.

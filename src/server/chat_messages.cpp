@@ -3,6 +3,7 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "tokenizer/chat_template.h"
 
 namespace petrel::server {
 namespace {
@@ -29,10 +30,17 @@ std::string content_text(const json& content, const std::string& path) {
 }
 
 // Arguments as an object when they are a JSON object written as a string; otherwise as given.
-json arguments_value(const json& arguments) {
+// Too deep a JSON text is refused: the template would walk it recursively.
+json arguments_value(const json& arguments, const std::string& path) {
   if (!arguments.is_string()) return arguments;
-  json parsed = json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-  return parsed.is_object() ? parsed : arguments;
+  try {
+    json parsed = parse_json_capped(arguments.get<std::string>());
+    return parsed.is_object() ? parsed : arguments;
+  } catch (const JsonTooDeep& e) {
+    throw invalid(path, path + ": the arguments' JSON " + e.what());
+  } catch (const json::exception&) {
+    return arguments;
+  }
 }
 
 json parse_tool_calls(const json& calls, const std::string& path) {
@@ -49,9 +57,10 @@ json parse_tool_calls(const json& calls, const std::string& path) {
     if (arguments && !arguments->is_string() && !arguments->is_object())
       throw invalid(fn.name("arguments"), fn.name("arguments") + ": expected a JSON string or an object, found " +
                                               type_name(*arguments));
+    const json value = arguments ? arguments_value(*arguments, fn.name("arguments")) : json::object();
     json normalized = {{"id", call.string("id").value_or("")},
                        {"type", "function"},
-                       {"function", {{"name", *name}, {"arguments", arguments ? arguments_value(*arguments) : json::object()}}}};
+                       {"function", {{"name", *name}, {"arguments", value}}}};
     out.push_back(std::move(normalized));
   }
   return out;
@@ -121,6 +130,14 @@ json parse_template_kwargs(const Fields& body) {
   if (!kwargs) return json::object();
   if (!kwargs->is_object())
     throw invalid("chat_template_kwargs", "chat_template_kwargs: expected an object, found " + type_name(*kwargs));
+  for (const auto& item : kwargs->items()) {
+    const std::string& key = item.key();
+    const std::string name = "chat_template_kwargs." + key;
+    // The validated messages (and the server's other render variables) must reach the template as they are.
+    if (ChatTemplate::sets_variable(key))
+      throw invalid(name, name + ": '" + key + "' is set by the server for the chat template (messages, tools, " +
+                              "add_generation_prompt, special tokens, template functions) and cannot be replaced");
+  }
   return *kwargs;
 }
 

@@ -10,7 +10,8 @@ namespace petrel::server {
 json parse_messages(const Fields& body);
 // `body`'s "tools": null when absent or empty, else the array of function tools as given.
 json parse_tools(const Fields& body);
-// `body`'s "chat_template_kwargs": an object (empty when absent).
+// `body`'s "chat_template_kwargs": an object (empty when absent) whose keys name no variable the
+// render sets itself (ChatTemplate::sets_variable).
 json parse_template_kwargs(const Fields& body);
 
 }  // namespace petrel::server

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace petrel::server {
 
@@ -14,8 +16,30 @@ using json = nlohmann::ordered_json;
 // Serialises what the server writes: invalid UTF-8 (never expected) becomes U+FFFD instead of throwing.
 std::string dump(const json& value);
 
-// Parses a request body; malformed JSON, nesting deeper than `max_depth` and non-objects are 400s.
-json parse_body(const std::string& body, int max_depth = 64);
+// Deepest nesting accepted in JSON text from clients or the model: parsed values are walked
+// recursively afterwards (chat-template values, dumps), so the cap is enforced while parsing.
+constexpr int kMaxJsonDepth = 64;
+
+// JSON text nesting deeper than the cap; `path` names the value that crosses it ("a[0][0]").
+class JsonTooDeep : public std::runtime_error {
+ public:
+  JsonTooDeep(std::string path, int max_depth);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Parses untrusted JSON text, refusing nesting deeper than `max_depth` levels while parsing
+// (JsonTooDeep). Malformed text throws json::exception: parse_error, or out_of_range for a
+// number beyond a double (1e400).
+json parse_json_capped(std::string_view text, int max_depth = kMaxJsonDepth);
+// The same, nullopt when the text is malformed or too deep (model output that may be JSON).
+std::optional<json> try_parse_json(std::string_view text, int max_depth = kMaxJsonDepth);
+
+// Parses a request body; malformed JSON, nesting deeper than `max_depth` and non-objects are
+// 400s. Out-of-range numbers and too-deep values name their field.
+json parse_body(const std::string& body, int max_depth = kMaxJsonDepth);
 
 class Fields {
  public:

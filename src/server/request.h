@@ -16,6 +16,7 @@ struct RequestDefaults {
   SamplingParams sampling; // generation_config.json's, greedy when it says nothing
   int vocab = 0;           // model rows: token ids (prompt, logit_bias) must be below it
   int max_tokens = -1;     // when a request gives none; -1: until EOS or a full context
+  int max_json_depth = kMaxJsonDepth;  // a request body nesting deeper is a 400
 };
 
 // Fields both endpoints share.

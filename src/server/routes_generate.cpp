@@ -24,7 +24,7 @@ void respond(ServerState& state, Submission submission, std::unique_ptr<Response
 void chat_completions(ServerState& state, const http::Request& req, http::Response& res) {
   ServedModel& model = ready_model(state);
   auto in_flight = std::make_unique<ServerState::InFlight>(state);
-  const ChatCompletionRequest r = parse_chat_request(parse_body(req.body), model.defaults());
+  const ChatCompletionRequest r = parse_chat_request(parse_body(req.body, model.defaults().max_json_depth), model.defaults());
   std::vector<int32_t> prompt = model.chat_prompt(r.messages, r.tools, r.template_kwargs, /*add_generation_prompt=*/true);
   std::optional<ToolCallParser> tools;
   if (r.parse_tool_calls) tools.emplace(r.tools);
@@ -38,7 +38,7 @@ void chat_completions(ServerState& state, const http::Request& req, http::Respon
 void completions(ServerState& state, const http::Request& req, http::Response& res) {
   ServedModel& model = ready_model(state);
   auto in_flight = std::make_unique<ServerState::InFlight>(state);
-  TextCompletionRequest r = parse_completion_request(parse_body(req.body), model.defaults());
+  TextCompletionRequest r = parse_completion_request(parse_body(req.body, model.defaults().max_json_depth), model.defaults());
   std::vector<int32_t> prompt = r.prompt_ids.empty() ? model.encode(r.prompt) : std::move(r.prompt_ids);
   // Plain text in, plain text out: no reasoning split, no tool calls.
   auto answer = std::make_unique<AnswerStream>(model.tokenizer(), ThinkFilter(), r.gen.stops, std::nullopt);

@@ -39,7 +39,7 @@ void models(const ServerState& state, http::Response& res, int64_t started) {
 // the ids a completion request with the same fields would be given.
 void tokenize(const ServerState& state, const http::Request& req, http::Response& res) {
   const ServedModel& model = ready_model(state);
-  const json body = parse_body(req.body);
+  const json body = parse_body(req.body, model.defaults().max_json_depth);
   const Fields f(body, "");
   check_model_name(f, model.name());
   std::vector<int32_t> ids;
@@ -56,7 +56,7 @@ void tokenize(const ServerState& state, const http::Request& req, http::Response
 
 void detokenize(const ServerState& state, const http::Request& req, http::Response& res) {
   const ServedModel& model = ready_model(state);
-  const json body = parse_body(req.body);
+  const json body = parse_body(req.body, model.defaults().max_json_depth);
   const Fields f(body, "");
   check_model_name(f, model.name());
   const json* tokens = f.get("tokens");

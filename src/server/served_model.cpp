@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "generate/generation_config.h"
 #include "server/api_error.h"
+#include "tokenizer/special_text_guard.h"
 
 namespace petrel::server {
 namespace {
@@ -33,7 +34,10 @@ std::string folder_name(const std::string& dir) {
 }  // namespace
 
 ServedModel::ServedModel(const ServeOptions& o)
-    : loaded_(load_model(o.dir, o.load)), tokenizer_(Tokenizer::load(o.dir)), chat_template_(load_template(o.dir, template_error_)) {
+    : loaded_(load_model(o.dir, o.load)),
+      tokenizer_(Tokenizer::load(o.dir)),
+      chat_template_(load_template(o.dir, template_error_)),
+      client_special_tokens_(o.special_tokens_in_content) {
   const ModelConfig& config = loaded_.config();
   const GenerationDefaults generation = load_generation_defaults(o.dir, [&](const std::string& text) {
     const auto id = tokenizer_.token_id(text);
@@ -43,6 +47,7 @@ ServedModel::ServedModel(const ServeOptions& o)
   defaults_.sampling = generation.sampling;
   defaults_.vocab = config.vocab;
   defaults_.max_tokens = o.max_tokens;
+  defaults_.max_json_depth = o.max_json_depth;
   for (int id : config.eos_ids) add_unique(eos_ids_, id);
   for (int32_t id : generation.eos_ids) add_unique(eos_ids_, id);
   SchedulerOptions scheduler = o.scheduler;
@@ -61,23 +66,34 @@ std::vector<int32_t> ServedModel::encode(const std::string& text) const {
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
+std::string ServedModel::render(const ChatRequest& request) const {
+  try {
+    return chat_template_->apply(request);
+  } catch (const std::exception& e) {  // raise_exception, or a template meeting values it cannot handle
+    throw invalid("messages", std::string("the chat template rejected the conversation: ") + e.what());
+  }
+}
+
 std::vector<int32_t> ServedModel::chat_prompt(const json& messages, const json& tools, const json& kwargs,
                                               bool add_generation_prompt) const {
   if (!chat_template_)
     throw ApiError(400, "this checkpoint has no usable chat template (" + template_error_ + "): use /v1/completions",
                    "messages", "no_chat_template");
   ChatRequest request;
-  request.messages = messages;
-  request.tools = tools;
-  request.kwargs = kwargs;
   request.add_generation_prompt = add_generation_prompt;
-  std::string text;
-  try {
-    text = chat_template_->apply(request);
-  } catch (const std::exception& e) {  // raise_exception, or a template meeting values it cannot handle
-    throw invalid("messages", std::string("the chat template rejected the conversation: ") + e.what());
+  if (client_special_tokens_ == ClientSpecialTokens::Special) {
+    request.messages = messages;
+    request.tools = tools;
+    request.kwargs = kwargs;
+    return encode(render(request));
   }
-  return encode(text);
+  SpecialTextGuard guard(tokenizer_.special_token_texts());
+  request.messages = guard.shield(messages);
+  request.tools = guard.shield(tools);
+  request.kwargs = guard.shield(kwargs);
+  const GuardedText prompt = guard.restore(render(request));
+  const std::vector<uint32_t> ids = tokenizer_.encode(prompt.text, prompt.literal);
+  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
 void ServedModel::check_fits(size_t prompt_tokens, const char* param) const {

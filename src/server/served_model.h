@@ -14,12 +14,21 @@
 
 namespace petrel::server {
 
+// How special-token text inside what a chat client sends (message contents, names, tool calls,
+// tool results, tools, template arguments) is encoded.
+enum class ClientSpecialTokens {
+  Text,     // as plain text, as OpenAI's API does: a client cannot forge the template's turns
+  Special,  // as the special tokens, as apply_chat_template followed by encode does
+};
+
 struct ServeOptions {
   std::string dir;
   std::string model_name;  // "" : the folder's name
   LoadOptions load;
   SchedulerOptions scheduler;
   int max_tokens = -1;     // default for requests without max_tokens; -1: until EOS or a full context
+  ClientSpecialTokens special_tokens_in_content = ClientSpecialTokens::Text;
+  int max_json_depth = kMaxJsonDepth;  // nesting of a request body (400 beyond)
 };
 
 class ServedModel {
@@ -38,18 +47,23 @@ class ServedModel {
   std::string summary() const;
 
   // Messages (and tools) through the chat template, then the tokenizer. A template that rejects
-  // the conversation (raise_exception) is a 400 naming "messages".
+  // the conversation (raise_exception) is a 400 naming "messages". Special-token text from the
+  // client is encoded as the options say (ClientSpecialTokens); the template's own are tokens.
   std::vector<int32_t> chat_prompt(const json& messages, const json& tools, const json& kwargs,
                                    bool add_generation_prompt) const;
+  // Raw text, special-token text included as the tokens (/v1/completions prompts).
   std::vector<int32_t> encode(const std::string& text) const;
   // A 400 (code context_length_exceeded, naming `param`) when the prompt leaves no room to answer.
   void check_fits(size_t prompt_tokens, const char* param) const;
 
  private:
+  std::string render(const ChatRequest& request) const;
+
   LoadedModel loaded_;
   Tokenizer tokenizer_;
   std::string template_error_;  // why there is no chat template; declared before chat_template_, which sets it
   std::optional<ChatTemplate> chat_template_;
+  ClientSpecialTokens client_special_tokens_;
   RequestDefaults defaults_;
   std::vector<int32_t> eos_ids_;
   int context_;

@@ -19,7 +19,7 @@ size_t partial_tag(std::string_view text, std::string_view tag) {
 }
 
 std::optional<ToolCall> parse_json_call(std::string_view body) {
-  const json call = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json call = try_parse_json(body).value_or(json());
   if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return std::nullopt;
   const json arguments = call.contains("arguments") ? call["arguments"] : json::object();
   if (arguments.is_string()) return ToolCall{call["name"].get<std::string>(), arguments.get<std::string>()};
@@ -48,11 +48,11 @@ std::string parameter_type(const json& tools, const std::string& function, const
   return "";
 }
 
-// A parameter's text as a JSON value: kept a string when the schema says so or it is no JSON.
+// A parameter's text as a JSON value: kept a string when the schema says so, or it is no JSON
+// (or nests too deep).
 json parameter_value(std::string_view text, const std::string& type) {
   if (type == "string") return std::string(text);
-  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return parsed.is_discarded() ? json(std::string(text)) : parsed;
+  return try_parse_json(text).value_or(json(std::string(text)));
 }
 
 // <function=NAME> <parameter=P>\nVALUE\n</parameter> ... </function>

@@ -16,8 +16,9 @@ struct ToolCall {
   std::string arguments;  // a JSON object as text, as OpenAI's "arguments"
 };
 
-// The call a <tool_call> block holds, or nullopt when it is neither form. `tools` (the request's,
-// or null) gives parameter types for the XML form: values of non-string parameters are read as JSON.
+// The call a <tool_call> block holds, or nullopt when it is neither form (JSON nesting deeper
+// than kMaxJsonDepth counts as neither). `tools` (the request's, or null) gives parameter types
+// for the XML form: values of non-string parameters are read as JSON.
 std::optional<ToolCall> parse_tool_call(std::string_view block, const json& tools);
 
 class ToolCallParser {

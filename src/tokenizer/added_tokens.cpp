@@ -63,10 +63,23 @@ std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::next_match(std::strin
   return std::nullopt;
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
+std::optional<size_t> AddedTokenMatcher::skip_literal(const Match& m, std::span<const ByteRange> literal) const {
+  if (!tokens_[m.token].special) return std::nullopt;
+  // The first range that ends after the match begins.
+  const auto it = std::upper_bound(literal.begin(), literal.end(), m.begin,
+                                   [](size_t pos, const ByteRange& r) { return pos < r.end; });
+  if (it == literal.end() || it->begin >= m.end) return std::nullopt;
+  return it->begin <= m.begin ? m.end : m.begin + 1;
+}
+
+void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out, std::span<const ByteRange> literal) const {
   size_t emitted = 0;  // end of the last segment pushed
   size_t scan = 0;     // where the automaton resumes: the raw end of the last match found
   while (auto m = next_match(text, scan)) {
+    if (auto resume = skip_literal(*m, literal)) {
+      scan = *resume;
+      continue;
+    }
     scan = m->end;
     const AddedToken& token = tokens_[m->token];
     if (token.single_word && (word_before(text, m->begin) || word_after(text, m->end))) continue;

@@ -3,9 +3,12 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "petrel/tokenizer.h"
 
 namespace petrel::tokenizer {
 
@@ -35,8 +38,11 @@ class AddedTokenMatcher {
 
   bool empty() const { return tokens_.empty(); }
 
-  // Splits `text` into segments covering it, in order.
-  void split(std::string_view text, std::vector<Segment>& out) const;
+  // Splits `text` into segments covering it, in order. A special token overlapping a `literal`
+  // range (sorted, disjoint) is not a match: the scan resumes after it when it begins inside the
+  // range (as Hugging Face skips a match), one byte on otherwise (so that a token of the text
+  // around can still begin inside it).
+  void split(std::string_view text, std::vector<Segment>& out, std::span<const ByteRange> literal = {}) const;
 
  private:
   struct Match {
@@ -44,6 +50,8 @@ class AddedTokenMatcher {
     size_t token;
   };
   std::optional<Match> next_match(std::string_view text, size_t from) const;
+  // Where the scan resumes when `m` is a special token over literal text; nullopt when `m` counts.
+  std::optional<size_t> skip_literal(const Match& m, std::span<const ByteRange> literal) const;
 
   std::vector<AddedToken> tokens_;
   std::vector<std::string> patterns_;

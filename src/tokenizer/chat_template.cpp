@@ -1,9 +1,11 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_template.h"
 
 namespace petrel {
@@ -19,10 +21,16 @@ std::string read_text(const std::filesystem::path& path) {
   return s.str();
 }
 
+constexpr const char* kSpecialTokenNames[] = {"bos_token", "eos_token", "unk_token", "pad_token",
+                                              "sep_token", "cls_token", "mask_token"};
+// What apply() itself sets besides the special tokens (and the engine's global functions).
+constexpr const char* kRequestVariables[] = {"messages", "tools", "documents", "add_generation_prompt",
+                                             "additional_special_tokens"};
+
 // The special tokens transformers passes to templates: string values, or {"content": ...}.
 ordered_json special_tokens_of(const ordered_json& config) {
   ordered_json out = ordered_json::object();
-  for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
+  for (const char* name : kSpecialTokenNames) {
     if (!config.contains(name)) continue;
     const auto& v = config[name];
     if (v.is_string()) out[name] = v;
@@ -84,6 +92,15 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;
 
+bool ChatTemplate::sets_variable(const std::string& name) {
+  const auto is_name = [&](const char* n) { return name == n; };
+  if (std::any_of(std::begin(kSpecialTokenNames), std::end(kSpecialTokenNames), is_name) ||
+      std::any_of(std::begin(kRequestVariables), std::end(kRequestVariables), is_name))
+    return true;
+  const auto globals = jinja::global_functions();
+  return std::any_of(globals.begin(), globals.end(), [&](const auto& g) { return g.first == name; });
+}
+
 std::string ChatTemplate::apply(const ChatRequest& request) const {
   if (!request.messages.is_array() || request.messages.empty())
     throw Error("cannot apply the chat template to an empty conversation: give at least one message");
@@ -97,7 +114,10 @@ std::string ChatTemplate::apply(const ChatRequest& request) const {
   vars.emplace_back("tools", jinja::Value::from_json(request.tools));
   vars.emplace_back("documents", jinja::Value::none());
   vars.emplace_back("add_generation_prompt", jinja::Value::from(request.add_generation_prompt));
-  for (const auto& [k, v] : request.kwargs.items()) vars.emplace_back(k, jinja::Value::from_json(v));
+  for (const auto& [k, v] : request.kwargs.items()) {
+    if (sets_variable(k)) throw Error("template argument '" + k + "' would replace the variable the render sets itself");
+    vars.emplace_back(k, jinja::Value::from_json(v));
+  }
   return it->second->render(vars);
 }
 

@@ -32,7 +32,13 @@ class ChatTemplate {
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();
 
+  // Throws petrel::Error when a kwarg names a variable the render sets itself (sets_variable).
   std::string apply(const ChatRequest& request) const;
+
+  // Whether the render sets variable `name` itself: messages, tools, documents,
+  // add_generation_prompt, the special-token strings (bos_token, ...) and the global functions
+  // (raise_exception, range, ...). Template arguments must not replace them.
+  static bool sets_variable(const std::string& name);
 
  private:
   std::map<std::string, std::shared_ptr<const jinja::Template>> templates_;

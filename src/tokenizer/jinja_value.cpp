@@ -245,31 +245,43 @@ Value Value::function(std::string name, NativeFunction fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+// Values are walked recursively (printing, tojson, comparison, destruction): JSON nesting
+// deeper than any chat conversation needs is refused here, not left to overflow the stack.
+constexpr int kMaxJsonDepth = 256;
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth)
+    throw std::invalid_argument("a template value nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return from(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return from(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::from(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::from(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return from(static_cast<double>(u));
-      return from(static_cast<int64_t>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::from(static_cast<double>(u));
+      return Value::from(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return from(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return from(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return Value::from(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::from(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List items;
-      for (const auto& e : j) items.push_back(from_json(e));
-      return from(std::move(items));
+      for (const auto& e : j) items.push_back(from_json_at(e, depth + 1));
+      return Value::from(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
-      return from(std::move(items));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json_at(e, depth + 1));
+      return Value::from(std::move(items));
     }
-    default: return none();
+    default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 1); }
 
 const Value* Value::find(const std::string& key) const {
   if (!is_mapping()) return nullptr;

@@ -54,6 +54,7 @@ struct Value {
   static Value from(Dict items);
   static Value make_namespace(Dict items);
   static Value function(std::string name, NativeFunction fn);
+  // Throws std::invalid_argument past 256 levels of nesting (values are walked recursively).
   static Value from_json(const nlohmann::ordered_json& j);
 
   bool is_undefined() const { return kind == Kind::Undefined; }

@@ -106,6 +106,10 @@ std::vector<FilterCase> filter_cases(const std::vector<float>& logits) {
       {"penalties and bias, greedy", penalised({.temperature = 0.0f, .seed = 42}, likely), true},
       {"penalties, bias and all filters",
        penalised({.temperature = 1.1f, .top_k = 8, .top_p = 0.85f, .min_p = 0.01f, .seed = 42}, likely), true},
+      // 1/T overflows a float: greedy on both samplers.
+      {"temperature below 1/FLT_MAX", {.temperature = 1e-39f, .seed = 42}},
+      // Likely tokens divided by 1e-38 overflow to +inf: they share the whole probability.
+      {"infinite logits", {.temperature = 1.0f, .repetition_penalty = 1e-38f, .seed = 42}, true},
   };
 }
 

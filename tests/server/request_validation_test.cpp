@@ -121,5 +121,81 @@ TEST(RequestValidation, DeeplyNestedBodiesAreRefusedWhileParsing) {
   }
 }
 
+// The status and field of the ApiError `fn` throws ("" when it throws none).
+template <class Fn>
+std::pair<int, std::string> refusal(Fn fn) {
+  try {
+    fn();
+  } catch (const ApiError& e) {
+    return {e.status(), e.param() + " | " + e.code() + " | " + e.what()};
+  }
+  return {0, ""};
+}
+
+std::string brackets(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
+
+TEST(RequestValidation, BodiesNestDeeperThanTheLimitNamingWhere) {
+  // The body is the first level: 63 arrays inside it make 64.
+  EXPECT_NO_THROW(parse_body("{\"prompt\": " + brackets(kMaxJsonDepth - 1) + "}"));
+  std::string where = "prompt";
+  for (int i = 0; i < kMaxJsonDepth - 1; ++i) where += "[0]";
+  const auto [status, what] = refusal([&] { parse_body("{\"prompt\": " + brackets(kMaxJsonDepth) + "}"); });
+  EXPECT_EQ(status, 400);
+  EXPECT_TRUE(what.starts_with(where + " | ")) << what;
+  EXPECT_NE(what.find("deeper than 64 levels"), std::string::npos) << what;
+  const auto [deep_status, deep_what] =
+      refusal([&] { parse_body("{\"a\": [1, {\"b\": " + brackets(20000) + "}]}"); });
+  EXPECT_EQ(deep_status, 400);
+  EXPECT_TRUE(deep_what.starts_with("a[1].b[0][0]")) << deep_what;
+}
+
+TEST(RequestValidation, NumbersBeyondADoubleNameTheirField) {
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"temperature": 1e400})", "temperature"},
+           {R"({"a": {"b": [0, 2, -1E+999]}})", "a.b[2]"},
+           {R"({"logit_bias": {"5": 1e309}, "x": 1})", "logit_bias.5"}}) {
+    const auto [status, what] = refusal([&] { parse_body(body); });
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_TRUE(what.starts_with(field + " | invalid_json | " + field + ": expected a number within the range")) << what;
+  }
+  EXPECT_NO_THROW(parse_body(R"({"temperature": 1e-400, "big": 123456789012345678901234567890})"));
+}
+
+json with_arguments(const std::string& arguments) {
+  json body = table()["valid"][2]["body"];
+  body["messages"][1]["tool_calls"][0]["function"]["arguments"] = arguments;
+  return body;
+}
+
+TEST(RequestValidation, ToolCallArgumentsNestedTooDeeplyAreRefused) {
+  // The arguments object is the first level of their own JSON.
+  const json within = parse_chat_request(with_arguments("{\"a\": " + brackets(kMaxJsonDepth - 1) + "}"), tiny_defaults())
+                          .messages[1]["tool_calls"][0]["function"]["arguments"];
+  EXPECT_TRUE(within.is_object());
+  for (int depth : {kMaxJsonDepth, 20000}) {
+    const auto [status, what] =
+        refusal([&] { parse_chat_request(with_arguments("{\"a\": " + brackets(depth) + "}"), tiny_defaults()); });
+    EXPECT_EQ(status, 400);
+    EXPECT_TRUE(what.starts_with("messages[1].tool_calls[0].function.arguments | invalid_value | ")) << what;
+    EXPECT_NE(what.find("deeper than 64 levels"), std::string::npos) << what;
+  }
+  // Arguments that are no JSON object stay the string they were.
+  EXPECT_EQ(parse_chat_request(with_arguments("{\"a\": 1e400}"), tiny_defaults())
+                .messages[1]["tool_calls"][0]["function"]["arguments"],
+            "{\"a\": 1e400}");
+}
+
+TEST(RequestValidation, TemplateKwargsCannotReplaceWhatTheServerRenders) {
+  json body = table()["valid"][0]["body"];
+  for (const char* key : {"messages", "tools", "add_generation_prompt", "eos_token", "raise_exception"}) {
+    body["chat_template_kwargs"] = {{key, json::array()}};
+    const auto [status, what] = refusal([&] { parse_chat_request(body, tiny_defaults()); });
+    EXPECT_EQ(status, 400);
+    EXPECT_TRUE(what.starts_with(std::string("chat_template_kwargs.") + key + " | ")) << what;
+  }
+  body["chat_template_kwargs"] = {{"enable_thinking", false}, {"custom", "x"}};
+  EXPECT_EQ(parse_chat_request(body, tiny_defaults()).template_kwargs, body["chat_template_kwargs"]);
+}
+
 }  // namespace
 }  // namespace petrel::server

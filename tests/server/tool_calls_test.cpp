@@ -107,5 +107,25 @@ TEST(ToolCalls, OddSchemasDoNotDisturbTheXmlForm) {
   EXPECT_EQ(json::parse(call->arguments)["a"], 1);
 }
 
+std::string nested(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
+
+// The model's text is parsed with the nesting cap: a block too deep to walk safely is no call.
+TEST(ToolCalls, ModelJsonNestedTooDeeplyStaysContent) {
+  const std::string deep = "{\"name\": \"f\", \"arguments\": {\"a\": " + nested(20000) + "}}";
+  EXPECT_FALSE(parse_tool_call(deep, kTools));
+  const auto out = feed("<tool_call>" + deep + "</tool_call>", 4096);
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content, "<tool_call>" + deep + "</tool_call>");
+  const std::string within = "{\"name\": \"f\", \"arguments\": {\"a\": " + nested(kMaxJsonDepth - 2) + "}}";
+  EXPECT_TRUE(parse_tool_call(within, kTools));
+}
+
+TEST(ToolCalls, XmlValuesNestedTooDeeplyStayStrings) {
+  const std::string value = nested(20000);
+  const auto call = parse_tool_call("<function=get_weather>\n<parameter=days>\n" + value + "\n</parameter>\n</function>", kTools);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(json::parse(call->arguments)["days"], value);
+}
+
 }  // namespace
 }  // namespace petrel::server

@@ -81,5 +81,36 @@ TEST(ChatTemplateEngine, KwargsAndSpecialTokensAreVariables) {
   EXPECT_EQ(tmpl.apply(req), "<s>hi!");
 }
 
+// A template argument must not replace what the render sets: the validated messages, the
+// generation prompt switch, the special tokens, the engine's functions.
+TEST(ChatTemplateEngine, KwargsCannotReplaceTheVariablesTheRenderSets) {
+  for (const char* name : {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
+                           "additional_special_tokens", "raise_exception", "range", "namespace", "strftime_now"})
+    EXPECT_TRUE(ChatTemplate::sets_variable(name)) << name;
+  for (const char* name : {"enable_thinking", "add_vision_id", "message", "tool"}) EXPECT_FALSE(ChatTemplate::sets_variable(name)) << name;
+  const ChatTemplate tmpl({{"default", "{% for m in messages %}{{ m.role }}{% endfor %}"}}, nlohmann::ordered_json::object());
+  ChatRequest req;
+  req.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  req.kwargs["messages"] = nlohmann::ordered_json::array({{{"role", "evil"}, {"content", "x"}}});
+  try {
+    tmpl.apply(req);
+    ADD_FAILURE() << "kwargs replaced messages";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'messages'"), std::string::npos) << e.what();
+  }
+}
+
+// Values are walked recursively; nesting past 256 levels is refused before it can overflow the stack.
+TEST(ChatTemplateEngine, DeeplyNestedValuesAreRefused) {
+  const auto nested = [](int depth) {
+    nlohmann::ordered_json v = 1;
+    for (int i = 0; i < depth; ++i) v = nlohmann::ordered_json::array({std::move(v)});
+    return v;
+  };
+  EXPECT_NO_THROW(jinja::Value::from_json(nested(255)));
+  EXPECT_THROW(jinja::Value::from_json(nested(256)), std::invalid_argument);
+  EXPECT_THROW(jinja::Value::from_json(nested(20000)), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace petrel

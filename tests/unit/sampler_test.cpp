@@ -261,6 +261,52 @@ TEST(Sampler, BiasOfMinusInfinityBansAToken) {
   EXPECT_EQ(Sampler(greedy, 4).sample(kQuarter.data(), 0), 1);
 }
 
+// 1/T overflows a float below ~2.9e-39: the draw would see no candidate at all, so it is greedy.
+TEST(Sampler, TemperatureTooSmallToInvertSamplesGreedily) {
+  for (float t : {1e-39f, 2.9e-39f, 1e-45f}) {
+    SamplingParams p = params(t);
+    EXPECT_TRUE(p.greedy()) << t;
+    Sampler s(p, 4);
+    for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(s.sample(kQuarter.data(), pos), 0) << t;
+    expect_near(s.distribution(kQuarter.data()), {1.0, 0.0, 0.0, 0.0});
+  }
+  EXPECT_FALSE(params(1e-37f).greedy());
+  EXPECT_EQ(Sampler(params(1e-37f), 4).sample(kQuarter.data(), 0), 0);
+}
+
+// A tiny repetition penalty divides a positive logit past the float range: +inf tokens share the
+// whole probability, the rest get none (without the rule, inf - inf = NaN left no candidate).
+TEST(Sampler, InfiniteLogitsShareTheWholeProbability) {
+  SamplingParams p = params(1.0f, 0, 0.5f, 0.5f);
+  p.repetition_penalty = 1e-38f;
+  Sampler s(p, 4);
+  s.observe(1, false);
+  s.observe(2, false);
+  const std::vector<float> logits = {1.0f, 5.0f, 6.0f, 2.0f};
+  EXPECT_EQ(s.distribution(logits.data()), (std::vector<double>{0.0, 1.0, 0.0, 0.0})) << "top-p keeps one of two";
+  SamplingParams all = params(1.0f);
+  all.repetition_penalty = 1e-38f;
+  Sampler t(all, 4);
+  t.observe(1, false);
+  t.observe(2, false);
+  expect_near(t.distribution(logits.data()), {0.0, 0.5, 0.5, 0.0});
+  expect_draws_match(t, logits, {0.0, 0.5, 0.5, 0.0}, 20000);
+}
+
+// The filters at their limits still keep the top token: never an empty candidate set.
+TEST(Sampler, ExtremeFiltersKeepTheTopToken) {
+  for (const SamplingParams& p : {params(1.0f, 1), params(1.0f, 0, 1e-38f), params(1.0f, 0, 1.0f, 1.0f),
+                                  params(100.0f, 1, 1e-38f, 1.0f), params(1e-37f, 0, 1e-38f, 1e-38f),
+                                  params(1.0f, 1 << 30)}) {
+    Sampler s(p, 4);
+    for (uint64_t pos = 0; pos < 20; ++pos) {
+      const int32_t token = s.sample(kQuarter.data(), pos);
+      EXPECT_TRUE(token >= 0 && token < 4) << token;
+      if (p.top_k == 1 || p.top_p < 1e-30f || p.min_p == 1.0f) EXPECT_EQ(token, 0);
+    }
+  }
+}
+
 TEST(Sampler, RejectsOutOfRangeParametersNamingTheField) {
   const auto message = [](SamplingParams p) {
     try {
