@@ -17,7 +17,7 @@ json parse_body(const std::string& body, int max_depth) {
         throw ApiError(400, "the request body nests deeper than " + std::to_string(max_depth) + " levels");
       return true;
     });
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past double's range
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
   }
   if (!parsed.is_object()) throw ApiError(400, "the request body must be a JSON object, found " + type_name(parsed));
