@@ -107,5 +107,12 @@ TEST(ToolCalls, OddSchemasDoNotDisturbTheXmlForm) {
   EXPECT_EQ(json::parse(call->arguments)["a"], 1);
 }
 
+TEST(ToolCalls, InvalidUtf8InAnXmlParameterBecomesReplacementCharacters) {
+  // Found by tool_call_parser_fuzz: serialising the arguments threw nlohmann's type_error 316.
+  const auto call = parse_tool_call("<function=f>\n<parameter=city>\nOs\xe8lo\n</parameter>\n</function>", kTools);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(json::parse(call->arguments)["city"], "Os\xef\xbf\xbdlo");
+}
+
 }  // namespace
 }  // namespace petrel::server
