@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/json_file.h"
 
 namespace fs = std::filesystem;
 
@@ -47,6 +48,21 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 std::shared_ptr<const std::vector<int32_t>> make_map(std::vector<int32_t> v) {
   return std::make_shared<const std::vector<int32_t>>(std::move(v));
+}
+
+// Field `key` ("bits" or "group_size") of an MLX quantization object, or `fallback` when absent.
+int quant_field(const json& q, const char* key, int fallback, const std::string& where) {
+  if (!q.contains(key)) return fallback;
+  const json& v = q[key];
+  check(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 1 << 16,
+        where + ": field '" + key + "' must be an integer in [1, 65536], found " + v.dump());
+  return v.get<int>();
+}
+
+// A shard name from the index: a file in the checkpoint folder itself, as every writer makes them.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 }  // namespace
@@ -102,16 +118,17 @@ void WeightMapper::expect_shape(const TensorInfo& t, const std::vector<int64_t>&
 
 void WeightMapper::quant_params(const std::string& module, int* bits, int* group) const {
   const json& q = ck_.quantization_;
-  *bits = q.value("bits", 4);
-  *group = q.value("group_size", 64);
+  const std::string where = (fs::path(ck_.dir_) / "config.json").string() + ": quantization";
+  *bits = quant_field(q, "bits", 4, where);
+  *group = quant_field(q, "group_size", 64, where);
   const std::string orig = ck_.original_name_.count(module + ".weight")
                                ? ck_.original_name_.at(module + ".weight")
                                : module + ".weight";
   const std::string orig_module = orig.substr(0, orig.size() - std::strlen(".weight"));
   for (const std::string& key : {orig_module, module}) {
     if (q.contains(key) && q[key].is_object()) {
-      *bits = q[key].value("bits", *bits);
-      *group = q[key].value("group_size", *group);
+      *bits = quant_field(q[key], "bits", *bits, where + "." + key);
+      *group = quant_field(q[key], "group_size", *group, where + "." + key);
       return;
     }
   }
@@ -150,6 +167,8 @@ Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead
                                     std::to_string(bits) + "-bit quantization is not supported (expected 4 or 8)");
   check(cols % group == 0, w.file + ": tensor '" + w.name + "': input dim " +
                                std::to_string(cols) + " is not a multiple of group_size " + std::to_string(group));
+  check(cols * bits % 32 == 0, w.file + ": tensor '" + w.name + "': input dim " + std::to_string(cols) + " of " +
+                                   std::to_string(bits) + "-bit codes does not fill whole 32-bit words");
   check(w.dtype == DType::U32, w.file + ": tensor '" + w.name +
                                    "' is quantized (has .scales) but its dtype is " + dtype_name(w.dtype) +
                                    ", expected U32");
@@ -399,18 +418,18 @@ void Checkpoint::open_files() {
   const fs::path index = d / "model.safetensors.index.json";
   if (fs::exists(index)) {
     std::ifstream in(index);
-    json j;
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      throw Error(index.string() + ": not valid JSON (" + e.what() + ")");
-    }
-    check(j.contains("weight_map") && j["weight_map"].is_object(),
+    const json j = parse_checkpoint_json(index.string(), in);
+    check(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
           index.string() + ": field 'weight_map' is missing (expected an object of tensor -> file)");
     std::set<std::string> files;
-    for (auto& [name, file] : j["weight_map"].items()) files.insert(file.get<std::string>());
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      check(file.is_string() && plain_file_name(file.get<std::string>()),
+            index.string() + ": weight_map entry '" + name + "' must name a file in " + dir_ + ", found " + file.dump());
+      files.insert(file.get<std::string>());
+    }
     for (const auto& f : files) {
-      check(fs::exists(d / f), index.string() + ": lists shard '" + f + "', which is missing from " + dir_);
+      std::error_code ec;
+      check(fs::is_regular_file(d / f, ec), index.string() + ": lists shard '" + f + "', which is missing from " + dir_);
       paths.push_back((d / f).string());
     }
   } else {
@@ -462,9 +481,12 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   else if (root.contains("quantization_config") && root["quantization_config"].is_object())
     ck->quantization_ = root["quantization_config"];
   ck->open_files();
-  if (ck->info_.format == CheckpointFormat::Mlx)
+  int quant_bits = 0;
+  if (ck->info_.format == CheckpointFormat::Mlx) {
     check(ck->quantization_.is_object(), cfg_path + ": tensors carry .scales (MLX quantized) but config.json has "
                                                     "no 'quantization' field giving bits and group_size");
+    quant_bits = quant_field(ck->quantization_, "bits", 4, cfg_path + ": quantization");
+  }
   WeightMapper(*ck).run();
   ck->page_in(progress);
 
@@ -492,7 +514,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   }
   std::string bits = "bf16";
   if (info.format == CheckpointFormat::Mlx) {
-    bits = "mlx-" + std::to_string(ck->quantization_.value("bits", 4)) + "bit";
+    bits = "mlx-" + std::to_string(quant_bits) + "bit";
   } else if (W.embed.dtype == DType::F32) {
     bits = "hf-f32";
   } else if (W.embed.dtype == DType::F16) {

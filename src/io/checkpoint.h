@@ -38,6 +38,8 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const CheckpointInfo& info() const { return info_; }
+  // The mapped safetensors files that the weights view.
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
 
  private:
   Checkpoint() = default;

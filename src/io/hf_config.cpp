@@ -1,9 +1,11 @@
 #include "io/hf_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace petrel {
 namespace {
@@ -17,23 +19,48 @@ struct Fields {
   std::string scope;  // "" or "text_config."
 
   bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-  int integer(const char* k) const {
-    check(has(k), path + ": field '" + scope + k + "' is missing (expected an integer)");
-    check(j[k].is_number_integer(), path + ": field '" + scope + k + "' must be an integer, found " + j[k].dump());
-    return j[k].get<int>();
+  std::string name(const char* k) const { return path + ": field '" + scope + k + "'"; }
+  // An integer in [lo, hi] (0 <= lo): bounds keep absurd sizes (10^12 layers, a hidden size of 0) out of the
+  // arithmetic and allocations that follow.
+  int integer(const char* k, int lo, int hi) const {
+    const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    check(has(k), name(k) + " is missing (expected " + range + ")");
+    const json& v = j[k];
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() >= uint64_t(lo) && v.get<uint64_t>() <= uint64_t(hi)
+                              : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    check(in_range, name(k) + " must be " + range + ", found " + v.dump());
+    return v.get<int>();
   }
-  int integer_or(const char* k, int fallback) const { return has(k) ? integer(k) : fallback; }
+  int integer_or(const char* k, int fallback, int lo, int hi) const { return has(k) ? integer(k, lo, hi) : fallback; }
   double number_or(const char* k, double fallback) const {
     if (!has(k)) return fallback;
-    check(j[k].is_number(), path + ": field '" + scope + k + "' must be a number, found " + j[k].dump());
+    check(j[k].is_number(), name(k) + " must be a number, found " + j[k].dump());
     return j[k].get<double>();
   }
   bool boolean_or(const char* k, bool fallback) const {
     if (!has(k)) return fallback;
-    check(j[k].is_boolean(), path + ": field '" + scope + k + "' must be true or false, found " + j[k].dump());
+    check(j[k].is_boolean(), name(k) + " must be true or false, found " + j[k].dump());
     return j[k].get<bool>();
   }
+  std::string string_or(const char* k, const std::string& fallback) const {
+    if (!has(k)) return fallback;
+    check(j[k].is_string(), name(k) + " must be a string, found " + j[k].dump());
+    return j[k].get<std::string>();
+  }
 };
+
+// Upper bounds of config sizes: far above any released model's, low enough that the sizes the
+// loader derives from them (heads x head dim, DeltaNet conv channels) fit in an int.
+constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxHidden = 1 << 16;
+constexpr int kMaxLayers = 1 << 12;
+constexpr int kMaxHeads = 1 << 12;
+constexpr int kMaxHeadDim = 1 << 12;
+constexpr int kMaxIntermediate = 1 << 20;
+constexpr int kMaxExperts = 1 << 14;
+constexpr int kMaxConvKernel = 1 << 10;
+constexpr int kMaxPositions = 1 << 30;
 
 Arch parse_arch(const std::string& model_type, const std::string& path) {
   if (model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text") return Arch::Qwen3_5Moe;
@@ -54,15 +81,21 @@ void parse_rope(const Fields& f, ModelConfig& c) {
     Fields r{rp, f.path, f.scope + "rope_parameters."};
     theta = r.number_or("rope_theta", theta);
     partial = r.number_or("partial_rotary_factor", partial);
-    const std::string type = rp.value("rope_type", std::string("default"));
+    const std::string type = r.string_or("rope_type", "default");
     check(type == "default", f.path + ": rope_parameters.rope_type '" + type + "' is not supported (expected 'default')");
   }
   if (f.has("rope_scaling")) {
     const json& rs = f.j["rope_scaling"];
-    const std::string type = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("default"))) : "?";
+    check(rs.is_object(), f.name("rope_scaling") + " must be an object, found " + rs.dump());
+    Fields s{rs, f.path, f.scope + "rope_scaling."};
+    const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
     check(type == "default" || type == "mrope",
           f.path + ": rope_scaling type '" + type + "' is not supported (expected none or 'default')");
   }
+  check(std::isfinite(theta) && theta > 0, f.path + ": rope_theta must be a positive number, found " +
+                                               std::to_string(theta));
+  check(partial > 0 && partial <= 1, f.path + ": partial_rotary_factor must be in (0, 1], found " +
+                                         std::to_string(partial));
   c.rope_theta = float(theta);
   c.rotary_dim = int(c.head_dim * partial);
   check(c.rotary_dim > 0 && c.rotary_dim <= c.head_dim && c.rotary_dim % 2 == 0,
@@ -86,8 +119,7 @@ void parse_layer_kinds(const Fields& f, ModelConfig& c) {
     }
     return;
   }
-  const int interval = f.integer_or("full_attention_interval", 4);
-  check(interval > 0, f.path + ": full_attention_interval must be positive");
+  const int interval = f.integer_or("full_attention_interval", 4, 1, kMaxLayers);
   for (int i = 0; i < c.n_layers; ++i)
     c.layer_kinds[i] = ((i + 1) % interval == 0) ? LayerKind::FullAttention : LayerKind::DeltaNet;
 }
@@ -95,29 +127,33 @@ void parse_layer_kinds(const Fields& f, ModelConfig& c) {
 void parse_ffn(const Fields& f, ModelConfig& c) {
   c.layer_is_moe.assign(c.n_layers, false);
   if (c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3_5) {
-    c.intermediate = f.integer("intermediate_size");
+    c.intermediate = f.integer("intermediate_size", 1, kMaxIntermediate);
     return;
   }
   // Released configs say num_experts; transformers 5 writes Qwen3-MoE's as num_local_experts.
-  c.n_experts = f.has("num_experts") || !f.has("num_local_experts") ? f.integer("num_experts")
-                                                                    : f.integer("num_local_experts");
-  c.top_k = f.integer("num_experts_per_tok");
-  c.moe_intermediate = f.integer("moe_intermediate_size");
-  check(c.n_experts > 0 && c.top_k > 0 && c.top_k <= c.n_experts,
-        f.path + ": num_experts_per_tok " + std::to_string(c.top_k) + " must be in 1..num_experts (" +
-            std::to_string(c.n_experts) + ")");
-  if (c.arch != Arch::Qwen3Moe) c.shared_intermediate = f.integer("shared_expert_intermediate_size");
+  const char* experts = f.has("num_experts") || !f.has("num_local_experts") ? "num_experts" : "num_local_experts";
+  c.n_experts = f.integer(experts, 1, kMaxExperts);
+  c.top_k = f.integer("num_experts_per_tok", 1, c.n_experts);
+  c.moe_intermediate = f.integer("moe_intermediate_size", 1, kMaxIntermediate);
+  if (c.arch != Arch::Qwen3Moe)
+    c.shared_intermediate = f.integer("shared_expert_intermediate_size", 0, kMaxIntermediate);
   if (c.arch == Arch::Qwen3_5Moe) {
     c.norm_topk_prob = true;  // HF's Qwen3.5 router always renormalises
     c.layer_is_moe.assign(c.n_layers, true);
     return;
   }
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", c.arch == Arch::Qwen3Next);
-  c.intermediate = f.integer_or("intermediate_size", 0);
-  const int step = f.integer_or("decoder_sparse_step", 1);
-  std::set<int> mlp_only;
-  if (f.has("mlp_only_layers"))
-    for (const auto& v : f.j["mlp_only_layers"]) mlp_only.insert(v.get<int>());
+  c.intermediate = f.integer_or("intermediate_size", 0, 0, kMaxIntermediate);
+  const int step = f.integer_or("decoder_sparse_step", 1, 0, kMaxLayers);
+  std::set<int64_t> mlp_only;
+  if (f.has("mlp_only_layers")) {
+    const json& layers = f.j["mlp_only_layers"];
+    check(layers.is_array(), f.name("mlp_only_layers") + " must be an array of layer indices, found " + layers.dump());
+    for (const auto& v : layers) {
+      check(v.is_number_integer(), f.name("mlp_only_layers") + " must hold layer indices, found " + v.dump());
+      mlp_only.insert(v.get<int64_t>());
+    }
+  }
   for (int i = 0; i < c.n_layers; ++i)
     c.layer_is_moe[i] = !mlp_only.count(i) && step > 0 && (i + 1) % step == 0;
   for (int i = 0; i < c.n_layers; ++i)
@@ -146,26 +182,30 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
   const json& tj = wrapped ? root["text_config"] : root;
   Fields f{tj, path, wrapped ? "text_config." : ""};
 
-  c.vocab = f.integer("vocab_size");
-  c.hidden = f.integer("hidden_size");
-  c.n_layers = f.integer("num_hidden_layers");
-  c.n_heads = f.integer("num_attention_heads");
-  c.n_kv_heads = f.integer_or("num_key_value_heads", c.n_heads);
-  c.head_dim = f.integer_or("head_dim", c.hidden / c.n_heads);
+  c.vocab = f.integer("vocab_size", 1, kMaxVocab);
+  c.hidden = f.integer("hidden_size", 1, kMaxHidden);
+  c.n_layers = f.integer("num_hidden_layers", 1, kMaxLayers);
+  c.n_heads = f.integer("num_attention_heads", 1, kMaxHeads);
+  c.n_kv_heads = f.integer_or("num_key_value_heads", c.n_heads, 1, kMaxHeads);
+  c.head_dim = f.integer_or("head_dim", c.hidden / c.n_heads, 1, kMaxHeadDim);
+  check(c.head_dim > 0, path + ": head_dim is missing and hidden_size " + std::to_string(c.hidden) +
+                            " / num_attention_heads " + std::to_string(c.n_heads) + " gives 0");
   check(c.n_heads % c.n_kv_heads == 0, path + ": num_attention_heads " + std::to_string(c.n_heads) +
                                            " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
-  c.rms_eps = float(f.number_or("rms_norm_eps", 1e-6));
-  c.max_position = f.integer_or("max_position_embeddings", 32768);
+  const double eps = f.number_or("rms_norm_eps", 1e-6);
+  check(eps > 0 && eps < 1, f.name("rms_norm_eps") + " must be in (0, 1), found " + std::to_string(eps));
+  c.rms_eps = float(eps);
+  c.max_position = f.integer_or("max_position_embeddings", 32768, 1, kMaxPositions);
   c.tie_embeddings = Fields{root, path, ""}.boolean_or("tie_word_embeddings", f.boolean_or("tie_word_embeddings", false));
   c.attn_output_gate = c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3_5 || c.arch == Arch::Qwen3Next;
   parse_rope(f, c);
   parse_layer_kinds(f, c);
   if (c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3_5 || c.arch == Arch::Qwen3Next) {
-    c.lin_k_heads = f.integer("linear_num_key_heads");
-    c.lin_v_heads = f.integer("linear_num_value_heads");
-    c.lin_k_dim = f.integer("linear_key_head_dim");
-    c.lin_v_dim = f.integer("linear_value_head_dim");
-    c.conv_kernel = f.integer_or("linear_conv_kernel_dim", 4);
+    c.lin_k_heads = f.integer("linear_num_key_heads", 1, kMaxHeads);
+    c.lin_v_heads = f.integer("linear_num_value_heads", 1, kMaxHeads);
+    c.lin_k_dim = f.integer("linear_key_head_dim", 1, kMaxHeadDim);
+    c.lin_v_dim = f.integer("linear_value_head_dim", 1, kMaxHeadDim);
+    c.conv_kernel = f.integer_or("linear_conv_kernel_dim", 4, 1, kMaxConvKernel);
     check(c.lin_v_heads % c.lin_k_heads == 0,
           path + ": linear_num_value_heads " + std::to_string(c.lin_v_heads) +
               " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_k_heads));
@@ -179,11 +219,7 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
 json read_hf_config_json(const std::string& config_json_path) {
   std::ifstream in(config_json_path);
   check(bool(in), config_json_path + ": cannot open (a checkpoint folder needs config.json)");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(config_json_path + ": not valid JSON (" + e.what() + ")");
-  }
+  return parse_checkpoint_json(config_json_path, in);
 }
 
 }  // namespace petrel

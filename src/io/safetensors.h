@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The whole mapped file; every tensor's bytes lie inside it.
+  std::span<const uint8_t> bytes() const { return {map_, size_}; }
 
  private:
   void parse_header();

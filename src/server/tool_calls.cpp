@@ -75,7 +75,7 @@ std::optional<ToolCall> parse_xml_call(std::string_view body, const json& tools)
     arguments[key] = parameter_value(value, parameter_type(tools, name, key));
     at = value_end + kParamEnd.size();
   }
-  return ToolCall{name, arguments.dump()};
+  return ToolCall{name, dump(arguments)};  // values are raw model text: dump() survives invalid UTF-8
 }
 
 }  // namespace

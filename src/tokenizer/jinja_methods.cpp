@@ -272,7 +272,7 @@ Value keyword_dict(CallArgs& a, const char* name) {
   }
   Dict d = a.positional.empty() ? Dict{} : *a.positional[0].dict;
   for (auto& [k, v] : a.keyword) {
-    auto it = std::find_if(d.begin(), d.end(), [&](const auto& e) { return e.first == k; });
+    auto it = std::find_if(d.begin(), d.end(), [&key = k](const auto& e) { return e.first == key; });
     if (it != d.end()) it->second = v;
     else d.emplace_back(k, v);
   }

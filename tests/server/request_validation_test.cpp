@@ -197,5 +197,17 @@ TEST(RequestValidation, TemplateKwargsCannotReplaceWhatTheServerRenders) {
   EXPECT_EQ(parse_chat_request(body, tiny_defaults()).template_kwargs, body["chat_template_kwargs"]);
 }
 
+TEST(RequestValidation, NumbersPastTheDoubleRangeAreInvalidJson) {
+  // Found by request_to_ids_fuzz: nlohmann's out_of_range 406 escaped parse_body (a 500, not a 400).
+  try {
+    parse_body(R"({"prompt": [1, 21e308]})");
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code(), "invalid_json");
+    EXPECT_NE(std::string(e.what()).find("number overflow"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace petrel::server

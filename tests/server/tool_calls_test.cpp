@@ -127,5 +127,12 @@ TEST(ToolCalls, XmlValuesNestedTooDeeplyStayStrings) {
   EXPECT_EQ(json::parse(call->arguments)["days"], value);
 }
 
+TEST(ToolCalls, InvalidUtf8InAnXmlParameterBecomesReplacementCharacters) {
+  // Found by tool_call_parser_fuzz: serialising the arguments threw nlohmann's type_error 316.
+  const auto call = parse_tool_call("<function=f>\n<parameter=city>\nOs\xe8lo\n</parameter>\n</function>", kTools);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(json::parse(call->arguments)["city"], "Os\xef\xbf\xbdlo");
+}
+
 }  // namespace
 }  // namespace petrel::server
