@@ -18,8 +18,11 @@ bool before(const C& a, const C& b) {
 }  // namespace
 
 // Tokens level with the top one get z = 0 even when the top is +inf (a tiny repetition penalty
-// can overflow a logit), where (top - top) would be NaN and leave no candidate at all.
-float relative_logit(float logit, float top, float inv_t) { return logit == top ? 0.0f : (logit - top) * inv_t; }
+// can overflow a logit), where (top - top) would be NaN and leave no candidate at all. A top of
+// -inf means every token is banned: NaN then, so that none is a candidate.
+float relative_logit(float logit, float top, float inv_t) {
+  return logit == top && top > -INFINITY ? 0.0f : (logit - top) * inv_t;
+}
 
 int32_t argmax(const float* logits, int n) {
   return int32_t(std::max_element(logits, logits + n) - logits);

@@ -413,7 +413,7 @@ struct PenaltyParams {
 void adjust_logits(const float* logits, int n, const PenaltyCounts* counts, PenaltyParams p, const int* bias_ids,
                    const float* bias, int n_bias, float* adjusted, cudaStream_t s);
 // z[i] = (adjusted[i] - adjusted[*top]) · inv_t: the log of each token's weight relative to the top one
-// (0 for tokens level with the top, even an infinite one: relative_logit in generate/sampler.h).
+// (0 for tokens level with a top of +inf, none when every token is -inf: relative_logit in generate/sampler.cpp).
 void relative_logits(const float* adjusted, const int* top, int n, float inv_t, float* z, cudaStream_t s);
 
 // The kept set is every candidate (z > -inf) whose key - z, then the lower id - is >= `cut`; the

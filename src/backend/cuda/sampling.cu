@@ -85,7 +85,7 @@ __global__ void relative_logits_kernel(const float* adjusted, const int* top, in
   const int k = *top;
   const float t = k < n ? adjusted[k] : NAN;  // argmax finds no index when every logit is NaN
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    z[i] = adjusted[i] == t ? 0.0f : __fmul_rn(__fsub_rn(adjusted[i], t), inv_t);  // as relative_logit (sampler.h)
+    z[i] = adjusted[i] == t && t > -INFINITY ? 0.0f : __fmul_rn(__fsub_rn(adjusted[i], t), inv_t);  // as relative_logit (sampler.cpp)
 }
 
 // A token's place in the CPU Sampler's order (larger z first, then the lower id) as one unsigned
