@@ -13,6 +13,7 @@ std::vector<CommandAdder>& command_adders() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Petrel: fast inference for hybrid linear-attention MoE language models"};
+  app.set_version_flag("--version", std::string("petrel ") + PETREL_VERSION);
   app.require_subcommand(1);
   for (auto& add : petrel::cli::command_adders()) add(app);
   try {

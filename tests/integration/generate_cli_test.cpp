@@ -146,6 +146,13 @@ std::string shell(const std::string& command, int* status = nullptr) {
   return out;
 }
 
+TEST(PetrelCli, VersionNamesTheProgramAndItsVersion) {
+  require_binary();
+  int status = -1;
+  EXPECT_EQ(shell(kPetrel + " --version", &status), std::string("petrel ") + PETREL_VERSION + "\n");
+  EXPECT_EQ(status, 0);
+}
+
 TEST(RunCli, AnswersAPromptThroughTheChatTemplate) {
   require_binary();
   EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' 2>/dev/null"),
