@@ -21,8 +21,8 @@ EXAMPLE_NAMES = {
     "chat.json", "tools.json", "prompt.txt", "notes.txt", "prose.txt", "code.txt", "logits.npy",
     "chat_template.jinja",
 }
-# Folders that scripts create: build trees, fetched test data, experiment variants.
-GENERATED_PREFIXES = ("build/", "build-gpu/", "tests/fixtures/.cache/", "variants/")
+# Folders that scripts create: build trees and fetched test data.
+GENERATED_PREFIXES = ("build/", "build-gpu/", "tests/fixtures/.cache/")
 EXTENSIONS = ("cpp", "h", "cu", "cuh", "md", "py", "sh", "mjs", "json", "txt", "jinja", "npy", "patch")
 
 

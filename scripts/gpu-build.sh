@@ -12,8 +12,8 @@ prefix=()
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPETREL_NATIVE=OFF \
   -DPETREL_CUDA_ARCHS="90a-real;80-virtual" "${prefix[@]}" > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 # The device copies the tree with its own time stamps, older than binaries an earlier call may
-# have built from other contents (scripts/gpu-variants.sh's variants): every source whose
-# contents differ from the last build's gets a fresh time stamp, so that ninja rebuilds it.
+# have built from other contents (the tree edited between calls): every source whose contents
+# differ from the last build's gets a fresh time stamp, so that ninja rebuilds it.
 sums=build-gpu/source-sums
 [ -f "$sums" ] && md5sum --quiet -c "$sums" 2> /dev/null | sed -n 's/: FAILED.*$//p' | xargs -r touch -c
 cmake --build build-gpu -j"$(nproc)" ${targets[@]:+--target "${targets[@]}"} > "$logs/build.log" 2>&1 || { grep -E "error|Error" "$logs/build.log" | head -40; exit 1; }
