@@ -2,9 +2,9 @@
 """Checks that every repository file named in README.md and docs/*.md exists.
 
 A word counts as a repository path when it starts with one of the repository's top-level folders
-(src/..., tests/..., bench/copy_rates) or is a bare file name with a source or document extension
+(src/..., tests/..., scripts/test.sh) or is a bare file name with a source or document extension
 (gemv.cuh, serving.md). A path resolves when a tracked file or folder has that name, or a tracked
-file that name plus an extension (bench/copy_rates -> bench/copy_rates.cu, the program's source);
+file that name plus an extension (src/backend/cuda/moe -> src/backend/cuda/moe.cu);
 a bare name resolves when a tracked file anywhere has it. Absolute paths, build outputs, fetched
 test data and the example file names below are not repository files and are skipped.
 

@@ -17,4 +17,4 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPETREL_NATIVE=OFF 
 sums=build-gpu/source-sums
 [ -f "$sums" ] && md5sum --quiet -c "$sums" 2> /dev/null | sed -n 's/: FAILED.*$//p' | xargs -r touch -c
 cmake --build build-gpu -j"$(nproc)" ${targets[@]:+--target "${targets[@]}"} > "$logs/build.log" 2>&1 || { grep -E "error|Error" "$logs/build.log" | head -40; exit 1; }
-find src include tests bench CMakeLists.txt -type f -print0 | xargs -0 md5sum > "$sums"
+find src include tests CMakeLists.txt -type f -print0 | xargs -0 md5sum > "$sums"

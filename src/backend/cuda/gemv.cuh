@@ -564,7 +564,7 @@ __device__ void tile_rows_x1(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int
 
 // Rows [0, rows) of tile a (its first a_rows) and then tile b dotted with one activation row held
 // in registers, scaled by `scale`: a warp four rows at a time, their sums reduced together
-// (warp_sum4; bench/dot_rates: 1.4x tile_rows_x1's rate, the same values bit for bit). keep and
+// (warp_sum4: 1.4x tile_rows_x1's rate in a micro-benchmark, the same values bit for bit). keep and
 // store as in tile_rows_x1.
 template <WFormat F, int CPL>
 __device__ void tile_pair_rows_x1(const AsyncTile<F>& a, const AsyncTile<F>& b, int a_rows, const ChunkMatrix<F>& m,
@@ -614,7 +614,7 @@ __device__ inline void leave_argmax_candidate(const ArgmaxCandidates& cand, cons
 
 // Rows [0, rows) of the gate and up tiles gt, ut dotted with one activation row in registers (xr,
 // scaled by `scale`) by a block of WARPS warps: act[row] = silu(gate·x)·(up·x). A warp takes rows row and row + 16, gate and
-// up, their four sums reduced together (warp_sum4: bench/dot_rates' faster form, the same values bit
+// up, their four sums reduced together (warp_sum4: tile_pair_rows_x1's faster form, the same values bit
 // for bit): lanes 0 and 16 end with a row's gate sum, lanes 8 and 24 with its up sum.
 template <WFormat F, int CPL, int WARPS>
 __device__ __forceinline__ void gate_up_rows(const AsyncTile<F>& gt, const AsyncTile<F>& ut, const ChunkMatrix<F>& gm,
