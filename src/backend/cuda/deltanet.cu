@@ -78,45 +78,14 @@ __global__ void prepare_kernel(DeltaNetShape d, const float* u, const float* b, 
   }
 }
 
-// grid (Hv, ceil(dv/128)), one thread per value column; the state column streams through L1.
-__global__ void recurrent_kernel(DeltaNetShape d, int T, const float* q, const float* k, const float* v,
-                                 const float* beta, const float* g, float* state, float* out) {
-  extern __shared__ float smem[];
-  float* ks = smem;
-  float* qs = smem + d.dk;
-  const int j = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x, kh = j / (d.Hv / d.Hk);
-  float* S = state + int64_t(j) * d.dk * d.dv;
-  for (int t = 0; t < T; ++t) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < d.dk; i += blockDim.x) {
-      ks[i] = k[(int64_t(t) * d.Hk + kh) * d.dk + i];
-      qs[i] = q[(int64_t(t) * d.Hk + kh) * d.dk + i];
-    }
-    __syncthreads();
-    if (e >= d.dv) continue;
-    const float decay = expf(g[int64_t(t) * d.Hv + j]), b = beta[int64_t(t) * d.Hv + j];
-    float m = 0.0f;
-    for (int i = 0; i < d.dk; ++i) {
-      const float s = S[int64_t(i) * d.dv + e] * decay;
-      S[int64_t(i) * d.dv + e] = s;
-      m += s * ks[i];
-    }
-    const float delta = b * (v[(int64_t(t) * d.Hv + j) * d.dv + e] - m);
-    float o = 0.0f;
-    for (int i = 0; i < d.dk; ++i) {
-      const float s = S[int64_t(i) * d.dv + e] + ks[i] * delta;
-      S[int64_t(i) * d.dv + e] = s;
-      o += s * qs[i];
-    }
-    out[(int64_t(t) * d.Hv + j) * d.dv + e] = o;
-  }
-}
-
-// Same function with the state column held in registers for the whole call: the loads of a
-// column are independent (one round trip instead of dk dependent ones per token).
+// grid (Hv, ceil(dv/128)), one thread per value column, the T tokens in turn: the recurrent delta
+// rule with the state column held in registers for the whole call (its loads are independent: one
+// round trip instead of dk dependent ones per token). For one token of a shape the fused decode step
+// does not take (deltanet_decode).
 template <int DK>
-__global__ void __launch_bounds__(128, 1) recurrent_reg_kernel(DeltaNetShape d, int T, const float* q, const float* k, const float* v,
-                                     const float* beta, const float* g, float* state, float* out) {
+__global__ void __launch_bounds__(128, 1) recurrent_kernel(DeltaNetShape d, int T, const float* q, const float* k,
+                                                            const float* v, const float* beta, const float* g,
+                                                            float* state, float* out) {
   __shared__ float ks[DK], qs[DK];
   const int j = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x, kh = j / (d.Hv / d.Hk);
   const bool active = e < d.dv;
@@ -575,15 +544,13 @@ void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float
 
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out, cudaStream_t s) {
+  check_key_dim(d);
   const dim3 grid(d.Hv, div_up(d.dv, 128));
   switch (d.dk) {
-    case 16: recurrent_reg_kernel<16><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
-    case 32: recurrent_reg_kernel<32><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
-    case 64: recurrent_reg_kernel<64><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
-    case 128: recurrent_reg_kernel<128><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
-    default:
-      recurrent_kernel<<<dim3(d.Hv, div_up(d.dv, 128)), 128, 2 * d.dk * sizeof(float), s>>>(d, T, q, k, v, beta, g, state,
-                                                                                       out);
+    case 16: recurrent_kernel<16><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    case 32: recurrent_kernel<32><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    case 64: recurrent_kernel<64><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
+    default: recurrent_kernel<128><<<grid, 128, 0, s>>>(d, T, q, k, v, beta, g, state, out); break;
   }
   PETREL_LAUNCHED("delta_rule_recurrent");
 }

@@ -221,6 +221,8 @@ void causal_conv_silu(const bf16* x, int64_t x_stride, int T, int C, int K, cons
 void deltanet_prepare(const DeltaNetShape& d, const float* u, int T, const float* b, int64_t b_stride, const float* a,
                       int64_t a_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
                       float* beta, float* g, cudaStream_t s);
+// The delta rule token by token (for one token where deltanet_decode does not take the shape). Key
+// head dims 16, 32, 64 or 128, as for the chunked form.
 void delta_rule_recurrent(const DeltaNetShape& d, int T, const float* q, const float* k, const float* v,
                           const float* beta, const float* g, float* state, float* out, cudaStream_t s);
 // Prefill: chunks of 64 tokens in WY form. chunk_prepare computes every chunk's W, U, masked Q·Kᵀ
@@ -443,6 +445,5 @@ void quantize_affine(const bf16* w, int rows, int cols, int bits, int group, uin
 // Fills n bf16 values with uniform noise in [-scale, scale] (synthetic benchmark weights).
 void fill_random_bf16(bf16* p, int64_t n, float scale, uint64_t seed, cudaStream_t s);
 void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s);
-void fill_f32(float* p, int64_t n, float v, cudaStream_t s);
 
 }  // namespace petrel::cuda

@@ -64,10 +64,6 @@ __global__ void random_u32_kernel(uint32_t* p, int64_t n, uint64_t seed) {
     p[i] = uint32_t(mix64(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)));
 }
 
-__global__ void fill_f32_kernel(float* p, int64_t n, float v) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
-}
-
 }  // namespace
 
 void quantize_affine(const bf16* w, int rows, int cols, int bits, int group, uint32_t* q, bf16* scales, bf16* biases,
@@ -85,11 +81,6 @@ void fill_random_bf16(bf16* p, int64_t n, float scale, uint64_t seed, cudaStream
 void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s) {
   random_u32_kernel<<<1024, 256, 0, s>>>(p, n, seed);
   PETREL_LAUNCHED("fill_random_u32");
-}
-
-void fill_f32(float* p, int64_t n, float v, cudaStream_t s) {
-  fill_f32_kernel<<<1024, 256, 0, s>>>(p, n, v);
-  PETREL_LAUNCHED("fill_f32");
 }
 
 }  // namespace petrel::cuda
