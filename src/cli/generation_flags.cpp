@@ -39,7 +39,7 @@ void add_unique(std::vector<int32_t>& ids, int32_t id) {
 
 void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   const std::string from_config = " (default: the checkpoint's generation_config.json)";
-  cmd->add_option("--temperature", f.temperature, "Sampling temperature; 0 = greedy" + from_config)
+  cmd->add_option("--temperature,--temp", f.temperature, "Sampling temperature; 0 = greedy" + from_config)
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens; 0 = off" + from_config)->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", f.top_p, "Keep the smallest set of tokens with probability >= p; 1 = off" + from_config)
@@ -67,7 +67,7 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ngram-max", f.ngram_max, "Longest n-gram the drafter matches (tried first)")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--context", f.context, "Tokens the context holds (prompt, history and answers)")
+  cmd->add_option("-c,--context,--ctx-size", f.context, "Tokens the context holds (prompt, history and answers)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--system", f.system, "System message");
   cmd->add_flag("--no-think", f.no_think, "Answer without thinking first (chat template enable_thinking=false)");

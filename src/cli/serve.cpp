@@ -114,7 +114,7 @@ void add_limit_flags(CLI::App* cmd, server::HttpOptions& http) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serving.md)");
-  cmd->add_option("dir", a.serve.dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, a.serve.dir, "Checkpoint folder");
   cmd->add_option("--host", a.http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.http.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()->check(CLI::Range(0, 65535));
@@ -125,11 +125,11 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-queued", a.serve.scheduler.max_queued, "Requests waiting for a slot before 429s")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--context", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
+  cmd->add_option("-c,--context,--ctx-size", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
+  cmd->add_option("-n,--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--special-tokens-in-content",

@@ -79,7 +79,7 @@ void run_tokenize(const TokenizeArgs& a) {
 void add_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (as Hugging Face tokenizers would)");
   static TokenizeArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer.json")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--text", a.text, "Text to encode");
   cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8)");
   cmd->add_flag("--bench", a.bench, "Measure encode throughput on the text instead of printing ids");
@@ -104,7 +104,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void add_detokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("detokenize", "Print the text of token ids");
   static DetokenizeArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer.json")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--ids", a.ids, "Token ids, e.g. 9707,11,1879")->required();
   cmd->add_flag("--skip-special", a.skip_special, "Leave out special tokens such as <|im_end|>");
   cmd->callback([] { run_detokenize(a); });
@@ -143,7 +143,7 @@ void run_template(const TemplateArgs& a) {
 void add_template(CLI::App& app) {
   auto* cmd = app.add_subcommand("template", "Render the checkpoint's chat template for a conversation");
   static TemplateArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja");
   cmd->add_option("--messages", a.messages, "JSON file: a list of messages, or {\"messages\": [...], \"tools\": [...]}")
       ->required();
   cmd->add_option("--tools", a.tools, "JSON file with the list of tool definitions");

@@ -176,6 +176,22 @@ TEST(RunCli, StopStringEndsTheAnswerAndIsNotPrinted) {
             "Digits from the right: 09\n");
 }
 
+TEST(RunCli, ShortFlagsAndAliases) {
+  require_binary();
+  int status = -1;
+  const std::string out = shell(kPetrel + " run -m " + kTiny + " -p 'What is 48213 + 9377?' -t 1 -c 100 --temp 0 2>&1",
+                                &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("sampling greedy, context 100\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("Answer: 57590"), std::string::npos) << out;
+  EXPECT_EQ(shell(kPetrel + " run --model " + kTiny + " --prompt-ids 1,269,201 -n 3 --ctx-size 16 --output-ids "
+                  "--threads 1 2>/dev/null | wc -w"),
+            "3\n");
+  const std::string both = shell(kPetrel + " run " + kTiny + " -m " + kTiny + " -p hi 2>&1", &status);
+  EXPECT_NE(status, 0) << both;
+  EXPECT_NE(both.find("Exactly 1 option from [dir,-m,--model] is required and 2 were given"), std::string::npos) << both;
+}
+
 TEST(RunCli, BadFlagsAreClearErrors) {
   require_binary();
   int status = 0;

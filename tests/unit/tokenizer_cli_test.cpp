@@ -25,6 +25,15 @@ TEST(TokenizerCli, TokenizeAndDetokenize) {
   EXPECT_NE(bad.out.find("token id 99999999 is not in the vocabulary"), std::string::npos) << bad.out;
 }
 
+TEST(TokenizerCli, FolderAsModelFlag) {
+  const std::string tiny = test::tiny_model_dir();
+  const Result positional = run("tokenize " + tiny + " --text 'Reverse the word petrel.'");
+  ASSERT_EQ(positional.status, 0) << positional.out;
+  EXPECT_EQ(run("tokenize -m " + tiny + " --text 'Reverse the word petrel.'").out, positional.out);
+  const std::string ids = positional.out.substr(0, positional.out.find('\n'));
+  EXPECT_EQ(run("detokenize --model " + tiny + " --ids " + ids).out, "Reverse the word petrel.\n");
+}
+
 TEST(TokenizerCli, BenchReportsThroughput) {
   PETREL_REQUIRE_QWEN3();
   const Result r = run("tokenize " + qwen3_arg() + " --text 'Some text to measure.' --bench --runs 1");

@@ -16,7 +16,7 @@ export class Server {
 
   async start() {
     // One CPU thread: the tests run beside other work on small CI machines.
-    this.process = spawn(this.petrel, ['serve', this.modelDir, '--port', '0', '--threads', '1', ...this.args]);
+    this.process = spawn(this.petrel, ['serve', '-m', this.modelDir, '--port', '0', '-t', '1', ...this.args]);
     this.exited = new Promise((resolve) => this.process.on('exit', (code, signal) => resolve(code ?? signal)));
     this.base = await new Promise((resolve, reject) => {
       this.process.stderr.on('data', (data) => {
