@@ -16,12 +16,16 @@ void add_threads_flag(CLI::App* cmd, int& threads) {
   cmd->add_option("-t,--threads", threads, "CPU threads (0 = all cores)")->capture_default_str();
 }
 
-void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
+void add_device_flags(CLI::App* cmd, LoadOptions& opts) {
   cmd->add_option("--device", opts.device, "Where to run: auto (cuda when a GPU is present), cuda or cpu")
       ->capture_default_str();
   cmd->add_option("--quantize", opts.quantize, "CUDA: none, or int4 to quantise bf16 weights at load")
       ->capture_default_str();
   add_threads_flag(cmd, opts.threads);
+}
+
+void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
+  add_device_flags(cmd, opts);
   cmd->add_option("--chunk", opts.max_chunk, "Prefill chunk length in tokens")->capture_default_str()
       ->check(CLI::PositiveNumber);
 }

@@ -5,6 +5,7 @@
 // the program exits with status 0.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -127,7 +128,7 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--context,--ctx-size", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--prefill-chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
+  cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-n,--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str();
@@ -146,10 +147,12 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  add_load_flags(cmd, a.serve.load);
+  add_device_flags(cmd, a.serve.load);
   cmd->callback([] {
     check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
           "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
+    // The model's chunk holds one prompt piece, or one decode row per sequence.
+    a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk, a.serve.scheduler.max_sequences);
     a.serve.load.progress = false;
     serve(a);
   });

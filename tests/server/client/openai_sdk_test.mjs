@@ -40,8 +40,9 @@ const lastChoice = (chunks) => chunks.filter((c) => c.choices.length > 0).at(-1)
 describe('petrel serve with the OpenAI SDK', () => {
   let server, openai;
   before(async () => {
+    // Prompts go in 16-token pieces between decode steps; the model's chunk still holds 32 rows.
     server = await new Server(petrel, modelDir, ['--api-key', API_KEY, '--max-sequences', '32', '--context', '2048',
-                               '--max-body', '1000000']).start();
+                               '--chunk', '16', '--max-body', '1000000']).start();
     openai = sdkClient(server);
   });
   after(async () => assert.equal(await server.stop(), 0, server.log));
