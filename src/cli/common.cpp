@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "cli/number_flags.h"
 #include "core/error.h"
 
 namespace petrel::cli {
@@ -13,7 +14,7 @@ void add_model_dir(CLI::App* cmd, std::string& dir, const std::string& descripti
 }
 
 void add_threads_flag(CLI::App* cmd, int& threads) {
-  cmd->add_option("-t,--threads", threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("-t,--threads", threads, "CPU threads (0 = all cores)")->capture_default_str()->check(integer_in(0));
 }
 
 void add_device_flags(CLI::App* cmd, LoadOptions& opts) {
@@ -27,7 +28,7 @@ void add_device_flags(CLI::App* cmd, LoadOptions& opts) {
 void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
   add_device_flags(cmd, opts);
   cmd->add_option("--chunk", opts.max_chunk, "Prefill chunk length in tokens")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
 }
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {

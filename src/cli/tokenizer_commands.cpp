@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "petrel/tokenizer.h"
@@ -66,7 +67,6 @@ void run_tokenize(const TokenizeArgs& a) {
   const std::string text = a.file.empty() ? a.text : read_file(a.file, "--file");
   const Tokenizer tok = Tokenizer::load(a.dir);
   if (a.bench) {
-    check(a.runs > 0, "tokenize: --runs must be positive");
     bench(tok, text, a.runs);
     return;
   }
@@ -83,7 +83,7 @@ void add_tokenize(CLI::App& app) {
   cmd->add_option("--text", a.text, "Text to encode");
   cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8)");
   cmd->add_flag("--bench", a.bench, "Measure encode throughput on the text instead of printing ids");
-  cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)");
+  cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)")->check(integer_in(1));
   cmd->callback([] { run_tokenize(a); });
 }
 

@@ -153,6 +153,33 @@ TEST(PetrelCli, VersionNamesTheProgramAndItsVersion) {
   EXPECT_EQ(status, 0);
 }
 
+// A number outside a flag's range is one short line naming the flag, the range and the value as
+// typed (CLI11's own ranges print a double's limit in 309 digits).
+TEST(PetrelCli, OutOfRangeNumbersNameTheFlagTheRangeAndTheValue) {
+  require_binary();
+  const std::pair<std::string, std::string> cases[] = {
+      {"run " + kTiny + " -p hi --temperature 1e400",
+       "--temperature: expected a number >= 0, found 1e400 (the largest accepted is 3.40282e+38)"},
+      {"run " + kTiny + " -p hi -n 99999999999999999999",
+       "--max-tokens: expected an integer >= -1, found 99999999999999999999 (the largest accepted is 2147483647)"},
+      {"run " + kTiny + " -p hi --top-p 1.5", "--top-p: expected a number from 0 to 1, found 1.5"},
+      {"run " + kTiny + " -p hi --repeat-penalty 0", "--repeat-penalty: expected a number > 0, found 0"},
+      {"run " + kTiny + " -p hi --seed -1", "--seed: expected an integer >= 0, found -1"},
+      {"run " + kTiny + " -p hi --top-k 2.5", "--top-k: expected an integer >= 0, found '2.5'"},
+      {"chat " + kTiny + " --threads -2", "--threads: expected an integer >= 0, found -2"},
+      {"serve " + kTiny + " --port 70000", "--port: expected an integer from 0 to 65535, found 70000"},
+      {"serve " + kTiny + " --header-timeout 1e400", "--header-timeout: expected a number from 0.1 to 3600, found 1e400"},
+      {"dump-logits " + kTiny + " --prompt-ids 1 --out x.npy --chunk 0", "--chunk: expected an integer >= 1, found 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    int status = 0;
+    const std::string out = shell(kPetrel + " " + args + " 2>&1", &status);
+    EXPECT_NE(status, 0) << args;
+    EXPECT_EQ(out.substr(0, out.find('\n')), message) << args;
+    EXPECT_LT(out.size(), 200u) << out;
+  }
+}
+
 TEST(RunCli, AnswersAPromptThroughTheChatTemplate) {
   require_binary();
   EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' 2>/dev/null"),
