@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "cli/common.h"
@@ -18,10 +19,15 @@ namespace {
 
 using nlohmann::ordered_json;
 
+// The file's contents; "-" reads stdin.
 std::string read_file(const std::string& path, const std::string& flag) {
+  std::ostringstream s;
+  if (path == "-") {
+    s << std::cin.rdbuf();
+    return s.str();
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(flag + ": cannot open " + path);
-  std::ostringstream s;
   s << in.rdbuf();
   return s.str();
 }
@@ -62,11 +68,13 @@ void bench(const Tokenizer& tok, const std::string& text, int runs) {
   std::printf("encode, warm     %.2f MB/s (same text again, word cache filled)\n", median_mbs(warm));
 }
 
-void run_tokenize(const TokenizeArgs& a) {
-  check(a.text.empty() != a.file.empty(), "tokenize: give exactly one of --text and --file");
-  const std::string text = a.file.empty() ? a.text : read_file(a.file, "--file");
+// The ids comma separated on one line; an empty text has none, an empty line.
+void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
+  check(cmd.count("--text") + cmd.count("--file") == 1, "tokenize: give exactly one of --text and --file");
+  const std::string text = cmd.count("--file") ? read_file(a.file, "--file") : a.text;
   const Tokenizer tok = Tokenizer::load(a.dir);
   if (a.bench) {
+    check(!text.empty(), "tokenize --bench: the text is empty (nothing to measure)");
     bench(tok, text, a.runs);
     return;
   }
@@ -81,10 +89,10 @@ void add_tokenize(CLI::App& app) {
   static TokenizeArgs a;
   add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--text", a.text, "Text to encode");
-  cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8)");
+  cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8; - for stdin)");
   cmd->add_flag("--bench", a.bench, "Measure encode throughput on the text instead of printing ids");
   cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)")->check(integer_in(1));
-  cmd->callback([] { run_tokenize(a); });
+  cmd->callback([cmd] { run_tokenize(*cmd, a); });
 }
 
 struct DetokenizeArgs {
