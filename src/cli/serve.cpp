@@ -15,6 +15,7 @@
 #include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "io/model_folder.h"
 #include "server/http_server.h"
 
 namespace petrel::cli {
@@ -76,6 +77,7 @@ void shut_down(server::ServerState& state, const Signals& signals, server::HttpS
 }
 
 void serve(const Args& a) {
+  check_checkpoint_folder(a.serve.dir);  // before listening: a wrong path needs no port
   const Signals signals;
   server::ServerState state;
   server::HttpOptions http_options = a.http;

@@ -11,6 +11,7 @@
 #include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "io/model_folder.h"
 #include "petrel/tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -38,6 +39,11 @@ ordered_json read_json_file(const std::string& path, const std::string& flag) {
   } catch (const ordered_json::exception& e) {
     throw Error(flag + ": " + path + " is not valid JSON: " + e.what());
   }
+}
+
+Tokenizer load_tokenizer(const std::string& dir) {
+  check_model_folder(dir, "tokenizer.json", "a folder containing tokenizer.json");
+  return Tokenizer::load(dir);
 }
 
 struct TokenizeArgs {
@@ -72,7 +78,7 @@ void bench(const Tokenizer& tok, const std::string& text, int runs) {
 void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
   check(cmd.count("--text") + cmd.count("--file") == 1, "tokenize: give exactly one of --text and --file");
   const std::string text = cmd.count("--file") ? read_file(a.file, "--file") : a.text;
-  const Tokenizer tok = Tokenizer::load(a.dir);
+  const Tokenizer tok = load_tokenizer(a.dir);
   if (a.bench) {
     check(!text.empty(), "tokenize --bench: the text is empty (nothing to measure)");
     bench(tok, text, a.runs);
@@ -101,7 +107,7 @@ struct DetokenizeArgs {
 };
 
 void run_detokenize(const DetokenizeArgs& a) {
-  const Tokenizer tok = Tokenizer::load(a.dir);
+  const Tokenizer tok = load_tokenizer(a.dir);
   std::vector<uint32_t> ids;
   for (int32_t id : parse_ids(a.ids, "--ids")) ids.push_back(static_cast<uint32_t>(id));
   const std::string text = tok.decode(ids, a.skip_special);

@@ -219,6 +219,21 @@ TEST(RunCli, ShortFlagsAndAliases) {
   EXPECT_NE(both.find("Exactly 1 option from [dir,-m,--model] is required and 2 were given"), std::string::npos) << both;
 }
 
+TEST(PetrelCli, AHubModelIdSaysHowToDownloadIt) {
+  require_binary();
+  // serve says it before listening: no "listening on" line comes first.
+  for (const std::string command : {"run Qwen/Qwen3.5-35B-A3B -p hi", "serve Qwen/Qwen3.5-35B-A3B --port 0"}) {
+    int status = 0;
+    const std::string out = shell("cd " + std::string(PETREL_BINARY_DIR) + " && " + kPetrel + " " + command + " 2>&1",
+                                  &status);
+    EXPECT_EQ(status, 1) << command;
+    EXPECT_EQ(out, "error: Qwen/Qwen3.5-35B-A3B is not a local folder; it looks like a Hugging Face model id, and "
+                   "petrel reads local folders only: download it with `hf download Qwen/Qwen3.5-35B-A3B --local-dir "
+                   "models/Qwen3.5-35B-A3B` and pass models/Qwen3.5-35B-A3B\n")
+        << command;
+  }
+}
+
 TEST(RunCli, BadFlagsAreClearErrors) {
   require_binary();
   int status = 0;

@@ -54,6 +54,17 @@ TEST(TokenizerCli, FileDashReadsStdin) {
   EXPECT_EQ(test::run_petrel("tokenize " + tiny + " --file -", "2>&1 < /dev/null").out, "\n");
 }
 
+TEST(TokenizerCli, AFolderWithoutTokenizerJsonSaysWhatItHolds) {
+  test::TempDir dir;
+  std::ofstream(dir.str("config.json")) << "{}";
+  const Result r = run("tokenize " + dir.str() + " --text hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "error: " + dir.str() + " has no tokenizer.json (expected a folder containing tokenizer.json); "
+                   "it holds config.json\n");
+  const Result file = run("detokenize " + dir.str("config.json") + " --ids 1");
+  EXPECT_EQ(file.out, "error: " + dir.str("config.json") + " is a file; expected a folder containing tokenizer.json\n");
+}
+
 TEST(TokenizerCli, BenchReportsThroughput) {
   PETREL_REQUIRE_QWEN3();
   const Result r = run("tokenize " + qwen3_arg() + " --text 'Some text to measure.' --bench --runs 1");
