@@ -148,6 +148,8 @@ void add(CLI::App& app) {
   cmd->add_option("--max-json-depth", a.serve.max_json_depth,
                   "Deepest nesting of a request body's JSON (400 beyond; JSON inside strings and in tool calls the model writes is capped at 64)")
       ->capture_default_str()->check(integer_in(1, 256));
+  cmd->add_flag("!--no-request-log", a.http.log_requests,
+                "No line per request on stderr (default: time, method, path, status, tokens, duration, client)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(number_in(0.0));
   add_device_flags(cmd, a.serve.load);

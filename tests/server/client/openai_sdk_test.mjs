@@ -91,6 +91,12 @@ describe('petrel serve with the OpenAI SDK', () => {
     assert.equal(lastChoice(chunks).finish_reason, 'stop');
     assert.deepEqual(chunks.at(-1).usage, whole.usage);
     assert.ok(chunks.slice(0, -1).every((c) => c.usage === null));
+    // One request log line each, the whole and the streamed answer, with the usage counts.
+    const { prompt_tokens: prompt, completion_tokens: completion } = whole.usage;
+    const line = new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z POST /v1/chat/completions 200 ` +
+                            `prompt_tokens=${prompt} completion_tokens=${completion} duration_ms=[\\d.]+ ` +
+                            `client=127\\.0\\.0\\.1:\\d+$`, 'gm');
+    await server.logLines(line, 2);
   });
 
   test('completions, whole and streamed, on the templated prompt', async () => {

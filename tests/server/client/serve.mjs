@@ -69,6 +69,16 @@ export class Server {
     assert.fail(`${what}; metrics: ${JSON.stringify(values)}`);
   }
 
+  // Waits until `count` lines of the request log (stderr) match `pattern` (a regular expression
+  // with the g and m flags); the server writes a line just after its response's last byte.
+  async logLines(pattern, count = 1) {
+    for (let i = 0; i < 250; ++i) {
+      if ((this.log.match(pattern) ?? []).length >= count) return;
+      await sleep(20);
+    }
+    assert.fail(`fewer than ${count} request log lines match ${pattern}:\n${this.log}`);
+  }
+
   async stop(signal = 'SIGTERM') {
     if (this.process.exitCode === null) this.process.kill(signal);
     return this.exited;
