@@ -430,11 +430,11 @@ void run(Args a) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput on the GPU or the CPU");
-  cmd->add_option("dir", a.dir, "Checkpoint folder (or use --synthetic)");
+  add_model_dir(cmd, a.dir, "Checkpoint folder (or use --synthetic)", /*required=*/false);
   cmd->add_option("--synthetic", a.synthetic, "Random weights of a released shape (CUDA): qwen3.5-35b-a3b, "
                                               "qwen3-next-80b-a3b, qwen3-30b-a3b");
   cmd->add_option("--device", a.device, "auto (cuda when a GPU is present), cuda or cpu")->capture_default_str();
-  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(cmd, a.threads);
   cmd->add_option("--weights", a.weights, "CUDA: int4 (MLX affine, group 64; router 8-bit) or bf16")
       ->capture_default_str();
   cmd->add_option("--prefill", a.prefill, std::string("Prompt lengths to time (CPU default ") + kCpuPrefill + ")")

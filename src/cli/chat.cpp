@@ -219,7 +219,7 @@ void run(const CLI::App& cmd, Args& a) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal");
-  cmd->add_option("dir", a.dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, a.dir, "Checkpoint folder");
   add_generation_flags(cmd, a.gen);
   add_load_flags(cmd, a.load);
   cmd->callback([cmd] { run(*cmd, a); });

@@ -1,17 +1,34 @@
 #include "cli/common.h"
 
+#include "cli/number_flags.h"
 #include "core/error.h"
 
 namespace petrel::cli {
 
-void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
+void add_model_dir(CLI::App* cmd, std::string& dir, const std::string& description, bool required) {
+  CLI::Option_group* group = cmd->add_option_group("model", "The model: DIR or -m DIR");
+  group->add_option("dir", dir, description);
+  group->add_option("-m,--model", dir, description + " (the same as DIR)");
+  if (required) group->require_option(1);
+  else group->require_option(0, 1);
+}
+
+void add_threads_flag(CLI::App* cmd, int& threads) {
+  cmd->add_option("-t,--threads", threads, "CPU threads (0 = all cores)")->capture_default_str()->check(integer_in(0));
+}
+
+void add_device_flags(CLI::App* cmd, LoadOptions& opts) {
   cmd->add_option("--device", opts.device, "Where to run: auto (cuda when a GPU is present), cuda or cpu")
       ->capture_default_str();
   cmd->add_option("--quantize", opts.quantize, "CUDA: none, or int4 to quantise bf16 weights at load")
       ->capture_default_str();
-  cmd->add_option("--threads", opts.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(cmd, opts.threads);
+}
+
+void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
+  add_device_flags(cmd, opts);
   cmd->add_option("--chunk", opts.max_chunk, "Prefill chunk length in tokens")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
 }
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {

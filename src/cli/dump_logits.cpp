@@ -28,7 +28,7 @@ void run(const Args& a) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("dump-logits", "Write the logits of every prompt position to a .npy file");
-  cmd->add_option("dir", a.dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, a.dir, "Checkpoint folder");
   cmd->add_option("--prompt-ids", a.ids, "Prompt token ids, comma separated")->required();
   cmd->add_option("--out", a.out, "Output .npy file (float32 [T, vocab])")->required();
   add_load_flags(cmd, a.load);

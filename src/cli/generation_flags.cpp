@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "cli/number_flags.h"
 #include "core/error.h"
 #include "generate/generation_config.h"
 
@@ -39,36 +40,40 @@ void add_unique(std::vector<int32_t>& ids, int32_t id) {
 
 void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   const std::string from_config = " (default: the checkpoint's generation_config.json)";
-  cmd->add_option("--temperature", f.temperature, "Sampling temperature; 0 = greedy" + from_config)
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens; 0 = off" + from_config)->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature,--temp", f.temperature, "Sampling temperature; 0 = greedy" + from_config)
+      ->check(number_in(0.0f));
+  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens; 0 = off" + from_config)->check(integer_in(0));
   cmd->add_option("--top-p", f.top_p, "Keep the smallest set of tokens with probability >= p; 1 = off" + from_config)
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0f, 1.0f));
   cmd->add_option("--min-p", f.min_p, "Drop tokens less likely than p x the top token's probability; 0 = off" + from_config)
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0f, 1.0f));
   cmd->add_option("--repeat-penalty", f.repeat_penalty,
                   "Divide positive (multiply negative) logits of tokens already in the sequence; 1 = off" + from_config)
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--presence-penalty", f.presence_penalty, "Subtract from tokens already generated (default 0)");
-  cmd->add_option("--frequency-penalty", f.frequency_penalty, "Subtract per earlier occurrence in the output (default 0)");
+      ->check(number_above(0.0f));
+  cmd->add_option("--presence-penalty", f.presence_penalty, "Subtract from tokens already generated (default 0)")
+      ->check(number_in(std::numeric_limits<float>::lowest()));
+  cmd->add_option("--frequency-penalty", f.frequency_penalty, "Subtract per earlier occurrence in the output (default 0)")
+      ->check(number_in(std::numeric_limits<float>::lowest()));
   cmd->add_option("--repeat-last-n", f.repeat_last_n, "Penalties look at the last n tokens; 0 = all (default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(0));
   cmd->add_option("--logit-bias", f.logit_bias, "Add BIAS to a token's logit: ID=BIAS, repeatable (-inf bans)");
-  cmd->add_option("--seed", f.seed, "Random seed: the same seed gives the same answer (default: random)");
+  cmd->add_option("--seed", f.seed, "Random seed: the same seed gives the same answer (default: random)")
+      ->check(integer_in(uint64_t(0)));
   cmd->add_option("-n,--max-tokens", f.max_tokens,
-                  "Most tokens to generate; -1 = until end of turn or a full context" + from_config);
+                  "Most tokens to generate; -1 = until end of turn or a full context" + from_config)
+      ->check(integer_in(-1));
   cmd->add_option("--stop", f.stops, "Stop when the answer contains this text (not printed); repeatable");
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_option("--speculative", f.speculative, "Speculative decoding: ngram (draft by prompt lookup)")
       ->check(CLI::IsMember({"ngram"}));
   cmd->add_option("--draft", f.draft, "Tokens drafted per step with --speculative")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
   cmd->add_option("--ngram-min", f.ngram_min, "Shortest n-gram the drafter matches")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
   cmd->add_option("--ngram-max", f.ngram_max, "Longest n-gram the drafter matches (tried first)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--context", f.context, "Tokens the context holds (prompt, history and answers)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
+  cmd->add_option("-c,--context,--ctx-size", f.context, "Tokens the context holds (prompt, history and answers)")
+      ->check(integer_in(1));
   cmd->add_option("--system", f.system, "System message");
   cmd->add_flag("--no-think", f.no_think, "Answer without thinking first (chat template enable_thinking=false)");
   cmd->add_flag("--show-thinking", f.show_thinking, "Print the model's reasoning (dimmed on a terminal)");

@@ -1,6 +1,7 @@
 // `petrel inspect DIR`: what a checkpoint holds, without running it.
 #include <cstdio>
 
+#include "cli/common.h"
 #include "cli/registry.h"
 #include "core/progress.h"
 #include "io/checkpoint.h"
@@ -51,7 +52,7 @@ void run_inspect(const std::string& dir) {
 void add(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint: architecture, format, layers, sizes");
   static std::string dir;
-  cmd->add_option("dir", dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, dir, "Checkpoint folder");
   cmd->callback([] { run_inspect(dir); });
 }
 

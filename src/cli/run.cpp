@@ -136,7 +136,7 @@ void run(const CLI::App& cmd, Args& a) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("run", "Answer one prompt, streaming the answer");
-  cmd->add_option("dir", a.dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, a.dir, "Checkpoint folder");
   cmd->add_option("-p,--prompt", a.prompt, "The prompt (chat template applied unless --raw)");
   cmd->add_option("-f,--file", a.file, "Read the prompt from a file (- for stdin)");
   cmd->add_option("--prompt-ids", a.ids, "Prompt token ids, comma separated (no template)");

@@ -5,14 +5,17 @@
 // the program exits with status 0.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 
 #include "cli/common.h"
+#include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "io/model_folder.h"
 #include "server/http_server.h"
 
 namespace petrel::cli {
@@ -74,6 +77,7 @@ void shut_down(server::ServerState& state, const Signals& signals, server::HttpS
 }
 
 void serve(const Args& a) {
+  check_checkpoint_folder(a.serve.dir);  // before listening: a wrong path needs no port
   const Signals signals;
   server::ServerState state;
   server::HttpOptions http_options = a.http;
@@ -95,42 +99,42 @@ void serve(const Args& a) {
 // The limits that keep any one client from crashing, exhausting or starving the server.
 void add_limit_flags(CLI::App* cmd, server::HttpOptions& http) {
   cmd->add_option("--max-body", http.max_body_bytes, "Largest request body in bytes (413 beyond; compressed bodies get 415)")
-      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(1) << 32));
+      ->capture_default_str()->check(integer_in(size_t(1), size_t(1) << 32));
   cmd->add_option("--max-header-bytes", http.max_header_bytes, "Largest request line and headers together, in bytes (431 beyond)")
-      ->capture_default_str()->check(CLI::Range(size_t(256), size_t(16) << 20));
+      ->capture_default_str()->check(integer_in(size_t(256), size_t(16) << 20));
   cmd->add_option("--max-headers", http.max_headers, "Most headers in one request (431 beyond)")
-      ->capture_default_str()->check(CLI::Range(1, 100000));
+      ->capture_default_str()->check(integer_in(1, 100000));
   cmd->add_option("--max-connections", http.max_connections, "Connections open at once (503 beyond)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--header-timeout", http.header_timeout_s,
                   "Seconds a connection may take to send a request's headers, idle keep-alive time included (408)")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()->check(number_in(0.1, 3600.0));
   cmd->add_option("--body-timeout", http.body_timeout_s, "Seconds a request's body may take to arrive after its headers (408)")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()->check(number_in(0.1, 3600.0));
   cmd->add_option("--write-timeout", http.write_timeout_s, "Seconds a response write may make no progress before the connection is cut")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+      ->capture_default_str()->check(number_in(0.1, 3600.0));
 }
 
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serving.md)");
-  cmd->add_option("dir", a.serve.dir, "Checkpoint folder")->required();
+  add_model_dir(cmd, a.serve.dir, "Checkpoint folder");
   cmd->add_option("--host", a.http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.http.port, "Port to listen on (0: any free port, printed at start)")
-      ->capture_default_str()->check(CLI::Range(0, 65535));
+      ->capture_default_str()->check(integer_in(0, 65535));
   cmd->add_option("--api-key", a.http.api_key, "Require \"Authorization: Bearer KEY\" (all routes but /health)")
       ->check(CLI::Validator([](std::string& key) { return key.empty() ? "an empty key would let anyone in" : ""; }, "KEY", "non-empty"));
   cmd->add_option("--model-name", a.serve.model_name, "Model id clients use (default: the folder's name)");
   cmd->add_option("--max-sequences", a.serve.scheduler.max_sequences, "Sequences decoded together")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1));
   cmd->add_option("--max-queued", a.serve.scheduler.max_queued, "Requests waiting for a slot before 429s")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--context", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--prefill-chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(0));
+  cmd->add_option("-c,--context,--ctx-size", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
+      ->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
+      ->capture_default_str()->check(integer_in(1));
+  cmd->add_option("-n,--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
+      ->capture_default_str()->check(integer_in(-1));
   cmd->add_option_function<std::string>(
          "--special-tokens-in-content",
          [](const std::string& v) {
@@ -143,13 +147,17 @@ void add(CLI::App& app) {
   add_limit_flags(cmd, a.http);
   cmd->add_option("--max-json-depth", a.serve.max_json_depth,
                   "Deepest nesting of a request body's JSON (400 beyond; JSON inside strings and in tool calls the model writes is capped at 64)")
-      ->capture_default_str()->check(CLI::Range(1, 256));
+      ->capture_default_str()->check(integer_in(1, 256));
+  cmd->add_flag("!--no-request-log", a.http.log_requests,
+                "No line per request on stderr (default: time, method, path, status, tokens, duration, client)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  add_load_flags(cmd, a.serve.load);
+      ->capture_default_str()->check(number_in(0.0));
+  add_device_flags(cmd, a.serve.load);
   cmd->callback([] {
     check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
           "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
+    // The model's chunk holds one prompt piece, or one decode row per sequence.
+    a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk, a.serve.scheduler.max_sequences);
     a.serve.load.progress = false;
     serve(a);
   });

@@ -4,11 +4,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "io/model_folder.h"
 #include "petrel/tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -17,10 +20,15 @@ namespace {
 
 using nlohmann::ordered_json;
 
+// The file's contents; "-" reads stdin.
 std::string read_file(const std::string& path, const std::string& flag) {
+  std::ostringstream s;
+  if (path == "-") {
+    s << std::cin.rdbuf();
+    return s.str();
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(flag + ": cannot open " + path);
-  std::ostringstream s;
   s << in.rdbuf();
   return s.str();
 }
@@ -31,6 +39,11 @@ ordered_json read_json_file(const std::string& path, const std::string& flag) {
   } catch (const ordered_json::exception& e) {
     throw Error(flag + ": " + path + " is not valid JSON: " + e.what());
   }
+}
+
+Tokenizer load_tokenizer(const std::string& dir) {
+  check_model_folder(dir, "tokenizer.json", "a folder containing tokenizer.json");
+  return Tokenizer::load(dir);
 }
 
 struct TokenizeArgs {
@@ -61,12 +74,13 @@ void bench(const Tokenizer& tok, const std::string& text, int runs) {
   std::printf("encode, warm     %.2f MB/s (same text again, word cache filled)\n", median_mbs(warm));
 }
 
-void run_tokenize(const TokenizeArgs& a) {
-  check(a.text.empty() != a.file.empty(), "tokenize: give exactly one of --text and --file");
-  const std::string text = a.file.empty() ? a.text : read_file(a.file, "--file");
-  const Tokenizer tok = Tokenizer::load(a.dir);
+// The ids comma separated on one line; an empty text has none, an empty line.
+void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
+  check(cmd.count("--text") + cmd.count("--file") == 1, "tokenize: give exactly one of --text and --file");
+  const std::string text = cmd.count("--file") ? read_file(a.file, "--file") : a.text;
+  const Tokenizer tok = load_tokenizer(a.dir);
   if (a.bench) {
-    check(a.runs > 0, "tokenize: --runs must be positive");
+    check(!text.empty(), "tokenize --bench: the text is empty (nothing to measure)");
     bench(tok, text, a.runs);
     return;
   }
@@ -79,12 +93,12 @@ void run_tokenize(const TokenizeArgs& a) {
 void add_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (as Hugging Face tokenizers would)");
   static TokenizeArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer.json")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--text", a.text, "Text to encode");
-  cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8)");
+  cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8; - for stdin)");
   cmd->add_flag("--bench", a.bench, "Measure encode throughput on the text instead of printing ids");
-  cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)");
-  cmd->callback([] { run_tokenize(a); });
+  cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)")->check(integer_in(1));
+  cmd->callback([cmd] { run_tokenize(*cmd, a); });
 }
 
 struct DetokenizeArgs {
@@ -93,7 +107,7 @@ struct DetokenizeArgs {
 };
 
 void run_detokenize(const DetokenizeArgs& a) {
-  const Tokenizer tok = Tokenizer::load(a.dir);
+  const Tokenizer tok = load_tokenizer(a.dir);
   std::vector<uint32_t> ids;
   for (int32_t id : parse_ids(a.ids, "--ids")) ids.push_back(static_cast<uint32_t>(id));
   const std::string text = tok.decode(ids, a.skip_special);
@@ -104,7 +118,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void add_detokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("detokenize", "Print the text of token ids");
   static DetokenizeArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer.json")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--ids", a.ids, "Token ids, e.g. 9707,11,1879")->required();
   cmd->add_flag("--skip-special", a.skip_special, "Leave out special tokens such as <|im_end|>");
   cmd->callback([] { run_detokenize(a); });
@@ -143,7 +157,7 @@ void run_template(const TemplateArgs& a) {
 void add_template(CLI::App& app) {
   auto* cmd = app.add_subcommand("template", "Render the checkpoint's chat template for a conversation");
   static TemplateArgs a;
-  cmd->add_option("dir", a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja")->required();
+  add_model_dir(cmd, a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja");
   cmd->add_option("--messages", a.messages, "JSON file: a list of messages, or {\"messages\": [...], \"tools\": [...]}")
       ->required();
   cmd->add_option("--tools", a.tools, "JSON file with the list of tool definitions");

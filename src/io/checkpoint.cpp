@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/json_file.h"
+#include "io/model_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -413,7 +414,6 @@ void WeightMapper::run() {
 
 void Checkpoint::open_files() {
   const fs::path d(dir_);
-  check(fs::is_directory(d), dir_ + ": not a directory (expected a checkpoint folder with config.json)");
   std::vector<std::string> paths;
   const fs::path index = d / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -474,6 +474,7 @@ void Checkpoint::page_in(const LoadProgress& progress) const {
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadProgress& progress) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
+  check_checkpoint_folder(dir);
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json root = read_hf_config_json(cfg_path);
   ck->config_ = parse_hf_config(root, cfg_path);

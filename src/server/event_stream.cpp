@@ -1,5 +1,6 @@
 #include "server/event_stream.h"
 
+#include "server/request_log.h"
 #include "server/sse.h"
 
 namespace petrel::server {
@@ -27,6 +28,7 @@ void EventStream::attach(std::shared_ptr<EventStream> stream, http::Response& re
   res.set_header("Cache-Control", "no-cache");
   res.stream = [stream](http::StreamSink& sink) { return stream->write_next(sink); };
   res.stream_ended = [stream](bool complete) { stream->release(complete); };
+  res.log_note = [stream] { return token_note(stream->submission_.prompt_tokens, stream->completion_tokens_); };
 }
 
 bool EventStream::write_next(http::StreamSink& sink) {
@@ -39,6 +41,7 @@ bool EventStream::write_next(http::StreamSink& sink) {
       if (!write(sink, sse_event(chunk))) return false;
   if (!update.finish) return true;
   finished_ = true;
+  completion_tokens_ = update.finish->completion_tokens;
   state_.metrics().count_finished(*update.finish);
   if (!error || write(sink, sse_event(error->body()))) write_end(sink, *update.finish);
   return false;

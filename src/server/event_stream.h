@@ -33,6 +33,7 @@ class EventStream {
   std::unique_ptr<ResponseBuilder> builder_;
   bool include_usage_;
   bool finished_ = false;
+  int completion_tokens_ = -1;  // known once the request finished
   std::unique_ptr<ServerState::InFlight> in_flight_;
 };
 

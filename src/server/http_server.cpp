@@ -1,6 +1,9 @@
 #include "server/http_server.h"
 
+#include <cstdio>
+
 #include "core/error.h"
+#include "server/request_log.h"
 #include "server/routes.h"
 
 namespace petrel::server {
@@ -65,8 +68,11 @@ void HttpServer::install_handlers() {
                              "invalid_api_key"));
     return true;
   });
-  http_.after_response([this](const http::Request& req, int status) { state_.metrics().count_request(req.path, status); });
-  http_.after_refusal([this](const std::string& path, int status) { state_.metrics().count_request(path, status); });
+  http_.after_exchange([this](const http::Exchange& e) {
+    state_.metrics().count_request(e.path, e.status);
+    if (options_.log_requests)
+      std::fprintf(stderr, "%s\n", request_log_line(e, std::chrono::system_clock::now()).c_str());
+  });
   add_generation_routes(http_, state_);
   add_info_routes(http_, state_);
 }

@@ -1,6 +1,6 @@
 // The HTTP side of `petrel serve`: the routes on Petrel's HTTP/1.1 server (server/http/), optional
-// API-key authentication, the connection and request limits, and OpenAI-style error bodies for
-// every 4xx/5xx.
+// API-key authentication, the connection and request limits, OpenAI-style error bodies for every
+// 4xx/5xx, and the request log.
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -23,6 +23,7 @@ struct HttpOptions {
   double body_timeout_s = 60;     // a request's body, from its head's end
   double write_timeout_s = 30;    // a response write that makes no progress
   int threads = 64;               // requests handled at once (a streaming response holds one)
+  bool log_requests = true;       // one line per request answered on stderr (request_log.h)
 };
 
 class HttpServer {

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions and POST /v1/completions: parse, build the prompt, submit to the
 // scheduler, then answer whole or as a stream of server-sent events.
 #include "server/event_stream.h"
+#include "server/request_log.h"
 #include "server/routes.h"
 
 namespace petrel::server {
@@ -19,6 +20,7 @@ void respond(ServerState& state, Submission submission, std::unique_ptr<Response
   state.metrics().count_finished(*all.finish);
   if (const auto error = finish_error(*all.finish)) throw *error;
   send_json(res, 200, builder->whole(all, submission.prompt_tokens));
+  res.log_note = [note = token_note(submission.prompt_tokens, all.finish->completion_tokens)] { return note; };
 }
 
 void chat_completions(ServerState& state, const http::Request& req, http::Response& res) {

@@ -33,8 +33,8 @@ void expect_timed(const nlohmann::json& row, size_t runs) {
 }
 
 TEST(BenchCli, CpuPrefillAndDecodeFigures) {
-  const test::CliResult r = test::run_petrel("bench " + kTiny +
-                                                 " --device cpu --threads 2 --prefill 16,32 --decode-context 0,24 "
+  const test::CliResult r = test::run_petrel("bench -m " + kTiny +
+                                                 " --device cpu -t 2 --prefill 16,32 --decode-context 0,24 "
                                                  "--decode-tokens 4 --runs 3 --json",
                                              "2>/dev/null");
   ASSERT_EQ(r.status, 0) << r.out;

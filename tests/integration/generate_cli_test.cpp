@@ -153,6 +153,33 @@ TEST(PetrelCli, VersionNamesTheProgramAndItsVersion) {
   EXPECT_EQ(status, 0);
 }
 
+// A number outside a flag's range is one short line naming the flag, the range and the value as
+// typed (CLI11's own ranges print a double's limit in 309 digits).
+TEST(PetrelCli, OutOfRangeNumbersNameTheFlagTheRangeAndTheValue) {
+  require_binary();
+  const std::pair<std::string, std::string> cases[] = {
+      {"run " + kTiny + " -p hi --temperature 1e400",
+       "--temperature: expected a number >= 0, found 1e400 (the largest accepted is 3.40282e+38)"},
+      {"run " + kTiny + " -p hi -n 99999999999999999999",
+       "--max-tokens: expected an integer >= -1, found 99999999999999999999 (the largest accepted is 2147483647)"},
+      {"run " + kTiny + " -p hi --top-p 1.5", "--top-p: expected a number from 0 to 1, found 1.5"},
+      {"run " + kTiny + " -p hi --repeat-penalty 0", "--repeat-penalty: expected a number > 0, found 0"},
+      {"run " + kTiny + " -p hi --seed -1", "--seed: expected an integer >= 0, found -1"},
+      {"run " + kTiny + " -p hi --top-k 2.5", "--top-k: expected an integer >= 0, found '2.5'"},
+      {"chat " + kTiny + " --threads -2", "--threads: expected an integer >= 0, found -2"},
+      {"serve " + kTiny + " --port 70000", "--port: expected an integer from 0 to 65535, found 70000"},
+      {"serve " + kTiny + " --header-timeout 1e400", "--header-timeout: expected a number from 0.1 to 3600, found 1e400"},
+      {"dump-logits " + kTiny + " --prompt-ids 1 --out x.npy --chunk 0", "--chunk: expected an integer >= 1, found 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    int status = 0;
+    const std::string out = shell(kPetrel + " " + args + " 2>&1", &status);
+    EXPECT_NE(status, 0) << args;
+    EXPECT_EQ(out.substr(0, out.find('\n')), message) << args;
+    EXPECT_LT(out.size(), 200u) << out;
+  }
+}
+
 TEST(RunCli, AnswersAPromptThroughTheChatTemplate) {
   require_binary();
   EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' 2>/dev/null"),
@@ -174,6 +201,37 @@ TEST(RunCli, StopStringEndsTheAnswerAndIsNotPrinted) {
             "Digits from the right: 09575\n");
   EXPECT_EQ(shell(kPetrel + " run " + kTiny + " -p 'What is 48213 + 9377?' --stop '575\nAns' 2>/dev/null"),
             "Digits from the right: 09\n");
+}
+
+TEST(RunCli, ShortFlagsAndAliases) {
+  require_binary();
+  int status = -1;
+  const std::string out = shell(kPetrel + " run -m " + kTiny + " -p 'What is 48213 + 9377?' -t 1 -c 100 --temp 0 2>&1",
+                                &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("sampling greedy, context 100\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("Answer: 57590"), std::string::npos) << out;
+  EXPECT_EQ(shell(kPetrel + " run --model " + kTiny + " --prompt-ids 1,269,201 -n 3 --ctx-size 16 --output-ids "
+                  "--threads 1 2>/dev/null | wc -w"),
+            "3\n");
+  const std::string both = shell(kPetrel + " run " + kTiny + " -m " + kTiny + " -p hi 2>&1", &status);
+  EXPECT_NE(status, 0) << both;
+  EXPECT_NE(both.find("Exactly 1 option from [dir,-m,--model] is required and 2 were given"), std::string::npos) << both;
+}
+
+TEST(PetrelCli, AHubModelIdSaysHowToDownloadIt) {
+  require_binary();
+  // serve says it before listening: no "listening on" line comes first.
+  for (const std::string command : {"run Qwen/Qwen3.5-35B-A3B -p hi", "serve Qwen/Qwen3.5-35B-A3B --port 0"}) {
+    int status = 0;
+    const std::string out = shell("cd " + std::string(PETREL_BINARY_DIR) + " && " + kPetrel + " " + command + " 2>&1",
+                                  &status);
+    EXPECT_EQ(status, 1) << command;
+    EXPECT_EQ(out, "error: Qwen/Qwen3.5-35B-A3B is not a local folder; it looks like a Hugging Face model id, and "
+                   "petrel reads local folders only: download it with `hf download Qwen/Qwen3.5-35B-A3B --local-dir "
+                   "models/Qwen3.5-35B-A3B` and pass models/Qwen3.5-35B-A3B\n")
+        << command;
+  }
 }
 
 TEST(RunCli, BadFlagsAreClearErrors) {

@@ -43,6 +43,48 @@ std::string open_error(const std::string& dir) {
   return "";
 }
 
+// ----------------------------------------------------------------------------- the folder itself
+
+TEST(LoaderErrors, FileGivenForTheFolderIsNamedWithItsFolder) {
+  BrokenCheckpoint ck;
+  EXPECT_EQ(open_error(ck.weights()), ck.weights() + " is a file; expected a checkpoint folder containing config.json "
+                                                     "and *.safetensors (the folder it is in: " + ck.dir.path.string() + ")");
+  std::ofstream(ck.dir.str("notes.txt")) << "x";
+  EXPECT_EQ(open_error(ck.dir.str("notes.txt")),
+            ck.dir.str("notes.txt") + " is a file; expected a checkpoint folder containing config.json and *.safetensors");
+}
+
+TEST(LoaderErrors, HubModelIdSaysHowToDownloadIt) {
+  ASSERT_FALSE(fs::exists("Qwen"));
+  EXPECT_EQ(open_error("Qwen/Qwen3.5-35B-A3B"),
+            "Qwen/Qwen3.5-35B-A3B is not a local folder; it looks like a Hugging Face model id, and petrel reads local "
+            "folders only: download it with `hf download Qwen/Qwen3.5-35B-A3B --local-dir models/Qwen3.5-35B-A3B` and "
+            "pass models/Qwen3.5-35B-A3B");
+}
+
+TEST(LoaderErrors, MissingFolderIsNamed) {
+  TempDir dir;  // its name has a slash but its first part exists: a mistyped path, not a model id
+  const std::string missing = dir.str("Qwen3.5-35B-A3B");
+  EXPECT_EQ(open_error(missing),
+            missing + ": no such folder (expected a checkpoint folder containing config.json and *.safetensors)");
+}
+
+TEST(LoaderErrors, FolderWithoutConfigListsWhatItHolds) {
+  TempDir dir;
+  EXPECT_EQ(open_error(dir.str()), dir.str() + " has no config.json (expected a checkpoint folder containing "
+                                               "config.json and *.safetensors); it is empty");
+  fs::create_directory(dir.path / "snapshots");
+  for (const char* f : {"README.md", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        "tokenizer.json", "vocab.json", "merges.txt", "LICENSE"})
+    std::ofstream(dir.str(f)) << "x";
+  EXPECT_EQ(open_error(dir.str()), dir.str() + " has no config.json (expected a checkpoint folder containing "
+                                               "config.json and *.safetensors); it holds LICENSE, README.md, "
+                                               "merges.txt, model-00001-of-00002.safetensors, "
+                                               "model-00002-of-00002.safetensors, snapshots/ (and 2 more)");
+}
+
+// ---------------------------------------------------------------------------------- tensors
+
 TEST(LoaderErrors, MissingTensorIsNamed) {
   BrokenCheckpoint ck;
   auto tensors = test::read_all(ck.weights());

@@ -25,6 +25,46 @@ TEST(TokenizerCli, TokenizeAndDetokenize) {
   EXPECT_NE(bad.out.find("token id 99999999 is not in the vocabulary"), std::string::npos) << bad.out;
 }
 
+TEST(TokenizerCli, FolderAsModelFlag) {
+  const std::string tiny = test::tiny_model_dir();
+  const Result positional = run("tokenize " + tiny + " --text 'Reverse the word petrel.'");
+  ASSERT_EQ(positional.status, 0) << positional.out;
+  EXPECT_EQ(run("tokenize -m " + tiny + " --text 'Reverse the word petrel.'").out, positional.out);
+  const std::string ids = positional.out.substr(0, positional.out.find('\n'));
+  EXPECT_EQ(run("detokenize --model " + tiny + " --ids " + ids).out, "Reverse the word petrel.\n");
+}
+
+TEST(TokenizerCli, EmptyTextHasNoIds) {
+  const Result r = run("tokenize " + test::tiny_model_dir() + " --text ''");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "\n");
+  const Result neither = run("tokenize " + test::tiny_model_dir());
+  EXPECT_EQ(neither.status, 1);
+  EXPECT_EQ(neither.out, "error: tokenize: give exactly one of --text and --file\n");
+}
+
+TEST(TokenizerCli, FileDashReadsStdin) {
+  const std::string tiny = test::tiny_model_dir();
+  test::TempDir dir;
+  std::ofstream(dir.str("text.txt")) << "What is 48213 + 9377?\nReverse the word petrel.";
+  const Result from_file = run("tokenize " + tiny + " --file " + dir.str("text.txt"));
+  ASSERT_EQ(from_file.status, 0) << from_file.out;
+  EXPECT_GT(from_file.out.size(), 1u);
+  EXPECT_EQ(test::run_petrel("tokenize " + tiny + " --file -", "2>&1 < " + dir.str("text.txt")).out, from_file.out);
+  EXPECT_EQ(test::run_petrel("tokenize " + tiny + " --file -", "2>&1 < /dev/null").out, "\n");
+}
+
+TEST(TokenizerCli, AFolderWithoutTokenizerJsonSaysWhatItHolds) {
+  test::TempDir dir;
+  std::ofstream(dir.str("config.json")) << "{}";
+  const Result r = run("tokenize " + dir.str() + " --text hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "error: " + dir.str() + " has no tokenizer.json (expected a folder containing tokenizer.json); "
+                   "it holds config.json\n");
+  const Result file = run("detokenize " + dir.str("config.json") + " --ids 1");
+  EXPECT_EQ(file.out, "error: " + dir.str("config.json") + " is a file; expected a folder containing tokenizer.json\n");
+}
+
 TEST(TokenizerCli, BenchReportsThroughput) {
   PETREL_REQUIRE_QWEN3();
   const Result r = run("tokenize " + qwen3_arg() + " --text 'Some text to measure.' --bench --runs 1");

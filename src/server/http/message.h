@@ -44,6 +44,9 @@ struct Response {
   // Called once after a stream ends; `complete` is false when it broke off (write failure,
   // shutdown) before `stream` said it was finished.
   std::function<void(bool complete)> stream_ended;
+  // Called once the response is written, for the request log: what the handler knows beyond the
+  // status (e.g. "prompt_tokens=23 completion_tokens=21"); unset: nothing.
+  std::function<std::string()> log_note;
 
   void set_header(std::string name, std::string value) { headers.emplace_back(std::move(name), std::move(value)); }
 };

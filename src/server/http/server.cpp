@@ -102,6 +102,19 @@ class SocketSink : public StreamSink {
   bool failed_ = false;
 };
 
+// "127.0.0.1:50412" or "[::1]:50412".
+std::string address_text(const sockaddr_storage& address) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (address.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(address);
+    ::inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(a.sin6_port));
+  }
+  const auto& a = reinterpret_cast<const sockaddr_in&>(address);
+  ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
+  return std::string(host) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
 // More descriptors than the default soft limit (1024) may be needed for the connection bound.
 void raise_descriptor_limit() {
   rlimit limit{};
@@ -114,9 +127,11 @@ void raise_descriptor_limit() {
 }  // namespace
 
 struct Server::Connection {
-  Connection(int fd, ParseLimits limits) : fd(fd), parser(limits) {}
+  Connection(int fd, ParseLimits limits, std::string client) : fd(fd), parser(limits), client(std::move(client)) {}
   int fd;
   RequestParser parser;
+  std::string client;      // the peer's address, for the request log
+  Clock::time_point started;  // the current request's first byte
   std::string pending;     // received bytes the parser has not taken yet (a pipelined request)
   size_t counted = 0;      // bytes of this connection in the server's buffer budget
   Clock::time_point deadline;
@@ -253,7 +268,9 @@ void Server::loop() {
 
 void Server::accept_all() {
   while (true) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof peer;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_length, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       // Out of descriptors: leave the backlog alone for a moment rather than spin on it.
@@ -265,12 +282,12 @@ void Server::accept_all() {
                                             " connections open, its limit; try again later");
       send_now(fd, response_head(res, (long long)res.body.size(), false, false) + res.body);
       ::close(fd);
-      if (refused_) refused_("", 503);
+      if (after_) after_(Exchange{"", "", address_text(peer), 503, {}, ""});
       continue;
     }
     int yes = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);  // a streamed token is a small write
-    auto c = std::make_unique<Connection>(fd, limits_.parse);
+    auto c = std::make_unique<Connection>(fd, limits_.parse, address_text(peer));
     c->deadline = Clock::now() + limits_.head_timeout;
     epoll_event event{EPOLLIN | EPOLLRDHUP, {.fd = fd}};
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
@@ -287,6 +304,7 @@ void Server::on_readable(Connection& c) {
     if (n <= 0) close_in_loop(c.fd);
     return;
   }
+  if (c.parser.bytes_seen() == 0 && c.pending.empty()) c.started = Clock::now();
   if (buffered_ + size_t(n) > buffer_budget_) {
     refuse(c, 503, "the server holds too many unfinished request bodies; try again later");
     return;
@@ -338,9 +356,12 @@ void Server::dispatch(int fd) {
 }
 
 void Server::refuse(Connection& c, int status, const std::string& message) {
-  if (refused_) refused_(c.parser.request().path, status);
   const Response res = errors_(status, message);
   send_now(c.fd, response_head(res, (long long)res.body.size(), false, false) + res.body);
+  if (after_) {
+    const Request& req = c.parser.request();
+    after_(Exchange{req.method, req.path, c.client, status, Clock::now() - c.started, ""});
+  }
   ::shutdown(c.fd, SHUT_WR);
   c.lingering = true;
   c.deadline = Clock::now() + kLinger;
@@ -400,7 +421,10 @@ void Server::take_returned() {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
     Connection& ref = *c;
     waiting_.emplace(fd, std::move(c));
-    if (!ref.pending.empty()) advance(ref);  // a pipelined request already here
+    if (!ref.pending.empty()) {  // a pipelined request already here
+      ref.started = Clock::now();
+      advance(ref);
+    }
   }
 }
 
@@ -430,7 +454,9 @@ void Server::serve(Job& job) {
   run_handler(job.request, res);
   const bool keep_alive = keep_alive_asked(job.request) && !stopping_;
   const bool written = write_response(*job.connection, job.request, res, keep_alive);
-  if (after_) after_(job.request, res.status);
+  if (after_)
+    after_(Exchange{job.request.method, job.request.path, job.connection->client, res.status,
+                    Clock::now() - job.connection->started, res.log_note ? res.log_note() : ""});
   finish(std::move(job.connection), written && keep_alive);
 }
 

@@ -35,6 +35,15 @@ struct ServerLimits {
 
 using Handler = std::function<void(const Request&, Response&)>;
 
+// One request answered: a response a worker wrote, or a refusal the server sent by itself.
+struct Exchange {
+  std::string method, path;  // as far as they were read ("" when not)
+  std::string client;        // the peer's address and port: "127.0.0.1:50412", "[::1]:50412"
+  int status = 0;
+  std::chrono::steady_clock::duration took{};  // from the request's first byte to its response's last
+  std::string note;                            // Response::log_note's text
+};
+
 class Server {
  public:
   // Shapes the answers the server gives by itself: malformed or oversized requests, deadlines,
@@ -49,11 +58,10 @@ class Server {
   void route(const std::string& method, const std::string& path, Handler handler);
   // Runs before every handler; returns true when it answered the request itself (e.g. 401).
   void before_routing(std::function<bool(const Request&, Response&)> hook) { before_ = std::move(hook); }
-  // Runs after every response a worker wrote, with its request and status.
-  void after_response(std::function<void(const Request&, int status)> hook) { after_ = std::move(hook); }
-  // Runs on the event loop's thread for every request refused before it was whole (bad framing,
-  // limits, deadlines, the connection bound), with the status and the path when it was read.
-  void after_refusal(std::function<void(const std::string& path, int status)> hook) { refused_ = std::move(hook); }
+  // Runs once per request answered: on a worker after its response was written, and on the event
+  // loop's thread for every request refused before it was whole (bad framing, limits, deadlines,
+  // the connection bound).
+  void after_exchange(std::function<void(const Exchange&)> hook) { after_ = std::move(hook); }
 
   // Binds and listens (port 0: any free port); returns the port. Throws petrel::Error naming the
   // address when it cannot.
@@ -100,8 +108,7 @@ class Server {
   ErrorResponder errors_;
   std::map<std::string, std::map<std::string, Handler>> routes_;  // path -> method -> handler
   std::function<bool(const Request&, Response&)> before_;
-  std::function<void(const Request&, int)> after_;
-  std::function<void(const std::string&, int)> refused_;
+  std::function<void(const Exchange&)> after_;
 
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   std::unordered_map<int, std::unique_ptr<Connection>> waiting_;  // owned by the loop thread

@@ -105,6 +105,8 @@ describe('petrel serve against hostile connections', () => {
     const metrics = await server.metrics();
     assert.equal(metrics['petrel_http_requests_total{route="/health",status="431"}'], 1, JSON.stringify(metrics));
     assert.equal(metrics['petrel_http_requests_total{route="other",status="431"}'], 1, JSON.stringify(metrics));
+    // And each has its line in the request log.
+    await server.logLines(/ GET \/health 431 duration_ms=[\d.]+ client=127\.0\.0\.1:\d+$/gm);
   });
 
   test('a form-encoded body over 8 KB is read as the JSON it holds, not refused as too large', async () => {

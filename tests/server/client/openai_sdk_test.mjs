@@ -40,8 +40,9 @@ const lastChoice = (chunks) => chunks.filter((c) => c.choices.length > 0).at(-1)
 describe('petrel serve with the OpenAI SDK', () => {
   let server, openai;
   before(async () => {
+    // Prompts go in 16-token pieces between decode steps; the model's chunk still holds 32 rows.
     server = await new Server(petrel, modelDir, ['--api-key', API_KEY, '--max-sequences', '32', '--context', '2048',
-                               '--max-body', '1000000']).start();
+                               '--chunk', '16', '--max-body', '1000000']).start();
     openai = sdkClient(server);
   });
   after(async () => assert.equal(await server.stop(), 0, server.log));
@@ -90,6 +91,12 @@ describe('petrel serve with the OpenAI SDK', () => {
     assert.equal(lastChoice(chunks).finish_reason, 'stop');
     assert.deepEqual(chunks.at(-1).usage, whole.usage);
     assert.ok(chunks.slice(0, -1).every((c) => c.usage === null));
+    // One request log line each, the whole and the streamed answer, with the usage counts.
+    const { prompt_tokens: prompt, completion_tokens: completion } = whole.usage;
+    const line = new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z POST /v1/chat/completions 200 ` +
+                            `prompt_tokens=${prompt} completion_tokens=${completion} duration_ms=[\\d.]+ ` +
+                            `client=127\\.0\\.0\\.1:\\d+$`, 'gm');
+    await server.logLines(line, 2);
   });
 
   test('completions, whole and streamed, on the templated prompt', async () => {

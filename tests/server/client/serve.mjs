@@ -16,7 +16,7 @@ export class Server {
 
   async start() {
     // One CPU thread: the tests run beside other work on small CI machines.
-    this.process = spawn(this.petrel, ['serve', this.modelDir, '--port', '0', '--threads', '1', ...this.args]);
+    this.process = spawn(this.petrel, ['serve', '-m', this.modelDir, '--port', '0', '-t', '1', ...this.args]);
     this.exited = new Promise((resolve) => this.process.on('exit', (code, signal) => resolve(code ?? signal)));
     this.base = await new Promise((resolve, reject) => {
       this.process.stderr.on('data', (data) => {
@@ -67,6 +67,16 @@ export class Server {
       await sleep(20);
     }
     assert.fail(`${what}; metrics: ${JSON.stringify(values)}`);
+  }
+
+  // Waits until `count` lines of the request log (stderr) match `pattern` (a regular expression
+  // with the g and m flags); the server writes a line just after its response's last byte.
+  async logLines(pattern, count = 1) {
+    for (let i = 0; i < 250; ++i) {
+      if ((this.log.match(pattern) ?? []).length >= count) return;
+      await sleep(20);
+    }
+    assert.fail(`fewer than ${count} request log lines match ${pattern}:\n${this.log}`);
   }
 
   async stop(signal = 'SIGTERM') {
