@@ -48,7 +48,7 @@ Tokenizer load_tokenizer(const std::string& dir) {
 
 struct TokenizeArgs {
   std::string dir, text, file;
-  bool bench = false;
+  bool bench = false, json = false;
   int runs = 5;
 };
 
@@ -74,7 +74,8 @@ void bench(const Tokenizer& tok, const std::string& text, int runs) {
   std::printf("encode, warm     %.2f MB/s (same text again, word cache filled)\n", median_mbs(warm));
 }
 
-// The ids comma separated on one line; an empty text has none, an empty line.
+// The ids comma separated on one line (what detokenize --ids reads), or as a JSON array; an
+// empty text has none: an empty line, or [].
 void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
   check(cmd.count("--text") + cmd.count("--file") == 1, "tokenize: give exactly one of --text and --file");
   const std::string text = cmd.count("--file") ? read_file(a.file, "--file") : a.text;
@@ -86,8 +87,8 @@ void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
   }
   const auto ids = tok.encode(text);
   std::string line;
-  for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
-  std::printf("%s\n", line.c_str());
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? (a.json ? ", " : ",") : "") + std::to_string(ids[i]);
+  std::printf(a.json ? "[%s]\n" : "%s\n", line.c_str());
 }
 
 void add_tokenize(CLI::App& app) {
@@ -96,6 +97,7 @@ void add_tokenize(CLI::App& app) {
   add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
   cmd->add_option("--text", a.text, "Text to encode");
   cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8; - for stdin)");
+  cmd->add_flag("--json", a.json, "Print the ids as a JSON array, [] for an empty text");
   cmd->add_flag("--bench", a.bench, "Measure encode throughput on the text instead of printing ids");
   cmd->add_option("--runs", a.runs, "Benchmark repetitions (median reported)")->check(integer_in(1));
   cmd->callback([cmd] { run_tokenize(*cmd, a); });

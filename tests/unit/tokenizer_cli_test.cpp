@@ -18,6 +18,7 @@ std::string qwen3_arg() { return test::qwen3_dir().string(); }
 TEST(TokenizerCli, TokenizeAndDetokenize) {
   PETREL_REQUIRE_QWEN3();
   EXPECT_EQ(run("tokenize " + qwen3_arg() + " --text 'Hello world<|im_end|>'").out, "9707,1879,151645\n");
+  EXPECT_EQ(run("tokenize " + qwen3_arg() + " --text 'Hello world<|im_end|>' --json").out, "[9707, 1879, 151645]\n");
   EXPECT_EQ(run("detokenize " + qwen3_arg() + " --ids 9707,1879,151645").out, "Hello world<|im_end|>\n");
   EXPECT_EQ(run("detokenize " + qwen3_arg() + " --ids 9707,1879,151645 --skip-special").out, "Hello world\n");
   const Result bad = run("detokenize " + qwen3_arg() + " --ids 9707,99999999");
@@ -38,6 +39,7 @@ TEST(TokenizerCli, EmptyTextHasNoIds) {
   const Result r = run("tokenize " + test::tiny_model_dir() + " --text ''");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "\n");
+  EXPECT_EQ(run("tokenize " + test::tiny_model_dir() + " --text '' --json").out, "[]\n");
   const Result neither = run("tokenize " + test::tiny_model_dir());
   EXPECT_EQ(neither.status, 1);
   EXPECT_EQ(neither.out, "error: tokenize: give exactly one of --text and --file\n");
