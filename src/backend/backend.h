@@ -43,8 +43,11 @@ class SequenceState {
   virtual ~SequenceState() = default;
   int n_past = 0;
   int capacity = 0;  // tokens the KV cache can hold
-  // Copies every cache and state of `other` (same backend and model) into this one.
+  // Copies every cache and state of `other` (same backend and model; its n_past within this
+  // one's capacity, which may differ from other's) into this one.
   virtual void copy_from(const SequenceState& other) = 0;
+  // Bytes of memory the state holds (its KV caches at full capacity, conv and recurrent states).
+  virtual size_t bytes() const = 0;
   // Forgets every token, keeping the memory: n_past = 0, conv and recurrent state zero (KV rows
   // are rewritten before they are read again). A server reuses states this way.
   virtual void reset() = 0;

@@ -133,6 +133,11 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(integer_in(1));
   cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
       ->capture_default_str()->check(integer_in(1));
+  cmd->add_option_function<int>(
+         "--prefix-cache-mb",
+         [](int mb) { a.serve.scheduler.prefix_cache.budget_bytes = size_t(mb) << 20; },
+         "Memory for snapshots of prompt prefixes that later requests reuse (0: no prefix cache; default 4096)")
+      ->check(integer_in(0));
   cmd->add_option("-n,--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str()->check(integer_in(-1));
   cmd->add_option_function<std::string>(

@@ -98,7 +98,7 @@ bool RunningRequest::finished_by(int32_t t, FinishReason& reason) const {
 GenerationStats RunningRequest::stats() const {
   GenerationStats s;
   s.prompt_tokens = prompt_size();
-  s.prefilled = std::min(state_.n_past, prompt_size());
+  s.prefilled = std::min(state_.n_past, prompt_size()) - restored_;
   s.generated = generated_;
   if (generated_ > 0) {
     s.ttft_s = seconds(submitted_, first_token_);

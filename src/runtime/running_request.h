@@ -48,7 +48,10 @@ class RunningRequest {
   uint64_t id() const { return id_; }
   Slot& slot() { return slot_; }
   SequenceState& state() { return state_; }
+  std::span<const int32_t> prompt() const { return request_.prompt; }
   int prompt_size() const { return int(request_.prompt.size()); }
+  // Says that the state came with the prompt's first n tokens (a prefix cache restored them).
+  void restored(int n) { restored_ = n; }
   bool prefilling() const { return state_.n_past < prompt_size(); }
   // The prompt tokens not fed yet, at most `max` of them.
   std::span<const int32_t> next_prompt_piece(int max) const;
@@ -85,6 +88,7 @@ class RunningRequest {
   std::optional<Sampler> sampler_;  // the host sampler, when there is no device one
   int32_t pending_ = -1;
   int generated_ = 0;
+  int restored_ = 0;  // prompt tokens the state came with
   SchedulerClock::time_point submitted_, first_token_, last_token_;
 };
 

@@ -83,6 +83,7 @@ struct Scheduler::Impl {
   const SchedulerOptions options;
   const int vocab;
   std::vector<Slot> slots;  // allocated once, reused by every request
+  PrefixCache prefix_cache;
 
   mutable std::mutex mu;
   std::condition_variable work_cv;  // wakes the scheduler thread
@@ -107,7 +108,11 @@ struct Scheduler::Impl {
   std::thread thread;  // last: starts once everything above exists
 };
 
-Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o) : model(m), options(o), vocab(m.config().vocab) {
+Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
+    : model(m),
+      options(o),
+      vocab(m.config().vocab),
+      prefix_cache(o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); }) {
   check_options(options, model.max_batch());
   slots.reserve(size_t(options.max_sequences));  // free_slots points into it
   for (int i = 0; i < options.max_sequences; ++i) {
@@ -215,10 +220,12 @@ void Scheduler::Impl::admit() {
     }
     free_slots.pop_back();
     running.push_back(std::make_unique<RunningRequest>(std::move(q), *slot, vocab));
+    RunningRequest& r = *running.back();
     try {
-      running.back()->start_sampler();
+      r.restored(prefix_cache.restore(r.prompt(), r.state()));
+      r.start_sampler();
     } catch (...) {
-      fail({running.back().get()}, std::current_exception());
+      fail({&r}, std::current_exception());
     }
   }
 }
@@ -258,8 +265,11 @@ void Scheduler::Impl::prefill_step() {
   const auto it = std::find_if(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
   if (it == running.end()) return;
   RunningRequest& r = **it;
-  const std::span<const int32_t> piece = r.next_prompt_piece(options.prefill_chunk);
-  const bool last = r.state().n_past + int(piece.size()) == r.prompt_size();
+  // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there.
+  const int fed = r.state().n_past;
+  const int until = prefix_cache.next_snapshot(fed, r.prompt_size());
+  const std::span<const int32_t> piece = r.next_prompt_piece(std::min(options.prefill_chunk, until - fed));
+  const bool last = fed + int(piece.size()) == r.prompt_size();
   Tensor logits;
   try {
     const KeepLogits keep = last ? KeepLogits::Last : KeepLogits::None;
@@ -268,6 +278,10 @@ void Scheduler::Impl::prefill_step() {
     return fail({&r}, std::current_exception());
   }
   counters.prompt_tokens += piece.size();
+  try {
+    prefix_cache.offer(r.prompt(), r.state());
+  } catch (const Error&) {  // no memory for a snapshot: the request goes on without one
+  }
   if (last) emit(r, logits);
 }
 
@@ -329,6 +343,7 @@ void Scheduler::Impl::publish() {
   counters.running = counters.slots_in_use = int(running.size());
   counters.kv_tokens_in_use = 0;
   for (const auto& r : running) counters.kv_tokens_in_use += r->state().n_past;
+  counters.prefix_cache = prefix_cache.stats();
   std::lock_guard lock(mu);
   published = counters;
 }

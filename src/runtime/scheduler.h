@@ -13,6 +13,7 @@
 #include "generate/stats.h"
 #include "model/forward.h"
 #include "runtime/logprobs.h"
+#include "runtime/prefix_cache.h"
 
 namespace petrel {
 
@@ -25,6 +26,9 @@ struct SchedulerOptions {
   // id, and the rows of requests that want logprobs, reach the host); false samples every row on
   // the host with the CPU Sampler.
   bool device_sampling = true;
+  // Snapshots of prefilled prompt prefixes that later requests restore (runtime/prefix_cache.h);
+  // off unless given a budget.
+  PrefixCacheOptions prefix_cache{.budget_bytes = 0};
 };
 
 struct CompletionRequest {
@@ -59,6 +63,7 @@ struct SchedulerMetrics {
   int64_t kv_tokens_in_use = 0;  // tokens held in the KV caches of slots in use
   int last_batch_size = 0;       // sequences in the most recent decode step
   uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
+  PrefixCacheStats prefix_cache;  // prompt_tokens counts only the tokens prefilled, not those restored
 };
 
 // Callbacks run on the scheduler thread and must not call shutdown() or destroy the scheduler.

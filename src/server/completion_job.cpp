@@ -21,6 +21,7 @@ void CompletionJob::finish(FinishReason reason, const std::string& error) {
   f.reason = reason;
   f.error = error;
   f.completion_tokens = generated_;
+  f.cached_tokens = cached_tokens_;
   f.tool_calls = stream_->tool_calls();
   if (generated_ > 0) f.ttft_s = std::chrono::duration<double>(first_ - start_).count();
   if (generated_ > 1) f.tpot_s = std::chrono::duration<double>(last_ - first_).count() / (generated_ - 1);
@@ -32,7 +33,10 @@ bool CompletionJob::on_event(const StepEvent& e) {
   if (finished_) return false;
   try {
     if (e.token >= 0) take_token(e);
-    if (e.done) finish(e.reason, e.error);
+    if (e.done) {
+      cached_tokens_ = e.stats.prompt_tokens - e.stats.prefilled;
+      finish(e.reason, e.error);
+    }
   } catch (const std::exception& error) {  // never let an exception reach the scheduler thread
     finish(FinishReason::Cancelled, std::string("internal error: ") + error.what());
   }

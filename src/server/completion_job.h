@@ -24,6 +24,7 @@ struct JobFinish {
   FinishReason reason = FinishReason::MaxTokens;
   std::string error;          // non-empty when the engine failed
   int completion_tokens = 0;  // sampled tokens, EOS included
+  int cached_tokens = 0;      // prompt tokens restored from the prefix cache
   int tool_calls = 0;
   double ttft_s = 0.0;        // submit -> first token
   double tpot_s = 0.0;        // mean time per output token after the first; 0 with fewer than 2
@@ -63,6 +64,7 @@ class CompletionJob {
   JobUpdate pending_;
   bool finished_ = false, closed_ = false;
   int generated_ = 0;
+  int cached_tokens_ = 0;  // from the final event
   Clock::time_point start_ = Clock::now(), first_, last_;
 };
 

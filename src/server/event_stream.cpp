@@ -48,7 +48,7 @@ bool EventStream::write_next(http::StreamSink& sink) {
 }
 
 void EventStream::write_end(http::StreamSink& sink, const JobFinish& finish) {
-  if (include_usage_ && !write(sink, sse_event(builder_->usage_chunk(submission_.prompt_tokens, finish.completion_tokens))))
+  if (include_usage_ && !write(sink, sse_event(builder_->usage_chunk(submission_.prompt_tokens, finish.completion_tokens, finish.cached_tokens))))
     return;
   write(sink, sse_done());
 }

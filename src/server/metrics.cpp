@@ -49,6 +49,12 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   gauge("petrel_slots_in_use", "Sequence slots in use.", s.slots_in_use);
   gauge("petrel_kv_tokens_in_use", "Tokens held in the KV caches of slots in use.", double(s.kv_tokens_in_use));
   gauge("petrel_batch_size", "Sequences in the most recent decode step.", s.last_batch_size);
+  const PrefixCacheStats& p = s.prefix_cache;
+  counter("petrel_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(p.queried_tokens));
+  counter("petrel_prefix_cache_hits_total", "Prompt tokens restored from the prefix cache.", double(p.hit_tokens));
+  counter("petrel_prefix_cache_evictions_total", "Prefix snapshots evicted.", double(p.evictions));
+  gauge("petrel_prefix_cache_bytes", "Memory held by prefix snapshots.", double(p.bytes));
+  gauge("petrel_prefix_cache_entries", "Prefix snapshots held.", p.entries);
   return out;
 }
 

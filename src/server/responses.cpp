@@ -37,10 +37,11 @@ const char* finish_reason_text(const JobFinish& f) {
   }
 }
 
-json usage_json(int prompt_tokens, int completion_tokens) {
+json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 std::string random_id(const std::string& prefix) {
@@ -63,10 +64,10 @@ json ResponseBuilder::envelope(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
 
-json ResponseBuilder::usage_chunk(int prompt_tokens, int completion_tokens) const {
+json ResponseBuilder::usage_chunk(int prompt_tokens, int completion_tokens, int cached_tokens) const {
   json chunk = envelope(chunk_object_.c_str());
   chunk["choices"] = json::array();
-  chunk["usage"] = usage_json(prompt_tokens, completion_tokens);
+  chunk["usage"] = usage_json(prompt_tokens, completion_tokens, cached_tokens);
   return chunk;
 }
 
@@ -124,7 +125,7 @@ json ChatResponse::whole(const JobUpdate& all, int prompt_tokens) {
                                       {"message", std::move(message)},
                                       {"logprobs", logprobs_ ? chat_logprobs(all.logprobs) : json()},
                                       {"finish_reason", finish_reason_text(*all.finish)}}});
-  response["usage"] = usage_json(prompt_tokens, all.finish->completion_tokens);
+  response["usage"] = usage_json(prompt_tokens, all.finish->completion_tokens, all.finish->cached_tokens);
   return response;
 }
 
@@ -168,7 +169,7 @@ json TextResponse::choice(const std::string& text, const std::vector<TokenLogpro
 json TextResponse::whole(const JobUpdate& all, int prompt_tokens) {
   json response = envelope("text_completion");
   response["choices"] = json::array({choice(all.delta.content, all.logprobs, finish_reason_text(*all.finish))});
-  response["usage"] = usage_json(prompt_tokens, all.finish->completion_tokens);
+  response["usage"] = usage_json(prompt_tokens, all.finish->completion_tokens, all.finish->cached_tokens);
   return response;
 }
 

@@ -12,7 +12,8 @@ namespace petrel::server {
 
 // "stop", "length" or "tool_calls".
 const char* finish_reason_text(const JobFinish& finish);
-json usage_json(int prompt_tokens, int completion_tokens);
+// OpenAI's usage object; cached_tokens: prompt tokens restored from the prefix cache.
+json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens);
 // "chatcmpl-<24 hex digits>" for prefix "chatcmpl".
 std::string random_id(const std::string& prefix);
 
@@ -29,7 +30,7 @@ class ResponseBuilder {
   // stream_options.include_usage is set.
   virtual std::vector<json> chunks(const JobUpdate& update, bool with_usage) = 0;
   // The last chunk of a stream with stream_options.include_usage: no choices, the usage.
-  json usage_chunk(int prompt_tokens, int completion_tokens) const;
+  json usage_chunk(int prompt_tokens, int completion_tokens, int cached_tokens) const;
 
  protected:
   json envelope(const char* object) const;

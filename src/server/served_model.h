@@ -25,7 +25,7 @@ struct ServeOptions {
   std::string dir;
   std::string model_name;  // "" : the folder's name
   LoadOptions load;
-  SchedulerOptions scheduler;
+  SchedulerOptions scheduler{.prefix_cache = {.budget_bytes = size_t(4096) << 20}};  // a prefix cache of 4 GiB
   int max_tokens = -1;     // default for requests without max_tokens; -1: until EOS or a full context
   ClientSpecialTokens special_tokens_in_content = ClientSpecialTokens::Text;
   int max_json_depth = kMaxJsonDepth;  // nesting of a request body (400 beyond)

@@ -55,9 +55,12 @@ TEST(ChatResponse, StreamsRoleThenTextThenTheFinish) {
   EXPECT_EQ(chunks[1]["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(chunks[1]["choices"][0]["delta"], json::object());
   EXPECT_FALSE(chunks[1].contains("usage"));
-  const json usage = r.usage_chunk(7, 5);
+  const json usage = r.usage_chunk(7, 5, 4);
   EXPECT_EQ(usage["choices"], json::array());
-  EXPECT_EQ(usage["usage"], json({{"prompt_tokens", 7}, {"completion_tokens", 5}, {"total_tokens", 12}}));
+  EXPECT_EQ(usage["usage"], json({{"prompt_tokens", 7},
+                                  {"completion_tokens", 5},
+                                  {"total_tokens", 12},
+                                  {"prompt_tokens_details", {{"cached_tokens", 4}}}}));
 }
 
 TEST(ChatResponse, ToolCallsGetIdsIndicesAndTheirFinishReason) {

@@ -25,12 +25,20 @@ class CpuSequence final : public SequenceState {
 
   void copy_from(const SequenceState& other) override {
     const auto& o = dynamic_cast<const CpuSequence&>(other);
+    check(o.n_past <= capacity, "copy_from: " + std::to_string(o.n_past) + " tokens exceed the capacity of " +
+                                    std::to_string(capacity));
     k = o.k;
     v = o.v;
     conv = o.conv;
     S = o.S;
     n_past = o.n_past;
-    capacity = o.capacity;
+  }
+
+  size_t bytes() const override {
+    size_t n = 0;
+    for (const auto* part : {&k, &v, &conv, &S})
+      for (const auto& layer : *part) n += layer.size() * sizeof(float);
+    return n;
   }
 
   void reset() override {

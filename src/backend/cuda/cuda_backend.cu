@@ -41,15 +41,24 @@ class CudaSequence final : public SequenceState {
     return static_cast<T*>(p);
   }
 
-  // Speculative rollback copies states every verify step: KV caches only up to n_past.
+  // Speculative rollback copies states every verify step, and a prefix cache snapshots and restores
+  // them: KV caches only up to n_past, so the two may differ in capacity.
   void copy_from(const SequenceState& other) override {
     const auto& o = dynamic_cast<const CudaSequence&>(other);
-    check(o.sizes_ == sizes_, "copy_from: sequences of different capacity or model");
+    check(o.row_bytes_ == row_bytes_, "copy_from: sequences of different models");
+    check(o.n_past <= capacity, "copy_from: " + std::to_string(o.n_past) + " tokens exceed the capacity of " +
+                                    std::to_string(capacity));
     for (size_t i = 0; i < allocations_.size(); ++i) {
-      const size_t bytes = row_bytes_[i] ? std::min(sizes_[i], row_bytes_[i] * size_t(o.n_past)) : sizes_[i];
+      const size_t bytes = row_bytes_[i] ? row_bytes_[i] * size_t(o.n_past) : sizes_[i];
       if (bytes) PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], bytes, cudaMemcpyDeviceToDevice, stream_));
     }
     n_past = o.n_past;
+  }
+
+  size_t bytes() const override {
+    size_t n = 0;
+    for (size_t b : sizes_) n += b;
+    return n;
   }
 
   // KV rows past n_past are never read, so only the conv and recurrent states need zeroing.

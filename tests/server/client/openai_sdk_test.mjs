@@ -99,6 +99,30 @@ describe('petrel serve with the OpenAI SDK', () => {
     await server.logLines(line, 2);
   });
 
+  test('the next turn of a conversation reuses the prefilled history and says so in usage', async () => {
+    // A system prompt of over two cache blocks (64 tokens each): the second turn restores it.
+    const system = { role: 'system', content: 'Answer exactly. '.repeat(40) };
+    const first = [system, ...ask('What is 48213 + 9377?')];
+    const a = await openai.chat.completions.create({ model: MODEL, messages: first, temperature: 0 });
+    assert.equal(a.usage.prompt_tokens_details.cached_tokens, 0);
+    const hitsBefore = (await server.metrics())['petrel_prefix_cache_hits_total'];
+    const second = [...first, a.choices[0].message, ...ask('Reverse the word petrel.')];
+    const b = await openai.chat.completions.create({ model: MODEL, messages: second, temperature: 0 });
+    const cached = b.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached >= 128 && cached % 64 === 0 && cached < b.usage.prompt_tokens, JSON.stringify(b.usage));
+    const hits = (await server.metrics())['petrel_prefix_cache_hits_total'];
+    assert.equal(hits - hitsBefore, cached);
+    // The same answer as a server without the cache gives: the history's state was restored exactly.
+    const plain = await new Server(petrel, modelDir, ['--prefix-cache-mb', '0']).start();
+    try {
+      const c = await sdkClient(plain).chat.completions.create({ model: MODEL, messages: second, temperature: 0 });
+      assert.equal(c.usage.prompt_tokens_details.cached_tokens, 0);
+      assert.equal(c.choices[0].message.content, b.choices[0].message.content);
+    } finally {
+      assert.equal(await plain.stop(), 0, plain.log);
+    }
+  });
+
   test('completions, whole and streamed, on the templated prompt', async () => {
     const prompt = rawPrompt('Sort 42, 7, 19, 3 from smallest to largest.');
     const whole = await openai.completions.create({ model: MODEL, prompt, temperature: 0 });

@@ -1,0 +1,70 @@
+// Prompt prefixes the scheduler has already prefilled, kept as sequence-state snapshots so that a
+// request repeating one (a chat's next turn, an agent's next step, a shared system prompt) restores
+// it and prefills only the rest. A hybrid model's DeltaNet state cannot be cut back to an earlier
+// position, so a snapshot is taken exactly at a block boundary while the prompt is fed: at the last
+// boundary of every prompt and every `interval` tokens of long ones. Entries are keyed by chained
+// hashes of their token blocks and evicted least recently used under a byte budget.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace petrel {
+
+struct PrefixCacheOptions {
+  size_t budget_bytes = size_t(4) << 30;  // snapshots held at once; 0 turns the cache off
+  int block = 64;      // snapshot positions are multiples of this many tokens
+  int interval = 2048; // long prompts: a snapshot every this many tokens too (a multiple of block)
+};
+
+struct PrefixCacheStats {
+  uint64_t queried_tokens = 0;  // prompt tokens looked up
+  uint64_t hit_tokens = 0;      // of those, restored from a snapshot
+  uint64_t snapshots = 0, evictions = 0;
+  size_t bytes = 0;  // held now
+  int entries = 0;
+};
+
+class PrefixCache {
+ public:
+  // new_state(capacity) allocates an empty sequence state of the model (Model::new_sequence).
+  PrefixCache(const PrefixCacheOptions& options, std::function<std::unique_ptr<SequenceState>(int)> new_state);
+
+  bool enabled() const { return options_.budget_bytes > 0; }
+  // Restores into `state` (empty) the longest snapshot that is a prefix of `prompt`, shorter than
+  // the whole prompt (its last token must be fed to give logits); returns its length, 0 if none.
+  int restore(std::span<const int32_t> prompt, SequenceState& state);
+  // The next position after `fed` at which a prompt of `size` tokens is snapshotted: feeding
+  // should stop there. size when there is none.
+  int next_snapshot(int fed, int size) const;
+  // Called once `state` holds exactly the first state.n_past tokens of `prompt`: snapshots it
+  // where that is a snapshot position not cached yet.
+  void offer(std::span<const int32_t> prompt, const SequenceState& state);
+  PrefixCacheStats stats() const { return stats_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::unique_ptr<SequenceState> state;
+    size_t bytes = 0;
+    uint64_t last_used = 0;
+  };
+  // Hashes of prompt[0, (i+1)·block) for each whole block i, chained block by block.
+  std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, size_t blocks) const;
+  Entry* find(std::span<const int32_t> prefix, uint64_t hash);
+  void evict_to(size_t budget);
+
+  PrefixCacheOptions options_;
+  std::function<std::unique_ptr<SequenceState>(int)> new_state_;
+  std::unordered_multimap<uint64_t, std::unique_ptr<Entry>> entries_;
+  uint64_t clock_ = 0;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace petrel

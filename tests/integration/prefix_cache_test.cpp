@@ -1,0 +1,253 @@
+// The prefix cache on the CPU: snapshots restore exactly the state their prefix left (the same
+// bits), and requests served with the cache (sequentially, concurrently, under a budget so small
+// that snapshots are evicted all the time) give the very tokens and logprobs they give without it.
+#include "runtime/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "cpu_fixture.h"
+#include "runtime/scheduler.h"
+
+namespace petrel {
+namespace {
+
+constexpr int kChunk = 64;  // prompt pieces; a multiple of the cache block, so pieces stay aligned
+constexpr int kContext = 320;
+
+PrefixCacheOptions cache_options(size_t budget) { return {.budget_bytes = budget, .block = 64, .interval = 128}; }
+
+struct Fixture : test::CpuFixture {
+  Fixture() : CpuFixture("qwen35moe-vlm-fused", kChunk) {}
+  std::unique_ptr<SequenceState> state(int capacity = kContext) { return model->new_sequence(capacity); }
+  // Feeds prompt[fed, end) in pieces of at most kChunk tokens.
+  void feed(std::span<const int32_t> prompt, SequenceState& st, int end) {
+    while (st.n_past < end) {
+      const int n = std::min(kChunk, end - st.n_past);
+      model->forward(prompt.data() + st.n_past, n, st, nullptr);
+    }
+  }
+};
+
+std::vector<int32_t> tokens(int n, int seed, int vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 17 + 5) % vocab;
+  return t;
+}
+
+std::vector<float> dump(const SequenceState& st) {
+  std::vector<float> out;
+  EXPECT_TRUE(st.dump_state(out));
+  return out;
+}
+
+TEST(PrefixCache, SnapshotPositionsAreIntervalsAndThePromptsLastBlock) {
+  Fixture f;
+  PrefixCache cache(cache_options(1 << 30), [&](int n) { return f.state(n); });
+  EXPECT_EQ(cache.next_snapshot(0, 300), 128);
+  EXPECT_EQ(cache.next_snapshot(128, 300), 256);
+  EXPECT_EQ(cache.next_snapshot(256, 300), 300) << "past the last block: none";
+  EXPECT_EQ(cache.next_snapshot(0, 100), 64) << "the last block boundary comes before the interval";
+  EXPECT_EQ(cache.next_snapshot(0, 40), 40);
+  PrefixCache off(cache_options(0), [&](int n) { return f.state(n); });
+  EXPECT_EQ(off.next_snapshot(0, 300), 300);
+}
+
+// Snapshots at 64 (the last block of a 100-token prompt) and 128 (the interval of a 200-token
+// one that continues it); prompts sharing 128, 64 or no tokens of them restore what they share (at
+// most all but their last token), bit for bit.
+TEST(PrefixCache, RestoresTheLongestSnapshotBitForBit) {
+  Fixture f;
+  PrefixCache cache(cache_options(1 << 30), [&](int n) { return f.state(n); });
+  const std::vector<int32_t> prompt = tokens(200, 1, f.vocab());
+  auto st = f.state();
+  f.feed(prompt, *st, 64);
+  cache.offer(std::span(prompt).first(100), *st);
+  const std::vector<float> at64 = dump(*st);
+  f.feed(prompt, *st, 128);
+  cache.offer(prompt, *st);
+  const std::vector<float> at128 = dump(*st);
+  EXPECT_EQ(cache.stats().entries, 2);
+
+  auto restored = f.state();
+  EXPECT_EQ(cache.restore(prompt, *restored), 128);
+  EXPECT_EQ(restored->n_past, 128);
+  EXPECT_EQ(dump(*restored), at128);
+
+  std::vector<int32_t> diverging = prompt;
+  diverging[100] = (diverging[100] + 1) % f.vocab();
+  auto partial = f.state();
+  EXPECT_EQ(cache.restore(diverging, *partial), 64);
+  EXPECT_EQ(dump(*partial), at64);
+
+  auto whole = f.state();  // exactly the cached 128 tokens: the last one must still be fed
+  EXPECT_EQ(cache.restore(std::span(prompt).first(128), *whole), 64);
+
+  std::vector<int32_t> other = tokens(200, 2, f.vocab());
+  auto none = f.state();
+  EXPECT_EQ(cache.restore(other, *none), 0);
+  EXPECT_EQ(none->n_past, 0);
+  const PrefixCacheStats s = cache.stats();
+  EXPECT_EQ(s.hit_tokens, 128u + 64u + 64u);
+  EXPECT_EQ(s.queried_tokens, 200u + 200u + 128u + 200u);
+}
+
+// A budget of one snapshot keeps the most recently used; a snapshot bigger than the budget is not
+// kept at all.
+TEST(PrefixCache, EvictsTheLeastRecentlyUsedUnderItsBudget) {
+  Fixture f;
+  const std::vector<int32_t> a = tokens(100, 3, f.vocab()), b = tokens(100, 4, f.vocab());
+  size_t one = 0;
+  {
+    PrefixCache probe(cache_options(1 << 30), [&](int n) { return f.state(n); });
+    auto st = f.state();
+    f.feed(a, *st, 64);
+    probe.offer(a, *st);
+    one = probe.stats().bytes;
+  }
+  ASSERT_GT(one, 0u);
+  PrefixCache cache(cache_options(one + one / 2), [&](int n) { return f.state(n); });
+  for (const auto* p : {&a, &b}) {
+    auto st = f.state();
+    f.feed(*p, *st, 64);
+    cache.offer(*p, *st);
+  }
+  EXPECT_EQ(cache.stats().entries, 1);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  auto st = f.state();
+  EXPECT_EQ(cache.restore(a, *st), 0) << "a was evicted";
+  EXPECT_EQ(cache.restore(b, *st), 64);
+
+  PrefixCache tiny(cache_options(one / 2), [&](int n) { return f.state(n); });
+  auto fed = f.state();
+  f.feed(a, *fed, 64);
+  tiny.offer(a, *fed);
+  EXPECT_EQ(tiny.stats().entries, 0);
+}
+
+// What a request gave: its tokens, their logprobs and how many prompt tokens came from the cache.
+struct Answer {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int cached = 0;
+};
+
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  Answer answer;
+  bool done = false;
+  StepCallback callback() {
+    return [this](const StepEvent& e) {
+      std::lock_guard lock(mu);
+      if (e.token >= 0) {
+        answer.tokens.push_back(e.token);
+        answer.logprobs.push_back(e.chosen.logprob);
+      }
+      if (e.done) {
+        answer.cached = e.stats.prompt_tokens - e.stats.prefilled;
+        done = true;
+        cv.notify_all();
+      }
+      return true;
+    };
+  }
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+};
+
+// Multi-turn prompts: each request's prompt is the previous one's plus a few tokens, with some
+// branching off mid-way and some unrelated.
+std::vector<CompletionRequest> conversation(int vocab) {
+  std::vector<CompletionRequest> out;
+  std::vector<int32_t> history = tokens(70, 9, vocab);
+  for (int turn = 0; turn < 12; ++turn) {
+    CompletionRequest r;
+    r.prompt = history;
+    if (turn % 4 == 3) r.prompt.resize(r.prompt.size() / 2 + 3);  // a branch from the middle
+    if (turn % 5 == 4) r.prompt = tokens(90 + turn, 20 + turn, vocab);  // unrelated
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 6;
+    r.top_logprobs = 0;
+    out.push_back(r);
+    const std::vector<int32_t> more = tokens(13 + turn % 3 * 9, 40 + turn, vocab);
+    history.insert(history.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
+                          bool concurrent, PrefixCacheStats* stats = nullptr) {
+  SchedulerOptions o;
+  o.max_sequences = 4;
+  o.context = kContext;
+  o.prefill_chunk = kChunk;
+  o.prefix_cache = cache_options(budget);
+  Scheduler scheduler(model, o);
+  std::vector<Collector> got(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
+    if (!concurrent) got[i].wait();
+  }
+  scheduler.shutdown(true);
+  if (stats) *stats = scheduler.metrics().prefix_cache;
+  std::vector<Answer> out;
+  for (Collector& c : got) out.push_back(c.answer);
+  return out;
+}
+
+void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "request " << i;
+  }
+}
+
+TEST(PrefixCache, TurnsOfAConversationRestoreTheirHistory) {
+  Fixture f;
+  const auto requests = conversation(f.vocab());
+  const std::vector<Answer> plain = serve(*f.model, requests, 0, false);
+  PrefixCacheStats stats;
+  const std::vector<Answer> cached = serve(*f.model, requests, size_t(1) << 30, false, &stats);
+  expect_same(cached, plain);
+  // Turn 1 continues turn 0 (70 tokens, snapshot at 64); turn 2 continues turn 1 (83 tokens).
+  EXPECT_EQ(plain[1].cached, 0);
+  EXPECT_EQ(cached[0].cached, 0);
+  EXPECT_EQ(cached[1].cached, 64);
+  EXPECT_EQ(cached[2].cached, 64);
+  int hits = 0;
+  for (const Answer& a : cached) hits += a.cached > 0;
+  EXPECT_GE(hits, 8);
+  EXPECT_GT(stats.hit_tokens, 0u);
+  EXPECT_GT(stats.queried_tokens, stats.hit_tokens);
+}
+
+// Concurrent requests, and a budget that holds one snapshot: restores and evictions interleave
+// with running sequences, and no output changes.
+TEST(PrefixCache, ConcurrentRequestsAndEvictionsChangeNoOutput) {
+  Fixture f;
+  const auto requests = conversation(f.vocab());
+  const std::vector<Answer> plain = serve(*f.model, requests, 0, true);
+  expect_same(serve(*f.model, requests, size_t(1) << 30, true), plain);
+  size_t one = 0;
+  {
+    PrefixCache probe(cache_options(1 << 30), [&](int n) { return f.state(n); });
+    const std::vector<int32_t> longest = requests[requests.size() - 2].prompt;
+    auto st = f.state();
+    f.feed(longest, *st, 128);
+    probe.offer(longest, *st);
+    one = probe.stats().bytes;
+  }
+  PrefixCacheStats stats;
+  expect_same(serve(*f.model, requests, one + 1024, false, &stats), plain);
+  EXPECT_GT(stats.evictions, 0u);
+  EXPECT_LE(stats.entries, 1);
+}
+
+}  // namespace
+}  // namespace petrel
