@@ -43,6 +43,9 @@ class Model {
   // until the next forward (a DeviceSampler reads them where they are).
   Tensor forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B);
   int max_batch() const { return options_.max_chunk; }
+  // Allocates now the logits rows batched steps write, so that memory taken later (prefix cache
+  // snapshots) cannot leave them without.
+  void reserve_batch() { all_logits_buffer(); }
 
  private:
   // Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens),

@@ -120,6 +120,7 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
                      options.device_sampling ? model.backend().make_sampler(vocab) : nullptr});
     free_slots.push_back(&slots.back());
   }
+  if (options.max_sequences > 1) model.reserve_batch();
   counters.slots_total = published.slots_total = options.max_sequences;
   thread = std::thread([this] { run(); });
 }
