@@ -1,6 +1,9 @@
-// ggml tensor types as GGUF files store them: names and block sizes.
+// ggml tensor types as GGUF files store them: names, block sizes, and rows decoded to fp32 exactly
+// as gguf-py's `gguf.quants.dequantize` decodes them (tests/unit/gguf_quants_test.cpp holds the
+// two to the same bits).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace petrel {
 
@@ -19,17 +22,24 @@ struct GgmlTypeInfo {
   const char* name;  // as ggml and gguf-py spell it: "Q4_K", "BF16"
   int64_t block;
   int64_t bytes;
+  bool dequantized;  // Petrel decodes it (ggml_dequantize_row)
 };
 
 // The storage of type id `id`, or null for an id ggml does not (or no longer) define.
 const GgmlTypeInfo* ggml_type_by_id(uint32_t id);
 const GgmlTypeInfo& ggml_type_info(GgmlType t);
 inline const char* ggml_type_name(GgmlType t) { return ggml_type_info(t).name; }
+// The types Petrel decodes, for messages: "F32, F16, BF16, Q8_0, ...".
+std::string ggml_dequantized_type_list();
 
 // Bytes of a row of `n` elements; n must be a multiple of the type's block.
 inline int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   const GgmlTypeInfo& info = ggml_type_info(t);
   return n / info.block * info.bytes;
 }
+
+// Decodes a row of `n` elements (a multiple of the block) stored at `src` into `dst`, bit for bit
+// as gguf-py's dequantize does. `t` must be one of the dequantized types.
+void ggml_dequantize_row(GgmlType t, const void* src, int64_t n, float* dst);
 
 }  // namespace petrel
