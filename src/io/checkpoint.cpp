@@ -209,20 +209,6 @@ std::vector<float> WeightMapper::norm(const std::string& name, int64_t n, const 
   return v;
 }
 
-static Matrix slice_rows(const Matrix& m, int64_t row0, int64_t nrows) {
-  Matrix s = m;
-  s.rows = nrows;
-  if (m.format == MatrixFormat::Dense) {
-    s.data = static_cast<const uint8_t*>(m.data) + size_t(row0 * m.cols) * dtype_size(m.dtype);
-  } else {
-    s.data = static_cast<const uint32_t*>(m.data) + row0 * (m.cols * m.bits / 32);
-    const size_t off = size_t(row0 * (m.cols / m.group)) * dtype_size(m.dtype);
-    s.scales = static_cast<const uint8_t*>(m.scales) + off;
-    s.biases = static_cast<const uint8_t*>(m.biases) + off;
-  }
-  return s;
-}
-
 static Matrix gather_rows(const Matrix& m, std::vector<int32_t> rows) {
   Matrix s = m;
   s.rows = int64_t(rows.size());
@@ -327,9 +313,9 @@ std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const s
     Matrix gu = matrix(prefix + "experts.gate_up_proj", {E}, 2 * I, H, role + " experts.gate_up_proj");
     Matrix dn = matrix(prefix + "experts.down_proj", {E}, H, I, role + " experts.down_proj");
     for (int64_t e = 0; e < E; ++e) {
-      out[e].gate = slice_rows(gu, e * 2 * I, I);
-      out[e].up = slice_rows(gu, e * 2 * I + I, I);
-      out[e].down = slice_rows(dn, e * H, H);
+      out[e].gate = gu.slice_rows(e * 2 * I, I);
+      out[e].up = gu.slice_rows(e * 2 * I + I, I);
+      out[e].down = dn.slice_rows(e * H, H);
     }
     return out;
   }
@@ -338,9 +324,9 @@ std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const s
     Matrix u = matrix(prefix + "switch_mlp.up_proj", {E}, I, H, role + " switch_mlp.up_proj");
     Matrix d = matrix(prefix + "switch_mlp.down_proj", {E}, H, I, role + " switch_mlp.down_proj");
     for (int64_t e = 0; e < E; ++e) {
-      out[e].gate = slice_rows(g, e * I, I);
-      out[e].up = slice_rows(u, e * I, I);
-      out[e].down = slice_rows(d, e * H, H);
+      out[e].gate = g.slice_rows(e * I, I);
+      out[e].up = u.slice_rows(e * I, I);
+      out[e].down = d.slice_rows(e * H, H);
     }
     return out;
   }
