@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -444,22 +445,56 @@ void Checkpoint::open_files() {
 }
 
 void Checkpoint::page_in(const LoadProgress& progress) const {
-  size_t total = 0, done = 0;
+  std::vector<std::span<const uint8_t>> spans;
   for (const auto& f : files_)
-    for (const auto& [n, t] : f->tensors()) total += t.nbytes;
+    for (const auto& [n, t] : f->tensors()) spans.emplace_back(t.data, t.nbytes);
+  if (gguf_)
+    for (const auto& f : gguf_->files())
+      for (const GgufTensor& t : f->tensors()) spans.emplace_back(t.data, t.nbytes);
+  size_t total = 0, done = 0;
+  for (const auto& s : spans) total += s.size();
   volatile uint8_t sink = 0;
-  for (const auto& f : files_) {
-    for (const auto& [n, t] : f->tensors()) {
-      for (size_t o = 0; o < t.nbytes; o += 4096) sink = sink + t.data[o];  // touch every page once
-      done += t.nbytes;
-      if (progress) progress(done, total);
-    }
+  for (const auto& s : spans) {
+    for (size_t o = 0; o < s.size(); o += 4096) sink = sink + s[o];  // touch every page once
+    done += s.size();
+    if (progress) progress(done, total);
+  }
+}
+
+// Totals for `petrel inspect` and the load summary.
+void Checkpoint::count_parameters() {
+  CheckpointInfo& info = info_;
+  const ModelConfig& c = config_;
+  auto add = [&](const Matrix& m, double active_fraction) {
+    if (!m.valid()) return;
+    info.weight_bytes += m.bytes();
+    info.parameters += m.rows * m.cols;
+    info.active_parameters += int64_t(double(m.rows * m.cols) * active_fraction);
+  };
+  const ModelWeights& W = weights_;
+  add(W.embed, 0.0);
+  if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
+  for (const auto& L : W.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
+                            &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
+                            &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
+                            &L.ffn.shared.down})
+      add(*m, 1.0);
+    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
+    for (const auto& e : L.ffn.experts)
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
   }
 }
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadProgress& progress) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
+  if (is_gguf_file(dir)) {
+    ck->open_gguf();
+    ck->page_in(progress);
+    ck->count_parameters();
+    return ck;
+  }
   check_checkpoint_folder(dir);
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json root = read_hf_config_json(cfg_path);
@@ -476,40 +511,19 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   }
   WeightMapper(*ck).run();
   ck->page_in(progress);
+  ck->count_parameters();
 
-  // Totals for `petrel inspect` and the load summary.
   CheckpointInfo& info = ck->info_;
-  const ModelConfig& c = ck->config_;
-  auto add = [&](const Matrix& m, double active_fraction) {
-    if (!m.valid()) return;
-    info.weight_bytes += m.bytes();
-    info.parameters += m.rows * m.cols;
-    info.active_parameters += int64_t(double(m.rows * m.cols) * active_fraction);
-  };
   const ModelWeights& W = ck->weights_;
-  add(W.embed, 0.0);
-  if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
-  for (const auto& L : W.layers) {
-    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
-                            &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
-                            &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
-                            &L.ffn.shared.down})
-      add(*m, 1.0);
-    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
-    for (const auto& e : L.ffn.experts)
-      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
-  }
-  std::string bits = "bf16";
   if (info.format == CheckpointFormat::Mlx) {
-    bits = "mlx-" + std::to_string(quant_bits) + "bit";
+    info.format_name = "mlx-" + std::to_string(quant_bits) + "bit";
   } else if (W.embed.dtype == DType::F32) {
-    bits = "hf-f32";
+    info.format_name = "hf-f32";
   } else if (W.embed.dtype == DType::F16) {
-    bits = "hf-f16";
+    info.format_name = "hf-f16";
   } else {
-    bits = "hf-bf16";
+    info.format_name = "hf-bf16";
   }
-  info.format_name = bits;
   return ck;
 }
 

@@ -385,6 +385,11 @@ void GgufFile::parse() {
 
 // ------------------------------------------------------------------------------------ GgufModel
 
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::path(path).extension() == ".gguf" && std::filesystem::is_regular_file(path, ec);
+}
+
 bool parse_gguf_split_name(const std::string& path, std::string* prefix, int* index, int* count) {
   const std::string suffix = ".gguf";
   if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)

@@ -129,6 +129,9 @@ class GgufModel {
   std::map<std::string, const GgufTensor*> tensors_;
 };
 
+// Whether `path` is a regular file whose name ends in .gguf.
+bool is_gguf_file(const std::string& path);
+
 // The parts of a split file name NAME-0000i-of-0000N.gguf; false for any other name.
 bool parse_gguf_split_name(const std::string& path, std::string* prefix, int* index, int* count);
 // NAME-0000i-of-0000N.gguf for `prefix` NAME (the format llama.cpp's llama_split_path writes).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/gguf.h"
 
 namespace fs = std::filesystem;
 
@@ -71,6 +72,7 @@ void check_model_folder(const std::string& dir, const std::string& needed, const
 }
 
 void check_checkpoint_folder(const std::string& dir) {
+  if (is_gguf_file(dir)) return;  // a GGUF checkpoint is one file (or the shards named after it)
   check_model_folder(dir, "config.json", "a checkpoint folder containing config.json and *.safetensors");
 }
 
