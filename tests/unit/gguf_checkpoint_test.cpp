@@ -282,6 +282,11 @@ TEST(GgufCheckpointErrors, UnknownArchitectureIsNamed) {
   }
 }
 
+TEST(GgufCheckpointErrors, MissingFileIsNamed) {
+  TempDir dir;
+  EXPECT_EQ(open_error(dir.str("model.gguf")), dir.str("model.gguf") + ": no such file (expected a GGUF file)");
+}
+
 TEST(GgufCheckpointErrors, MissingKeyIsNamed) {
   TempDir dir;
   GgufWriter w;
