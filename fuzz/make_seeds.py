@@ -4,6 +4,8 @@
 Checkpoint seeds are tiny valid checkpoints of every layout the loader maps (dense Qwen3 in bf16,
 a VLM-wrapped hybrid Qwen3.5-MoE with fused experts, Qwen3-Next with grouped qkvz, MLX 4/8-bit,
 a sharded Qwen3-MoE), in the format checkpoint_load_fuzz.cpp reads: files joined by a separator.
+GGUF seeds are tiny qwen3 / qwen3moe GGUF files as llama.cpp's converter lays them out (BF16 or
+Q8_0 matrices, F32 norms) and a file with a key of every value type.
 Request and tool-call seeds are requests and model answers as the server sees them.
 """
 import json
@@ -329,6 +331,101 @@ TOOL_TEXTS = {
 }
 
 
+GGUF_TYPES = {"UINT8": (0, "<B"), "INT8": (1, "<b"), "UINT16": (2, "<H"), "INT16": (3, "<h"), "UINT32": (4, "<I"),
+              "INT32": (5, "<i"), "FLOAT32": (6, "<f"), "BOOL": (7, "<?"), "UINT64": (10, "<Q"), "INT64": (11, "<q"),
+              "FLOAT64": (12, "<d")}
+GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
+
+
+def gguf_string(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(kind, value):
+    """A typed value: kind is a GGUF_TYPES name, "STRING", or ("ARRAY", element kind)."""
+    if kind == "STRING":
+        return struct.pack("<I", 8) + gguf_string(value)
+    if isinstance(kind, tuple):
+        elem = kind[1]
+        items = b"".join(gguf_string(v) if elem == "STRING" else struct.pack(GGUF_TYPES[elem][1], v) for v in value)
+        code = 8 if elem == "STRING" else GGUF_TYPES[elem][0]
+        return struct.pack("<IIQ", 9, code, len(value)) + items
+    code, fmt = GGUF_TYPES[kind]
+    return struct.pack("<I", code) + struct.pack(fmt, value)
+
+
+def gguf(kvs, tensors, alignment=32):
+    """A GGUF v3 file: kvs is [(key, kind, value)], tensors is [(name, ggml type, ne, bytes)]."""
+    head = struct.pack("<IIQQ", 0x46554747, 3, len(tensors), len(kvs))
+    head += b"".join(gguf_string(k) + gguf_value(kind, v) for k, kind, v in kvs)
+    data, offsets = b"", []
+    for _, _, _, blob in tensors:
+        data += b"\0" * (-len(data) % alignment)
+        offsets.append(len(data))
+        data += blob
+    for (name, ggml, ne, _), off in zip(tensors, offsets):
+        head += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        head += struct.pack("<IQ", ggml, off)
+    return head + b"\0" * (-len(head) % alignment) + data
+
+
+def ggml_tensor(name, ne, ggml=GGML_F32, fill=None):
+    """A tensor of dims ne (ggml order): F32 or BF16 values, or Q8_0 blocks with scale 1/64."""
+    count = 1
+    for d in ne:
+        count *= d
+    values = [fill if fill is not None else RNG.uniform() * 0.2 for _ in range(count)]
+    if ggml == GGML_Q8_0:
+        blob = b"".join(struct.pack("<e", 1 / 64) + bytes((int(v * 64) & 0xff) for v in values[i:i + 32])
+                        for i in range(0, count, 32))
+    else:
+        f32 = b"".join(struct.pack("<f", v) for v in values)
+        blob = f32 if ggml == GGML_F32 else b"".join(f32[i + 2:i + 4] for i in range(0, len(f32), 4))
+    return (name, ggml, ne, blob)
+
+
+def gguf_qwen3(arch, ggml):
+    """A one-layer qwen3 (or qwen3moe, 2 experts) with rows of 32, so that Q8_0 rows are whole blocks."""
+    h, heads, kv, hd, ff, vocab = 32, 2, 1, 16, 32, 8
+    kvs = [("general.architecture", "STRING", arch), (arch + ".block_count", "UINT32", 1),
+           (arch + ".context_length", "UINT32", 64), (arch + ".embedding_length", "UINT32", h),
+           (arch + ".feed_forward_length", "UINT32", ff), (arch + ".attention.head_count", "UINT32", heads),
+           (arch + ".attention.head_count_kv", "UINT32", kv), (arch + ".attention.key_length", "UINT32", hd),
+           (arch + ".attention.layer_norm_rms_epsilon", "FLOAT32", 1e-6),
+           (arch + ".rope.freq_base", "FLOAT32", 1e6),
+           ("tokenizer.ggml.tokens", ("ARRAY", "STRING"), ["t%d" % i for i in range(vocab)]),
+           ("tokenizer.ggml.eos_token_id", "UINT32", 2)]
+    t = [ggml_tensor("token_embd.weight", [h, vocab], ggml), ggml_tensor("output_norm.weight", [h], fill=1.0),
+         ggml_tensor("blk.0.attn_norm.weight", [h], fill=1.0), ggml_tensor("blk.0.ffn_norm.weight", [h], fill=1.0),
+         ggml_tensor("blk.0.attn_q.weight", [h, heads * hd], ggml), ggml_tensor("blk.0.attn_k.weight", [h, kv * hd], ggml),
+         ggml_tensor("blk.0.attn_v.weight", [h, kv * hd], ggml), ggml_tensor("blk.0.attn_output.weight", [heads * hd, h], ggml),
+         ggml_tensor("blk.0.attn_q_norm.weight", [hd], fill=1.0), ggml_tensor("blk.0.attn_k_norm.weight", [hd], fill=1.0)]
+    if arch == "qwen3moe":
+        kvs += [("qwen3moe.expert_count", "UINT32", 2), ("qwen3moe.expert_used_count", "UINT32", 2),
+                ("qwen3moe.expert_feed_forward_length", "UINT32", ff)]
+        t += [ggml_tensor("blk.0.ffn_gate_inp.weight", [h, 2]), ggml_tensor("blk.0.ffn_gate_exps.weight", [h, ff, 2], ggml),
+              ggml_tensor("blk.0.ffn_up_exps.weight", [h, ff, 2], ggml),
+              ggml_tensor("blk.0.ffn_down_exps.weight", [ff, h, 2], ggml)]
+    else:
+        t += [ggml_tensor("blk.0.ffn_gate.weight", [h, ff], ggml), ggml_tensor("blk.0.ffn_up.weight", [h, ff], ggml),
+              ggml_tensor("blk.0.ffn_down.weight", [ff, h], ggml), ggml_tensor("output.weight", [h, vocab], ggml)]
+    return kvs, t
+
+
+def gguf_seeds():
+    seeds = {}
+    for arch, ggml, name in [("qwen3", GGML_BF16, "qwen3_bf16"), ("qwen3", GGML_Q8_0, "qwen3_q8_0"),
+                             ("qwen3moe", GGML_Q8_0, "qwen3moe_q8_0")]:
+        kvs, t = gguf_qwen3(arch, ggml)
+        seeds[name] = gguf(kvs, t)
+    kvs = [("k.%s" % kind.lower(), kind, 1) for kind in GGUF_TYPES]
+    kvs += [("k.string", "STRING", "text"), ("k.strings", ("ARRAY", "STRING"), ["a", ""]),
+            ("k.ints", ("ARRAY", "INT32"), [1, -1]), ("general.alignment", "UINT32", 64)]
+    seeds["every_value_type"] = gguf(kvs, [ggml_tensor("t", [32], GGML_Q8_0)], alignment=64)
+    return seeds
+
+
 def write(target, name, data):
     folder = os.path.join(ROOT, target)
     os.makedirs(folder, exist_ok=True)
@@ -353,6 +450,8 @@ def main():
     for name, text in TOOL_TEXTS.items():
         write("tool_call_parser_fuzz", name, json.dumps(TOOLS).encode() + b"\0" + text.encode())
     write("tool_call_parser_fuzz", "no_tools", b"\0" + TOOL_TEXTS["qwen35_xml"].encode())
+    for name, data in gguf_seeds().items():
+        write("gguf_file_fuzz", name, data)
 
 
 if __name__ == "__main__":

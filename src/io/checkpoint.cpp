@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -209,20 +210,6 @@ std::vector<float> WeightMapper::norm(const std::string& name, int64_t n, const 
   return v;
 }
 
-static Matrix slice_rows(const Matrix& m, int64_t row0, int64_t nrows) {
-  Matrix s = m;
-  s.rows = nrows;
-  if (m.format == MatrixFormat::Dense) {
-    s.data = static_cast<const uint8_t*>(m.data) + size_t(row0 * m.cols) * dtype_size(m.dtype);
-  } else {
-    s.data = static_cast<const uint32_t*>(m.data) + row0 * (m.cols * m.bits / 32);
-    const size_t off = size_t(row0 * (m.cols / m.group)) * dtype_size(m.dtype);
-    s.scales = static_cast<const uint8_t*>(m.scales) + off;
-    s.biases = static_cast<const uint8_t*>(m.biases) + off;
-  }
-  return s;
-}
-
 static Matrix gather_rows(const Matrix& m, std::vector<int32_t> rows) {
   Matrix s = m;
   s.rows = int64_t(rows.size());
@@ -327,9 +314,9 @@ std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const s
     Matrix gu = matrix(prefix + "experts.gate_up_proj", {E}, 2 * I, H, role + " experts.gate_up_proj");
     Matrix dn = matrix(prefix + "experts.down_proj", {E}, H, I, role + " experts.down_proj");
     for (int64_t e = 0; e < E; ++e) {
-      out[e].gate = slice_rows(gu, e * 2 * I, I);
-      out[e].up = slice_rows(gu, e * 2 * I + I, I);
-      out[e].down = slice_rows(dn, e * H, H);
+      out[e].gate = gu.slice_rows(e * 2 * I, I);
+      out[e].up = gu.slice_rows(e * 2 * I + I, I);
+      out[e].down = dn.slice_rows(e * H, H);
     }
     return out;
   }
@@ -338,9 +325,9 @@ std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const s
     Matrix u = matrix(prefix + "switch_mlp.up_proj", {E}, I, H, role + " switch_mlp.up_proj");
     Matrix d = matrix(prefix + "switch_mlp.down_proj", {E}, H, I, role + " switch_mlp.down_proj");
     for (int64_t e = 0; e < E; ++e) {
-      out[e].gate = slice_rows(g, e * I, I);
-      out[e].up = slice_rows(u, e * I, I);
-      out[e].down = slice_rows(d, e * H, H);
+      out[e].gate = g.slice_rows(e * I, I);
+      out[e].up = u.slice_rows(e * I, I);
+      out[e].down = d.slice_rows(e * H, H);
     }
     return out;
   }
@@ -458,22 +445,56 @@ void Checkpoint::open_files() {
 }
 
 void Checkpoint::page_in(const LoadProgress& progress) const {
-  size_t total = 0, done = 0;
+  std::vector<std::span<const uint8_t>> spans;
   for (const auto& f : files_)
-    for (const auto& [n, t] : f->tensors()) total += t.nbytes;
+    for (const auto& [n, t] : f->tensors()) spans.emplace_back(t.data, t.nbytes);
+  if (gguf_)
+    for (const auto& f : gguf_->files())
+      for (const GgufTensor& t : f->tensors()) spans.emplace_back(t.data, t.nbytes);
+  size_t total = 0, done = 0;
+  for (const auto& s : spans) total += s.size();
   volatile uint8_t sink = 0;
-  for (const auto& f : files_) {
-    for (const auto& [n, t] : f->tensors()) {
-      for (size_t o = 0; o < t.nbytes; o += 4096) sink = sink + t.data[o];  // touch every page once
-      done += t.nbytes;
-      if (progress) progress(done, total);
-    }
+  for (const auto& s : spans) {
+    for (size_t o = 0; o < s.size(); o += 4096) sink = sink + s[o];  // touch every page once
+    done += s.size();
+    if (progress) progress(done, total);
+  }
+}
+
+// Totals for `petrel inspect` and the load summary.
+void Checkpoint::count_parameters() {
+  CheckpointInfo& info = info_;
+  const ModelConfig& c = config_;
+  auto add = [&](const Matrix& m, double active_fraction) {
+    if (!m.valid()) return;
+    info.weight_bytes += m.bytes();
+    info.parameters += m.rows * m.cols;
+    info.active_parameters += int64_t(double(m.rows * m.cols) * active_fraction);
+  };
+  const ModelWeights& W = weights_;
+  add(W.embed, 0.0);
+  if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
+  for (const auto& L : W.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
+                            &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
+                            &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
+                            &L.ffn.shared.down})
+      add(*m, 1.0);
+    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
+    for (const auto& e : L.ffn.experts)
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
   }
 }
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadProgress& progress) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
+  if (is_gguf_file(dir)) {
+    ck->open_gguf();
+    ck->page_in(progress);
+    ck->count_parameters();
+    return ck;
+  }
   check_checkpoint_folder(dir);
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json root = read_hf_config_json(cfg_path);
@@ -490,40 +511,19 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   }
   WeightMapper(*ck).run();
   ck->page_in(progress);
+  ck->count_parameters();
 
-  // Totals for `petrel inspect` and the load summary.
   CheckpointInfo& info = ck->info_;
-  const ModelConfig& c = ck->config_;
-  auto add = [&](const Matrix& m, double active_fraction) {
-    if (!m.valid()) return;
-    info.weight_bytes += m.bytes();
-    info.parameters += m.rows * m.cols;
-    info.active_parameters += int64_t(double(m.rows * m.cols) * active_fraction);
-  };
   const ModelWeights& W = ck->weights_;
-  add(W.embed, 0.0);
-  if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
-  for (const auto& L : W.layers) {
-    for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
-                            &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
-                            &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
-                            &L.ffn.shared.down})
-      add(*m, 1.0);
-    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
-    for (const auto& e : L.ffn.experts)
-      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
-  }
-  std::string bits = "bf16";
   if (info.format == CheckpointFormat::Mlx) {
-    bits = "mlx-" + std::to_string(quant_bits) + "bit";
+    info.format_name = "mlx-" + std::to_string(quant_bits) + "bit";
   } else if (W.embed.dtype == DType::F32) {
-    bits = "hf-f32";
+    info.format_name = "hf-f32";
   } else if (W.embed.dtype == DType::F16) {
-    bits = "hf-f16";
+    info.format_name = "hf-f16";
   } else {
-    bits = "hf-bf16";
+    info.format_name = "hf-bf16";
   }
-  info.format_name = bits;
   return ck;
 }
 

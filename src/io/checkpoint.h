@@ -1,5 +1,6 @@
-// A checkpoint folder (HF safetensors, single or sharded, or MLX affine-quantized) opened into
-// ModelConfig + canonical ModelWeights that view the mapped files without copying.
+// A checkpoint (an HF safetensors folder, single or sharded, or MLX affine-quantized; or a GGUF
+// file, single or split) opened into ModelConfig + canonical ModelWeights that view the mapped
+// files without copying.
 #pragma once
 #include <functional>
 #include <map>
@@ -8,17 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
 
 namespace petrel {
 
-enum class CheckpointFormat { HuggingFace, Mlx };
+enum class CheckpointFormat { HuggingFace, Mlx, Gguf };
 
 struct CheckpointInfo {
   CheckpointFormat format = CheckpointFormat::HuggingFace;
-  std::string format_name;   // "hf-bf16", "mlx-4bit", ...
+  std::string format_name;   // "hf-bf16", "mlx-4bit", "gguf Q4_K/Q6_K", ...
   bool norms_preshifted = false;
   size_t weight_bytes = 0;   // bytes of all tensors used by the model
   int64_t parameters = 0;    // logical parameter count of the tensors used
@@ -31,21 +33,23 @@ using LoadProgress = std::function<void(size_t, size_t)>;
 
 class Checkpoint {
  public:
-  // Opens `dir`; throws petrel::Error naming the file/tensor/field on any defect.
+  // Opens `dir`, a checkpoint folder or a .gguf file (any shard of a split one); throws
+  // petrel::Error naming the file/tensor/field on any defect.
   static std::unique_ptr<Checkpoint> open(const std::string& dir, const LoadProgress& progress = {});
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const CheckpointInfo& info() const { return info_; }
-  // The mapped safetensors files that the weights view.
+  // The mapped safetensors files that the weights view (none for a GGUF checkpoint).
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
 
  private:
   Checkpoint() = default;
   void open_files();
-  void build_weights();
+  void open_gguf();
   void page_in(const LoadProgress& progress) const;
+  void count_parameters();
 
   std::string dir_;
   ModelConfig config_;
@@ -55,8 +59,10 @@ class Checkpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*> tensors_;  // canonical name -> tensor
   std::map<std::string, std::string> original_name_;  // canonical name -> name in the file
+  std::unique_ptr<GgufModel> gguf_;  // a GGUF checkpoint's files, instead of files_
 
   friend class WeightMapper;
+  friend class GgufWeightMapper;
 };
 
 }  // namespace petrel

@@ -50,18 +50,6 @@ struct Fields {
   }
 };
 
-// Upper bounds of config sizes: far above any released model's, low enough that the sizes the
-// loader derives from them (heads x head dim, DeltaNet conv channels) fit in an int.
-constexpr int kMaxVocab = 1 << 24;
-constexpr int kMaxHidden = 1 << 16;
-constexpr int kMaxLayers = 1 << 12;
-constexpr int kMaxHeads = 1 << 12;
-constexpr int kMaxHeadDim = 1 << 12;
-constexpr int kMaxIntermediate = 1 << 20;
-constexpr int kMaxExperts = 1 << 14;
-constexpr int kMaxConvKernel = 1 << 10;
-constexpr int kMaxPositions = 1 << 30;
-
 Arch parse_arch(const std::string& model_type, const std::string& path) {
   if (model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text") return Arch::Qwen3_5Moe;
   if (model_type == "qwen3_5" || model_type == "qwen3_5_text") return Arch::Qwen3_5;
@@ -119,7 +107,7 @@ void parse_layer_kinds(const Fields& f, ModelConfig& c) {
     }
     return;
   }
-  const int interval = f.integer_or("full_attention_interval", 4, 1, kMaxLayers);
+  const int interval = f.integer_or("full_attention_interval", 4, 1, limits::kLayers);
   for (int i = 0; i < c.n_layers; ++i)
     c.layer_kinds[i] = ((i + 1) % interval == 0) ? LayerKind::FullAttention : LayerKind::DeltaNet;
 }
@@ -127,24 +115,24 @@ void parse_layer_kinds(const Fields& f, ModelConfig& c) {
 void parse_ffn(const Fields& f, ModelConfig& c) {
   c.layer_is_moe.assign(c.n_layers, false);
   if (c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3_5) {
-    c.intermediate = f.integer("intermediate_size", 1, kMaxIntermediate);
+    c.intermediate = f.integer("intermediate_size", 1, limits::kIntermediate);
     return;
   }
   // Released configs say num_experts; transformers 5 writes Qwen3-MoE's as num_local_experts.
   const char* experts = f.has("num_experts") || !f.has("num_local_experts") ? "num_experts" : "num_local_experts";
-  c.n_experts = f.integer(experts, 1, kMaxExperts);
+  c.n_experts = f.integer(experts, 1, limits::kExperts);
   c.top_k = f.integer("num_experts_per_tok", 1, c.n_experts);
-  c.moe_intermediate = f.integer("moe_intermediate_size", 1, kMaxIntermediate);
+  c.moe_intermediate = f.integer("moe_intermediate_size", 1, limits::kIntermediate);
   if (c.arch != Arch::Qwen3Moe)
-    c.shared_intermediate = f.integer("shared_expert_intermediate_size", 0, kMaxIntermediate);
+    c.shared_intermediate = f.integer("shared_expert_intermediate_size", 0, limits::kIntermediate);
   if (c.arch == Arch::Qwen3_5Moe) {
     c.norm_topk_prob = true;  // HF's Qwen3.5 router always renormalises
     c.layer_is_moe.assign(c.n_layers, true);
     return;
   }
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", c.arch == Arch::Qwen3Next);
-  c.intermediate = f.integer_or("intermediate_size", 0, 0, kMaxIntermediate);
-  const int step = f.integer_or("decoder_sparse_step", 1, 0, kMaxLayers);
+  c.intermediate = f.integer_or("intermediate_size", 0, 0, limits::kIntermediate);
+  const int step = f.integer_or("decoder_sparse_step", 1, 0, limits::kLayers);
   std::set<int64_t> mlp_only;
   if (f.has("mlp_only_layers")) {
     const json& layers = f.j["mlp_only_layers"];
@@ -182,12 +170,12 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
   const json& tj = wrapped ? root["text_config"] : root;
   Fields f{tj, path, wrapped ? "text_config." : ""};
 
-  c.vocab = f.integer("vocab_size", 1, kMaxVocab);
-  c.hidden = f.integer("hidden_size", 1, kMaxHidden);
-  c.n_layers = f.integer("num_hidden_layers", 1, kMaxLayers);
-  c.n_heads = f.integer("num_attention_heads", 1, kMaxHeads);
-  c.n_kv_heads = f.integer_or("num_key_value_heads", c.n_heads, 1, kMaxHeads);
-  c.head_dim = f.integer_or("head_dim", c.hidden / c.n_heads, 1, kMaxHeadDim);
+  c.vocab = f.integer("vocab_size", 1, limits::kVocab);
+  c.hidden = f.integer("hidden_size", 1, limits::kHidden);
+  c.n_layers = f.integer("num_hidden_layers", 1, limits::kLayers);
+  c.n_heads = f.integer("num_attention_heads", 1, limits::kHeads);
+  c.n_kv_heads = f.integer_or("num_key_value_heads", c.n_heads, 1, limits::kHeads);
+  c.head_dim = f.integer_or("head_dim", c.hidden / c.n_heads, 1, limits::kHeadDim);
   check(c.head_dim > 0, path + ": head_dim is missing and hidden_size " + std::to_string(c.hidden) +
                             " / num_attention_heads " + std::to_string(c.n_heads) + " gives 0");
   check(c.n_heads % c.n_kv_heads == 0, path + ": num_attention_heads " + std::to_string(c.n_heads) +
@@ -195,17 +183,17 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
   const double eps = f.number_or("rms_norm_eps", 1e-6);
   check(eps > 0 && eps < 1, f.name("rms_norm_eps") + " must be in (0, 1), found " + std::to_string(eps));
   c.rms_eps = float(eps);
-  c.max_position = f.integer_or("max_position_embeddings", 32768, 1, kMaxPositions);
+  c.max_position = f.integer_or("max_position_embeddings", 32768, 1, limits::kPositions);
   c.tie_embeddings = Fields{root, path, ""}.boolean_or("tie_word_embeddings", f.boolean_or("tie_word_embeddings", false));
   c.attn_output_gate = c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3_5 || c.arch == Arch::Qwen3Next;
   parse_rope(f, c);
   parse_layer_kinds(f, c);
   if (c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3_5 || c.arch == Arch::Qwen3Next) {
-    c.lin_k_heads = f.integer("linear_num_key_heads", 1, kMaxHeads);
-    c.lin_v_heads = f.integer("linear_num_value_heads", 1, kMaxHeads);
-    c.lin_k_dim = f.integer("linear_key_head_dim", 1, kMaxHeadDim);
-    c.lin_v_dim = f.integer("linear_value_head_dim", 1, kMaxHeadDim);
-    c.conv_kernel = f.integer_or("linear_conv_kernel_dim", 4, 1, kMaxConvKernel);
+    c.lin_k_heads = f.integer("linear_num_key_heads", 1, limits::kHeads);
+    c.lin_v_heads = f.integer("linear_num_value_heads", 1, limits::kHeads);
+    c.lin_k_dim = f.integer("linear_key_head_dim", 1, limits::kHeadDim);
+    c.lin_v_dim = f.integer("linear_value_head_dim", 1, limits::kHeadDim);
+    c.conv_kernel = f.integer_or("linear_conv_kernel_dim", 4, 1, limits::kConvKernel);
     check(c.lin_v_heads % c.lin_k_heads == 0,
           path + ": linear_num_value_heads " + std::to_string(c.lin_v_heads) +
               " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_k_heads));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/gguf.h"
 
 namespace fs = std::filesystem;
 
@@ -71,6 +72,9 @@ void check_model_folder(const std::string& dir, const std::string& needed, const
 }
 
 void check_checkpoint_folder(const std::string& dir) {
+  if (is_gguf_file(dir)) return;  // a GGUF checkpoint is one file (or the shards named after it)
+  std::error_code ec;
+  check(fs::path(dir).extension() != ".gguf" || fs::exists(dir, ec), dir + ": no such file (expected a GGUF file)");
   check_model_folder(dir, "config.json", "a checkpoint folder containing config.json and *.safetensors");
 }
 

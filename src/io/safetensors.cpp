@@ -1,10 +1,5 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -96,46 +91,21 @@ std::string TensorInfo::shape_str() const {
   return s + "]";
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  check(fd >= 0, path + ": cannot open (" + std::strerror(errno) + ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(path + ": cannot stat");
-  }
-  size_ = size_t(st.st_size);
-  if (size_ > 0) {
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    check(m != MAP_FAILED, path + ": mmap failed (" + std::strerror(errno) + ")");
-    map_ = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
-  }
-  try {
-    parse_header();
-  } catch (...) {
-    if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
-    throw;
-  }
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
-}
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(path) { parse_header(); }
 
 void SafetensorsFile::parse_header() {
-  check(size_ >= 8, path_ + ": truncated file: " + std::to_string(size_) +
-                        " bytes, a safetensors file needs at least 8 (header length)");
+  const uint8_t* map = map_.data();
+  const size_t size = map_.size();
+  check(size >= 8, path_ + ": truncated file: " + std::to_string(size) +
+                       " bytes, a safetensors file needs at least 8 (header length)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, map_, 8);  // little-endian u64
-  check(header_len <= size_ - 8, path_ + ": malformed header: header length " + std::to_string(header_len) +
-                                     " exceeds the file size " + std::to_string(size_));
-  const json header = parse_checkpoint_json(path_ + ": malformed header", map_ + 8, map_ + 8 + header_len);
+  std::memcpy(&header_len, map, 8);  // little-endian u64
+  check(header_len <= size - 8, path_ + ": malformed header: header length " + std::to_string(header_len) +
+                                    " exceeds the file size " + std::to_string(size));
+  const json header = parse_checkpoint_json(path_ + ": malformed header", map + 8, map + 8 + header_len);
   check(header.is_object(), path_ + ": malformed header: expected a JSON object, found " + header.type_name());
-  const uint8_t* data = map_ + 8 + header_len;
-  const size_t data_size = size_ - 8 - header_len;
+  const uint8_t* data = map + 8 + header_len;
+  const size_t data_size = size - 8 - header_len;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (entry.is_object())

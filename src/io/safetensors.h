@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/mapped_file.h"
 
 namespace petrel {
 
@@ -28,22 +29,18 @@ class SafetensorsFile {
  public:
   // Maps `path` read-only and parses its header; throws petrel::Error naming the file on any defect.
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The whole mapped file; every tensor's bytes lie inside it.
-  std::span<const uint8_t> bytes() const { return {map_, size_}; }
+  std::span<const uint8_t> bytes() const { return map_.bytes(); }
 
  private:
   void parse_header();
 
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile map_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };

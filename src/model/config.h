@@ -11,6 +11,20 @@ enum class LayerKind { FullAttention, DeltaNet };
 
 const char* arch_name(Arch a);
 
+// Upper bounds of config sizes: far above any released model's, low enough that the sizes a
+// loader derives from them (heads x head dim, DeltaNet conv channels) fit in an int.
+namespace limits {
+constexpr int kVocab = 1 << 24;
+constexpr int kHidden = 1 << 16;
+constexpr int kLayers = 1 << 12;
+constexpr int kHeads = 1 << 12;
+constexpr int kHeadDim = 1 << 12;
+constexpr int kIntermediate = 1 << 20;
+constexpr int kExperts = 1 << 14;
+constexpr int kConvKernel = 1 << 10;
+constexpr int kPositions = 1 << 30;
+}  // namespace limits
+
 struct ModelConfig {
   Arch arch = Arch::Qwen3;
   int vocab = 0;

@@ -9,6 +9,10 @@ void Matrix::dequant_row(int64_t r, float* out) const {
     convert_to_f32(static_cast<const uint8_t*>(data) + size_t(sr) * cols * es, dtype, cols, out);
     return;
   }
+  if (format == MatrixFormat::Gguf) {
+    ggml_dequantize_row(ggml, static_cast<const uint8_t*>(data) + sr * ggml_row_bytes(ggml, cols), cols, out);
+    return;
+  }
   const int64_t words_per_row = cols * bits / 32;
   const int64_t groups = cols / group;
   const uint32_t* w = static_cast<const uint32_t*>(data) + sr * words_per_row;
@@ -26,7 +30,29 @@ void Matrix::dequant_row(int64_t r, float* out) const {
 
 size_t Matrix::bytes() const {
   if (format == MatrixFormat::Dense) return size_t(rows * cols) * dtype_size(dtype);
+  if (format == MatrixFormat::Gguf) return size_t(rows * ggml_row_bytes(ggml, cols));
   return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * dtype_size(dtype);
+}
+
+Matrix Matrix::slice_rows(int64_t row0, int64_t nrows) const {
+  Matrix s = *this;
+  s.rows = nrows;
+  switch (format) {
+    case MatrixFormat::Dense:
+      s.data = static_cast<const uint8_t*>(data) + size_t(row0 * cols) * dtype_size(dtype);
+      break;
+    case MatrixFormat::Gguf:
+      s.data = static_cast<const uint8_t*>(data) + size_t(row0 * ggml_row_bytes(ggml, cols));
+      break;
+    case MatrixFormat::Affine: {
+      s.data = static_cast<const uint32_t*>(data) + row0 * (cols * bits / 32);
+      const size_t off = size_t(row0 * (cols / group)) * dtype_size(dtype);
+      s.scales = static_cast<const uint8_t*>(scales) + off;
+      s.biases = static_cast<const uint8_t*>(biases) + off;
+      break;
+    }
+  }
+  return s;
 }
 
 }  // namespace petrel

@@ -7,15 +7,18 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/gguf_quants.h"
 #include "model/config.h"
 
 namespace petrel {
 
-enum class MatrixFormat { Dense, Affine };
+enum class MatrixFormat { Dense, Affine, Gguf };
 
 // A [rows, cols] weight used as y = x · Wᵀ, viewed in place (usually inside the mmapped checkpoint).
 // Affine: MLX scheme, `bits`-bit unsigned codes packed little-endian into u32 words along a row,
 // w = scale·q + bias per group of `group` consecutive columns.
+// Gguf: each row is ggml blocks of type `ggml` (a block-quantized type such as Q4_K; GGUF's float
+// types are viewed as Dense), rows back to back, decoded as gguf-py decodes them.
 struct Matrix {
   std::string name;  // source tensor, for messages
   int64_t rows = 0, cols = 0;
@@ -25,6 +28,7 @@ struct Matrix {
   const void* scales = nullptr;
   const void* biases = nullptr;
   int bits = 0, group = 0;
+  GgmlType ggml = GgmlType::F32;  // Gguf: the block type of every row
   // Optional row gather: logical row r reads stored row row_map[r] (de-interleaves without copying).
   std::shared_ptr<const std::vector<int32_t>> row_map;
 
@@ -34,6 +38,9 @@ struct Matrix {
   void dequant_row(int64_t r, float* out) const;
   // Bytes a full read of this matrix moves (weights + scales + biases).
   size_t bytes() const;
+  // Stored rows [row0, row0 + nrows) as a matrix of their own (one expert of a stacked tensor);
+  // for a matrix without a row map.
+  Matrix slice_rows(int64_t row0, int64_t nrows) const;
 };
 
 struct AttentionWeights {

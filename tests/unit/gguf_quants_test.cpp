@@ -1,0 +1,71 @@
+// ggml row decoding against gguf-py: tests/fixtures/gguf/dequant holds, per type, random rows
+// (T.bin) and what gguf-py's gguf.quants.dequantize made of them (T.npy), written by
+// tools/gguf/make_dequant_fixtures.py. Petrel must give the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "core/gguf_quants.h"
+#include "core/npy.h"
+
+namespace petrel {
+namespace {
+
+const GgmlType kDequantized[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
+                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,  GgmlType::Q3_K,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class GgufDequant : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(GgufDequant, MatchesGgufPyBitForBit) {
+  const GgmlType type = GetParam();
+  const std::string base = std::string(PETREL_FIXTURES_DIR) + "/gguf/dequant/" + ggml_type_name(type);
+  const std::vector<uint8_t> raw = read_bytes(base + ".bin");
+  const NpyArray want = read_npy_f32(base + ".npy");
+  ASSERT_EQ(want.shape.size(), 2u);
+  const int64_t rows = want.shape[0], n = want.shape[1];
+  const int64_t row_bytes = ggml_row_bytes(type, n);
+  ASSERT_EQ(int64_t(raw.size()), rows * row_bytes) << base;
+  std::vector<float> got(static_cast<size_t>(n));
+  int64_t mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    ggml_dequantize_row(type, raw.data() + r * row_bytes, n, got.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = want.data[size_t(r * n + i)], g = got[size_t(i)];
+      if (std::memcmp(&w, &g, 4) == 0 || (std::isnan(w) && std::isnan(g))) continue;
+      if (++mismatches <= 5)
+        ADD_FAILURE() << ggml_type_name(type) << " row " << r << " element " << i << ": gguf-py " << w << ", Petrel "
+                      << g;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufDequant, ::testing::ValuesIn(kDequantized),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+TEST(GgufTypes, KnowsWhichTypesItDecodes) {
+  for (GgmlType t : kDequantized) EXPECT_TRUE(ggml_type_info(t).dequantized) << ggml_type_name(t);
+  for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::IQ2_XXS, GgmlType::IQ1_S, GgmlType::I32, GgmlType::F64,
+                     GgmlType::TQ1_0, GgmlType::MXFP4})
+    EXPECT_FALSE(ggml_type_info(t).dequantized) << ggml_type_name(t);
+  EXPECT_EQ(ggml_dequantized_type_list(),
+            "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
+  EXPECT_EQ(ggml_type_by_id(4), nullptr);
+  EXPECT_EQ(ggml_type_by_id(43), nullptr);
+  EXPECT_EQ(ggml_type_by_id(12)->type, GgmlType::Q4_K);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q4_K, 2048), 8 * 144);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::BF16, 3), 6);
+}
+
+}  // namespace
+}  // namespace petrel
