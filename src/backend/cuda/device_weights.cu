@@ -127,7 +127,8 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     m.dequant_row(r, f.data());
     for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(f[i]);
   };
-  if (m.format == MatrixFormat::Dense) {
+  // Dense and GGUF block rows go up as bf16 (decoded row by row), or quantised at load.
+  if (m.format != MatrixFormat::Affine) {
     if (dst.format == WFormat::BF16) {
       upload_rows(rows, cols * 2, bf16_row, const_cast<void*>(dst.w));
       return;
