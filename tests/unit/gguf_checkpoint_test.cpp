@@ -16,6 +16,7 @@
 #include "gguf_writer.h"
 #include "io/checkpoint.h"
 #include "model/forward.h"
+#include "open_error.h"
 #include "test_util.h"
 
 namespace petrel {
@@ -139,14 +140,7 @@ std::vector<int32_t> reference_prompt(const std::string& fixture) {
   return j["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-std::string open_error(const std::string& path) {
-  try {
-    Checkpoint::open(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::open_error;
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 

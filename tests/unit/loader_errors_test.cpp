@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "open_error.h"
 #include "test_util.h"
 
 namespace petrel {
@@ -34,14 +35,7 @@ struct BrokenCheckpoint {
   }
 };
 
-std::string open_error(const std::string& dir) {
-  try {
-    Checkpoint::open(dir);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::open_error;
 
 // ----------------------------------------------------------------------------- the folder itself
 
