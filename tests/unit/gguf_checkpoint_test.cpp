@@ -303,8 +303,8 @@ TEST(GgufCheckpointErrors, UnsupportedTypeNamesTensorAndType) {
                                      "Petrel does not decode (it decodes " + ggml_dequantized_type_list() + ")");
 }
 
-TEST(GgufCheckpointErrors, WrongShapeNamesFoundAndExpected) {
-  TempDir dir;
+// The metadata of a one-layer qwen3 of width 4 and vocabulary 8, with no tensors yet.
+GgufWriter tiny_qwen3_metadata() {
   GgufWriter w;
   w.kv_string("general.architecture", "qwen3");
   w.kv_strings("tokenizer.ggml.tokens", std::vector<std::string>(8, "x"));
@@ -313,6 +313,12 @@ TEST(GgufCheckpointErrors, WrongShapeNamesFoundAndExpected) {
                                                                    {"attention.head_count", 1},
                                                                    {"feed_forward_length", 8}})
     w.kv(std::string("qwen3.") + k, GgufType::U32, v);
+  return w;
+}
+
+TEST(GgufCheckpointErrors, WrongShapeNamesFoundAndExpected) {
+  TempDir dir;
+  GgufWriter w = tiny_qwen3_metadata();
   w.tensor("token_embd.weight", GgmlType::F32, {8, 4}, std::vector<uint8_t>(128));
   w.write(dir.str("m.gguf"));
   EXPECT_EQ(open_error(dir.str("m.gguf")),
@@ -322,14 +328,7 @@ TEST(GgufCheckpointErrors, WrongShapeNamesFoundAndExpected) {
 
 TEST(GgufCheckpointErrors, MissingTensorIsNamedWithItsRole) {
   TempDir dir;
-  GgufWriter w;
-  w.kv_string("general.architecture", "qwen3");
-  w.kv_strings("tokenizer.ggml.tokens", std::vector<std::string>(8, "x"));
-  for (auto [k, v] : std::vector<std::pair<const char*, uint32_t>>{{"embedding_length", 4},
-                                                                   {"block_count", 1},
-                                                                   {"attention.head_count", 1},
-                                                                   {"feed_forward_length", 8}})
-    w.kv(std::string("qwen3.") + k, GgufType::U32, v);
+  GgufWriter w = tiny_qwen3_metadata();
   w.tensor("token_embd.weight", GgmlType::F32, {4, 8}, std::vector<uint8_t>(128));
   w.write(dir.str("m.gguf"));
   EXPECT_EQ(open_error(dir.str("m.gguf")),
