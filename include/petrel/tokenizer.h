@@ -23,6 +23,9 @@ class Tokenizer {
   static Tokenizer load(const std::filesystem::path& dir);
   // Builds from the text of a tokenizer.json; `source` names it in error messages.
   static Tokenizer from_json_text(std::string_view json_text, const std::string& source);
+  // Builds from the parts another file format describes (GGUF metadata, io/gguf_tokenizer.cpp).
+  struct Parts;  // defined in src/tokenizer/tokenizer_parts.h
+  static Tokenizer from_parts(Parts&& parts, const std::string& source);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -15,6 +15,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "generate/make_decoder.h"
+#include "io/model_tokenizer.h"
 
 namespace petrel::cli {
 namespace {
@@ -195,10 +196,10 @@ class ChatLoop {
 void run(const CLI::App& cmd, Args& a) {
   a.load.progress = isatty(STDERR_FILENO);
   LoadedModel m = load_model(a.dir, a.load);
-  const Tokenizer tokenizer = Tokenizer::load(a.dir);
+  const Tokenizer tokenizer = load_tokenizer(a.dir);
   std::optional<ChatTemplate> chat_template;
   try {
-    chat_template.emplace(ChatTemplate::load(a.dir));
+    chat_template.emplace(load_chat_template(a.dir));
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; petrel chat needs one (petrel run --raw completes plain text)");
   }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -17,6 +16,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "generate/make_decoder.h"
+#include "io/model_tokenizer.h"
 
 namespace petrel::cli {
 namespace {
@@ -66,11 +66,11 @@ void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
   std::string text = prompt_text(a);
   // A file or piped line ends in a newline that is no part of the message.
   if (!a.raw && a.prompt.empty() && !text.empty() && text.back() == '\n') text.pop_back();
-  const Tokenizer tokenizer = Tokenizer::load(a.dir);
+  const Tokenizer tokenizer = load_tokenizer(a.dir);
   std::optional<ChatTemplate> chat_template;
   if (!a.raw) {
     try {
-      chat_template.emplace(ChatTemplate::load(a.dir));
+      chat_template.emplace(load_chat_template(a.dir));
     } catch (const Error& e) {
       throw Error(std::string(e.what()) + "; --raw runs the prompt without a chat template");
     }
@@ -94,8 +94,9 @@ void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
   check(a.prompt.empty() && a.file.empty(), "--prompt-ids cannot be combined with -p or -f");
   const std::vector<int32_t> prompt = parse_ids(a.ids, "--prompt-ids");
   std::optional<Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(a.dir) / "tokenizer.json")) tokenizer.emplace(Tokenizer::load(a.dir));
-  check(tokenizer || a.gen.stops.empty(), "--stop needs the checkpoint's tokenizer.json, which " + a.dir + " lacks");
+  if (has_tokenizer(a.dir)) tokenizer.emplace(load_tokenizer(a.dir));
+  check(tokenizer || a.gen.stops.empty(),
+        "--stop needs the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary), which " + a.dir + " lacks");
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), tokenizer ? &*tokenizer : nullptr);
   o.capacity = context_for(m.config(), a.gen, o, int(prompt.size()));
   print_setup(m, o);

@@ -11,7 +11,9 @@
 #include "cli/number_flags.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/model_folder.h"
+#include "io/model_tokenizer.h"
 #include "petrel/tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -41,9 +43,10 @@ ordered_json read_json_file(const std::string& path, const std::string& flag) {
   }
 }
 
-Tokenizer load_tokenizer(const std::string& dir) {
-  check_model_folder(dir, "tokenizer.json", "a folder containing tokenizer.json");
-  return Tokenizer::load(dir);
+// A GGUF file carries its tokenizer; a folder must hold tokenizer.json.
+Tokenizer tokenizer_of(const std::string& model) {
+  if (!is_gguf_file(model)) check_model_folder(model, "tokenizer.json", "a folder containing tokenizer.json");
+  return load_tokenizer(model);
 }
 
 struct TokenizeArgs {
@@ -79,7 +82,7 @@ void bench(const Tokenizer& tok, const std::string& text, int runs) {
 void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
   check(cmd.count("--text") + cmd.count("--file") == 1, "tokenize: give exactly one of --text and --file");
   const std::string text = cmd.count("--file") ? read_file(a.file, "--file") : a.text;
-  const Tokenizer tok = load_tokenizer(a.dir);
+  const Tokenizer tok = tokenizer_of(a.dir);
   if (a.bench) {
     check(!text.empty(), "tokenize --bench: the text is empty (nothing to measure)");
     bench(tok, text, a.runs);
@@ -94,7 +97,7 @@ void run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
 void add_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (as Hugging Face tokenizers would)");
   static TokenizeArgs a;
-  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json, or a .gguf file");
   cmd->add_option("--text", a.text, "Text to encode");
   cmd->add_option("--file", a.file, "File whose contents to encode (UTF-8; - for stdin)");
   cmd->add_flag("--json", a.json, "Print the ids as a JSON array, [] for an empty text");
@@ -109,7 +112,7 @@ struct DetokenizeArgs {
 };
 
 void run_detokenize(const DetokenizeArgs& a) {
-  const Tokenizer tok = load_tokenizer(a.dir);
+  const Tokenizer tok = tokenizer_of(a.dir);
   std::vector<uint32_t> ids;
   for (int32_t id : parse_ids(a.ids, "--ids")) ids.push_back(static_cast<uint32_t>(id));
   const std::string text = tok.decode(ids, a.skip_special);
@@ -120,7 +123,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void add_detokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("detokenize", "Print the text of token ids");
   static DetokenizeArgs a;
-  add_model_dir(cmd, a.dir, "Folder with tokenizer.json");
+  add_model_dir(cmd, a.dir, "Folder with tokenizer.json, or a .gguf file");
   cmd->add_option("--ids", a.ids, "Token ids, e.g. 9707,11,1879")->required();
   cmd->add_flag("--skip-special", a.skip_special, "Leave out special tokens such as <|im_end|>");
   cmd->callback([] { run_detokenize(a); });
@@ -152,14 +155,14 @@ void run_template(const TemplateArgs& a) {
   req.add_generation_prompt = a.add_generation_prompt;
   if (a.no_think) req.kwargs["enable_thinking"] = false;
   for (const auto& spec : a.kwargs) add_kwarg(req.kwargs, spec);
-  const std::string prompt = ChatTemplate::load(a.dir).apply(req);
+  const std::string prompt = load_chat_template(a.dir).apply(req);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
 }
 
 void add_template(CLI::App& app) {
   auto* cmd = app.add_subcommand("template", "Render the checkpoint's chat template for a conversation");
   static TemplateArgs a;
-  add_model_dir(cmd, a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja");
+  add_model_dir(cmd, a.dir, "Folder with tokenizer_config.json and/or chat_template.jinja, or a .gguf file");
   cmd->add_option("--messages", a.messages, "JSON file: a list of messages, or {\"messages\": [...], \"tools\": [...]}")
       ->required();
   cmd->add_option("--tools", a.tools, "JSON file with the list of tool definitions");

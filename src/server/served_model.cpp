@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "generate/generation_config.h"
+#include "io/model_tokenizer.h"
 #include "server/api_error.h"
 #include "tokenizer/special_text_guard.h"
 
@@ -15,7 +16,7 @@ namespace {
 // what went wrong for the 400 that chat requests get.
 std::optional<ChatTemplate> load_template(const std::string& dir, std::string& why) {
   try {
-    return ChatTemplate::load(dir);
+    return load_chat_template(dir);
   } catch (const Error& e) {
     why = e.what();
     return std::nullopt;
@@ -35,7 +36,7 @@ std::string folder_name(const std::string& dir) {
 
 ServedModel::ServedModel(const ServeOptions& o)
     : loaded_(load_model(o.dir, o.load)),
-      tokenizer_(Tokenizer::load(o.dir)),
+      tokenizer_(load_tokenizer(o.dir)),
       chat_template_(load_template(o.dir, template_error_)),
       client_special_tokens_(o.special_tokens_in_content) {
   const ModelConfig& config = loaded_.config();

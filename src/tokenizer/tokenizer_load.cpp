@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/tokenizer_parts.h"
 
 namespace petrel {
 namespace {
@@ -129,27 +130,40 @@ void build_decode_table(Tokenizer::Impl& impl, const std::vector<tokenizer::Adde
 
 }  // namespace
 
-Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
+Tokenizer Tokenizer::from_parts(Parts&& parts, const std::string& source) {
   try {
-    tokenizer::BpeTables tables;
-    const json j = parse_document(json_text, tables);
     auto impl = std::make_unique<Impl>();
-    impl->normalizer = tokenizer::Normalizer::from_json(j.value("normalizer", json()));
-    impl->pre_tokenizer = tokenizer::PreTokenizer::from_json(j.value("pre_tokenizer", json()));
+    impl->normalizer = tokenizer::Normalizer::from_json(parts.normalizer);
+    impl->pre_tokenizer = tokenizer::PreTokenizer::from_json(parts.pre_tokenizer);
     if (!impl->pre_tokenizer.has_byte_level())
       throw Error("tokenizer.json: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
-    impl->model = tokenizer::BpeModel::build(j.at("model"), std::move(tables));
+    impl->model = tokenizer::BpeModel::build(parts.model, std::move(parts.tables));
+    build_matchers(*impl, parts.added);
+    build_decode_table(*impl, parts.added);
+    return Tokenizer(std::move(impl));
+  } catch (const json::exception& e) {
+    throw Error(source + ": malformed tokenizer: " + e.what());
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
+  Parts parts;
+  try {
+    const json j = parse_document(json_text, parts.tables);
+    parts.normalizer = j.value("normalizer", json());
+    parts.pre_tokenizer = j.value("pre_tokenizer", json());
+    parts.model = j.at("model");
     check_decoder(j.value("decoder", json()));
     check_post_processor(j.value("post_processor", json()));
-    const auto added = read_added_tokens(j.value("added_tokens", json::array()));
-    build_matchers(*impl, added);
-    build_decode_table(*impl, added);
-    return Tokenizer(std::move(impl));
+    parts.added = read_added_tokens(j.value("added_tokens", json::array()));
   } catch (const json::exception& e) {
     throw Error(source + ": malformed tokenizer.json: " + e.what());
   } catch (const Error& e) {
     throw Error(source + ": " + e.what());
   }
+  return from_parts(std::move(parts), source);
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
