@@ -60,6 +60,7 @@ class Checkpoint {
   std::map<std::string, const TensorInfo*> tensors_;  // canonical name -> tensor
   std::map<std::string, std::string> original_name_;  // canonical name -> name in the file
   std::unique_ptr<GgufModel> gguf_;  // a GGUF checkpoint's files, instead of files_
+  std::vector<std::vector<uint8_t>> rewritten_;  // GGUF tensors whose columns had to be reordered
 
   friend class WeightMapper;
   friend class GgufWeightMapper;

@@ -29,17 +29,40 @@ struct Keys {
   }
 };
 
-// general.architecture as Petrel's Arch. The hybrid architectures have GGUF names too, but their
-// converter transforms (V-head reordering, ssm_a = -exp(A_log), folded norms) are not undone yet.
+// general.architecture as Petrel's Arch.
 Arch parse_arch(const GgufMetadata& md) {
   const std::string a = md.get_string("general.architecture");
   if (a == "qwen3") return Arch::Qwen3;
   if (a == "qwen3moe") return Arch::Qwen3Moe;
-  const bool later = a == "qwen35moe" || a == "qwen35" || a == "qwen3next";
-  throw Error(md.file() + ": " + (later ? "GGUF architecture '" + a + "' is not read yet"
-                                        : "unknown GGUF architecture '" + a + "'") +
-              " (metadata general.architecture; Petrel reads GGUF qwen3 and qwen3moe files, and qwen35moe, qwen35 "
-              "and qwen3next checkpoints as Hugging Face folders)");
+  if (a == "qwen35moe") return Arch::Qwen3_5Moe;
+  if (a == "qwen35") return Arch::Qwen3_5;
+  if (a == "qwen3next") return Arch::Qwen3Next;
+  throw Error(md.file() + ": unknown GGUF architecture '" + a +
+              "' (metadata general.architecture; Petrel reads qwen3, qwen3moe, qwen35, qwen35moe and qwen3next)");
+}
+
+// The Gated DeltaNet sizes: Qwen3NextModel.set_gguf_parameters writes linear_key_head_dim as
+// ssm.state_size, the key heads as ssm.group_count, the value heads as ssm.time_step_rank and
+// value heads x value head dim as ssm.inner_size. Which layers are recurrent is read from the
+// tensors instead of {arch}.full_attention_interval: the converter writes that key from
+// config.json's full_attention_interval, defaulting to 4 when the config lists only layer_types.
+void parse_deltanet(const Keys& k, const GgufModel& model, ModelConfig& c) {
+  const std::string& file = k.md.file();
+  c.lin_k_heads = k.integer("ssm.group_count", 1, limits::kHeads);
+  c.lin_v_heads = k.integer("ssm.time_step_rank", 1, limits::kHeads);
+  c.lin_k_dim = k.integer("ssm.state_size", 1, limits::kHeadDim);
+  c.conv_kernel = k.integer("ssm.conv_kernel", 1, limits::kConvKernel);
+  const int inner = k.integer("ssm.inner_size", 1, limits::kHeads * limits::kHeadDim);
+  check(inner % c.lin_v_heads == 0 && inner / c.lin_v_heads <= limits::kHeadDim,
+        file + ": " + k.key("ssm.inner_size") + " " + std::to_string(inner) + " is not a multiple of " +
+            k.key("ssm.time_step_rank") + " " + std::to_string(c.lin_v_heads) + " (value heads) up to " +
+            std::to_string(limits::kHeadDim) + " values each");
+  c.lin_v_dim = inner / c.lin_v_heads;
+  check(c.lin_v_heads % c.lin_k_heads == 0, file + ": " + k.key("ssm.time_step_rank") + " " +
+                                                std::to_string(c.lin_v_heads) + " is not a multiple of " +
+                                                k.key("ssm.group_count") + " " + std::to_string(c.lin_k_heads));
+  for (int i = 0; i < c.n_layers; ++i)
+    if (model.find("blk." + std::to_string(i) + ".ssm_conv1d.weight")) c.layer_kinds[i] = LayerKind::DeltaNet;
 }
 
 }  // namespace
@@ -50,6 +73,7 @@ ModelConfig parse_gguf_config(const GgufModel& model) {
   ModelConfig c;
   c.arch = parse_arch(md);
   const Keys k{md, md.get_string("general.architecture")};
+  const bool hybrid = c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3_5 || c.arch == Arch::Qwen3Next;
 
   // The converter pads tokenizer.ggml.tokens to config.json's vocab_size; {arch}.vocab_size is
   // written only by converters for models whose vocabulary differs from the token list.
@@ -65,7 +89,11 @@ ModelConfig parse_gguf_config(const GgufModel& model) {
     c.vocab = int(tokens->size());
   }
   c.hidden = k.integer("embedding_length", 1, limits::kHidden);
-  c.n_layers = k.integer("block_count", 1, limits::kLayers);
+  // _Qwen35MtpMixin counts the multi-token-prediction block(s) in block_count and names them in
+  // nextn_predict_layers; they come after the trunk's layers, which are all Petrel runs.
+  const int blocks = k.integer("block_count", 1, limits::kLayers);
+  const int mtp = k.integer_or("nextn_predict_layers", 0, 0, blocks - 1);
+  c.n_layers = blocks - mtp;
   c.n_heads = k.integer("attention.head_count", 1, limits::kHeads);
   c.n_kv_heads = k.integer_or("attention.head_count_kv", c.n_heads, 1, limits::kHeads);
   // llama.cpp's default head size is embedding_length / head_count when key_length is absent.
@@ -100,14 +128,19 @@ ModelConfig parse_gguf_config(const GgufModel& model) {
   c.layer_kinds.assign(c.n_layers, LayerKind::FullAttention);
   // The converter writes lm_head as output.weight unless config.json ties it to the embedding.
   c.tie_embeddings = model.find("output.weight") == nullptr;
+  if (hybrid) {
+    c.attn_output_gate = true;  // every Qwen3-Next / Qwen3.5 attention layer has the sigmoid gate
+    parse_deltanet(k, model, c);
+  }
 
   c.layer_is_moe.assign(c.n_layers, false);
-  if (c.arch == Arch::Qwen3Moe) {
+  if (c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen3_5Moe || c.arch == Arch::Qwen3Next) {
     c.n_experts = k.integer("expert_count", 1, limits::kExperts);
     c.top_k = k.integer("expert_used_count", 1, c.n_experts);
     c.moe_intermediate = k.integer("expert_feed_forward_length", 1, limits::kIntermediate);
-    // No key carries norm_topk_prob: llama.cpp's qwen3moe graph always renormalises the top-k
-    // weights, as every released Qwen3-MoE config asks.
+    c.shared_intermediate = k.integer_or("expert_shared_feed_forward_length", 0, 0, limits::kIntermediate);
+    // No key carries norm_topk_prob: llama.cpp's MoE graphs for these architectures always
+    // renormalise the top-k weights, as every released config asks.
     c.norm_topk_prob = true;
     // Every layer of a converted Qwen3-MoE is sparse (the converter has no names for
     // mlp_only_layers' dense MLPs); a file that stores a layer's dense MLP under ffn_gate/up/down

@@ -1,6 +1,6 @@
-// GGUF metadata -> ModelConfig, for the GGUF architectures Petrel reads (qwen3, qwen3moe). The
-// keys are those llama.cpp's converter (convert_hf_to_gguf.py, TextModel.set_gguf_parameters and
-// the Qwen model classes) writes from config.json.
+// GGUF metadata -> ModelConfig, for the GGUF architectures Petrel reads (qwen3, qwen3moe, qwen35,
+// qwen35moe, qwen3next). The keys are those llama.cpp's converter (convert_hf_to_gguf.py,
+// TextModel.set_gguf_parameters and the Qwen model classes) writes from config.json.
 #pragma once
 #include "io/gguf.h"
 #include "model/config.h"
