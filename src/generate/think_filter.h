@@ -22,6 +22,11 @@ class ThinkFilter {
   // The channel of token `id`'s text, or nullopt for a tag (which switches channel, shows nothing).
   std::optional<Channel> route(int32_t id);
   Channel channel() const { return channel_; }
+  // The tag that will end the reasoning block open now, or nullopt when none is (where a
+  // grammar for the answer starts).
+  std::optional<int32_t> answer_after() const {
+    return channel_ == Channel::Thinking ? close_ : std::nullopt;
+  }
 
  private:
   std::optional<int32_t> open_, close_;

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "../unit/grammar_test_util.h"
 #include "server/api_error.h"
 #include "server/chat_messages.h"
 #include "server/request.h"
@@ -98,6 +99,25 @@ TEST(RequestValidation, ToolCallArgumentsBecomeObjectsForTheTemplate) {
   json none = table()["valid"][2]["body"];
   none["tool_choice"] = "none";
   EXPECT_FALSE(parse_chat_request(none, tiny_defaults()).parse_tool_calls);
+}
+
+TEST(RequestValidation, StructuredOutputFieldsSetTheAnswersGrammar) {
+  const ChatCompletionRequest schema = parse_chat_request(table()["valid"][5]["body"], tiny_defaults());
+  ASSERT_NE(schema.gen.grammar, nullptr);
+  EXPECT_TRUE(test::grammar_matches(*schema.gen.grammar, R"({"sum": 4})"));
+  EXPECT_FALSE(test::grammar_matches(*schema.gen.grammar, R"({"sum": 14})"));
+  const ChatCompletionRequest forced = parse_chat_request(table()["valid"][6]["body"], tiny_defaults());
+  ASSERT_NE(forced.gen.grammar, nullptr);
+  EXPECT_TRUE(forced.parse_tool_calls);
+  EXPECT_TRUE(test::grammar_matches(*forced.gen.grammar,
+                                    "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(test::grammar_matches(*forced.gen.grammar, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  RequestDefaults xml = tiny_defaults();
+  xml.tool_call_form = ToolCallForm::Xml;
+  EXPECT_THROW(parse_chat_request(table()["valid"][6]["body"], xml), ApiError);
+  json text = table()["valid"][5]["body"];
+  text["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(parse_chat_request(text, tiny_defaults()).gen.grammar, nullptr);
 }
 
 TEST(RequestValidation, CompletionPromptsAsTextOrIds) {

@@ -1,0 +1,60 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace petrel::grammar {
+namespace {
+
+bool test(const std::vector<uint32_t>& mask, int32_t id) { return (mask[size_t(id) / 32] >> (id % 32)) & 1u; }
+void set(std::vector<uint32_t>& mask, int32_t id) { mask[size_t(id) / 32] |= 1u << (id % 32); }
+
+}  // namespace
+
+Matcher::Matcher(std::shared_ptr<const TokenGrammar> grammar, std::vector<int32_t> end_ids,
+                 std::optional<int32_t> starts_after)
+    : grammar_(std::move(grammar)), end_ids_(std::move(end_ids)), starts_after_(starts_after) {
+  stacks_ = {{Frame{grammar_->grammar().root, 0}}};
+  mask_.assign(grammar_->vocab().words(), 0);
+}
+
+bool Matcher::is_end(int32_t token) const { return std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end(); }
+
+// The cached masks of each stack's top, plus the uncertain tokens the whole stack accepts.
+const uint32_t* Matcher::mask() {
+  if (starts_after_) return nullptr;
+  std::fill(mask_.begin(), mask_.end(), 0);
+  const TokenVocab& v = grammar_->vocab();
+  const Stepper& stepper = grammar_->stepper();
+  for (const Stack& s : stacks_) {
+    const StateMasks& m = grammar_->masks(s.back());
+    for (size_t w = 0; w < mask_.size(); ++w) mask_[w] |= m.accepted[w];
+    for (int32_t id : m.uncertain)
+      if (!test(mask_, id) && !stepper.advance({s}, v.text(id)).empty()) set(mask_, id);
+  }
+  if (stepper.can_end(stacks_))
+    for (int32_t id : end_ids_)
+      if (id >= 0 && id < v.rows) set(mask_, id);
+  return mask_.data();
+}
+
+void Matcher::accept(int32_t token) {
+  if (starts_after_) {
+    if (token == *starts_after_) starts_after_.reset();
+    return;
+  }
+  const Stepper& stepper = grammar_->stepper();
+  if (is_end(token)) {
+    check(stepper.can_end(stacks_), "structured output: the answer ended before the grammar allows it");
+    stacks_.clear();
+    return;
+  }
+  const TokenVocab& v = grammar_->vocab();
+  const bool has_text = token >= 0 && token < v.rows && v.position[size_t(token)] >= 0;
+  std::vector<Stack> next = has_text ? stepper.advance(stacks_, v.text(token)) : std::vector<Stack>{};
+  check(!next.empty(), "structured output: token " + std::to_string(token) + " does not continue the grammar");
+  stacks_ = std::move(next);
+}
+
+}  // namespace petrel::grammar
