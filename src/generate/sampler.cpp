@@ -113,7 +113,7 @@ int32_t Sampler::sample(const float* logits, uint64_t position) {
   adjust(logits);
   if (params_.greedy()) {
     const int32_t t = argmax(adjusted_.data(), vocab_);
-    check(adjusted_[size_t(t)] > -INFINITY, "sampling: the token mask allows no token");
+    check(!mask_ || adjusted_[size_t(t)] > -INFINITY, "sampling: the token mask allows no token");
     return t;
   }
   const double target = uniform01(params_.seed, position) * select();

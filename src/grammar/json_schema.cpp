@@ -27,6 +27,9 @@ const std::map<std::string, std::string> kFormats = {
     {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
 };
 
+// Most automaton states a whole schema may take (a rule may take kMaxRuleStates).
+constexpr size_t kMaxGrammarStates = size_t(1) << 18;
+
 std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 std::string names(const std::map<std::string, std::string>& m) {
@@ -69,6 +72,9 @@ class Compiler {
     rules_.emplace_back();
     try {
       Rule r = build();
+      states_ += r.states.size();
+      check(states_ <= kMaxGrammarStates, "the schema needs more than " + std::to_string(kMaxGrammarStates) +
+                                              " automaton states in all");
       rules_[size_t(id)] = std::move(r);
     } catch (const SchemaError&) {
       throw;
@@ -376,6 +382,7 @@ class Compiler {
 
   const Json& root_;
   std::vector<Rule> rules_;
+  size_t states_ = 0;  // in all rules
   std::map<std::string, int32_t> ids_;
 };
 

@@ -21,6 +21,19 @@ Matcher::Matcher(std::shared_ptr<const TokenGrammar> grammar, std::vector<int32_
 
 bool Matcher::is_end(int32_t token) const { return std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end(); }
 
+// The bytes stack `s` can take next. Where its top may end, most of the vocabulary is uncertain
+// (it depends on what follows), and this rejects nearly all of it at its first byte.
+std::bitset<256> Matcher::first_bytes(const Stack& s) const {
+  std::bitset<256> first;
+  std::vector<Stack> out;
+  for (size_t b = 0; b < 256; ++b) {
+    out.clear();
+    grammar_->stepper().step(s, uint8_t(b), out);
+    first[b] = !out.empty();
+  }
+  return first;
+}
+
 // The cached masks of each stack's top, plus the uncertain tokens the whole stack accepts.
 const uint32_t* Matcher::mask() {
   if (starts_after_) return nullptr;
@@ -30,8 +43,12 @@ const uint32_t* Matcher::mask() {
   for (const Stack& s : stacks_) {
     const StateMasks& m = grammar_->masks(s.back());
     for (size_t w = 0; w < mask_.size(); ++w) mask_[w] |= m.accepted[w];
-    for (int32_t id : m.uncertain)
-      if (!test(mask_, id) && !stepper.advance({s}, v.text(id)).empty()) set(mask_, id);
+    if (m.uncertain.empty()) continue;
+    const std::bitset<256> first = first_bytes(s);
+    for (int32_t id : m.uncertain) {
+      const std::string& text = v.text(id);
+      if (!test(mask_, id) && first[uint8_t(text[0])] && !stepper.advance({s}, text).empty()) set(mask_, id);
+    }
   }
   if (stepper.can_end(stacks_))
     for (int32_t id : end_ids_)

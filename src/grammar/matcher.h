@@ -2,6 +2,7 @@
 // uint32 words, the form a device sampler can take as well) and the state after each token.
 // With a reasoning block open in the prompt, the grammar starts after the tag that closes it.
 #pragma once
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,6 +28,7 @@ class Matcher {
 
  private:
   bool is_end(int32_t token) const;
+  std::bitset<256> first_bytes(const Stack& s) const;
 
   std::shared_ptr<const TokenGrammar> grammar_;
   std::vector<int32_t> end_ids_;
