@@ -38,9 +38,21 @@ std::string names(const std::map<std::string, std::string>& m) {
   return out;
 }
 
-class Compiler {
+}  // namespace
+
+class SchemaCompiler::Impl {
  public:
-  explicit Compiler(const Json& root) : root_(root) {}
+  explicit Impl(const Json& root) : root_(root) {}
+
+  // A string schema's characters, raw (the XML tool-call form's string parameters).
+  int32_t raw_string(const Json& s, const std::string& path) {
+    return memo(s.dump() + "|raw", path, [&] { return build_rule(path, raw_string_expr(s, path)); });
+  }
+
+  int32_t add(Rule rule) {
+    rules_.push_back(std::move(rule));
+    return int32_t(rules_.size()) - 1;
+  }
 
   int32_t rule(const Json& s, const std::string& path) {
     return memo(s.dump(), path, [&] { return build(s, path); });
@@ -203,7 +215,7 @@ class Compiler {
   }
 
   Expr type_expr(const Json& s, const std::string& type, const std::string& path) {
-    if (type == "string") return string_expr(s, path);
+    if (type == "string") return string_expr(s, path, Spelling::Json);
     if (type == "number" || type == "integer") return number_text(bounds(s, path), type == "integer");
     if (type == "boolean") return alt({literal("true"), literal("false")});
     if (type == "null") return literal("null");
@@ -212,7 +224,9 @@ class Compiler {
     return call(memo(key, path, [&] { return array_rule(s, path); }));
   }
 
-  Expr string_expr(const Json& s, const std::string& path) {
+  // The string's characters (quoted in JSON spelling) under its length, pattern or format.
+  Expr string_expr(const Json& s, const std::string& path, Spelling spelling) {
+    const Expr quote = spelling == Spelling::Json ? literal("\"") : empty();
     const bool lengths = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("pattern") && s.contains("format"))
       throw SchemaError(path, "pattern together with format is not supported");
@@ -221,15 +235,27 @@ class Compiler {
       if (lengths) throw SchemaError(path, std::string(key) + " together with minLength/maxLength is not supported");
       if (!s[key].is_string()) throw SchemaError(path, std::string(key) + ": expected a string, found " + s[key].dump());
     }
-    if (s.contains("pattern")) return seq({literal("\""), pattern_text(s["pattern"].get<std::string>()), literal("\"")});
+    if (s.contains("pattern")) return seq({quote, pattern_text(s["pattern"].get<std::string>(), spelling), quote});
     if (s.contains("format")) {
       const auto it = kFormats.find(s["format"].get<std::string>());
       if (it == kFormats.end())
         throw SchemaError(path, "format: " + s["format"].dump() + " is not supported (supported: " + names(kFormats) + ")");
-      return seq({literal("\""), pattern_text(it->second), literal("\"")});
+      return seq({quote, pattern_text(it->second, spelling), quote});
     }
     const int64_t min = count(s, "minLength", path, 0), max = count(s, "maxLength", path, -1);
-    return string_text(int(min), int(max));
+    return seq({quote, repeat(any_char(spelling), int(min), int(max)), quote});
+  }
+
+  // A "type": "string" schema written raw: its const or enum strings as they are, else string_expr.
+  Expr raw_string_expr(const Json& s, const std::string& path) {
+    check_keywords(s, path);
+    std::vector<Expr> options;
+    const Json values = s.contains("const") ? Json::array({s["const"]}) : s.value("enum", Json::array());
+    for (const Json& v : values) {
+      if (!v.is_string()) throw SchemaError(path, "enum: a string parameter's values must be strings, found " + v.dump());
+      options.push_back(literal(v.get<std::string>()));
+    }
+    return options.empty() ? string_expr(s, path, Spelling::Raw) : alt(std::move(options));
   }
 
   static NumberBounds bounds(const Json& s, const std::string& path) {
@@ -386,21 +412,26 @@ class Compiler {
   std::map<std::string, int32_t> ids_;
 };
 
-}  // namespace
-
 SchemaError::SchemaError(std::string path, std::string message)
     : Error(path.empty() ? message : path + ": " + message), path_(std::move(path)), message_(std::move(message)) {}
 
+SchemaCompiler::SchemaCompiler(Json document)
+    : document_(std::make_unique<Json>(std::move(document))), impl_(std::make_unique<Impl>(*document_)) {}
+SchemaCompiler::~SchemaCompiler() = default;
+
+int32_t SchemaCompiler::rule(const Json& schema, const std::string& path) { return impl_->rule(schema, path); }
+int32_t SchemaCompiler::raw_string(const Json& schema, const std::string& path) { return impl_->raw_string(schema, path); }
+int32_t SchemaCompiler::add(Rule rule) { return impl_->add(std::move(rule)); }
+Grammar SchemaCompiler::finish(int32_t root) { return impl_->finish(root); }
+
 Grammar json_schema_grammar(const Json& schema) {
-  Compiler c(schema);
-  const int32_t root = c.rule(schema, "");
-  return c.finish(root);
+  SchemaCompiler c(schema);
+  return c.finish(c.rule(schema, ""));
 }
 
 Grammar json_object_grammar() {
-  Compiler c(Json::object());
-  const int32_t root = c.any_object();
-  return c.finish(root);
+  SchemaCompiler::Impl c(Json::object());
+  return c.finish(c.any_object());
 }
 
 }  // namespace petrel::grammar

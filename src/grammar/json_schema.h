@@ -8,6 +8,7 @@
 // the text on one line (json_text.h's space()).
 #pragma once
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +34,30 @@ class SchemaError : public Error {
 
  private:
   std::string path_, message_;
+};
+
+// Rules for the schemas of one document, to join in a grammar of one's own (a tool call's).
+class SchemaCompiler {
+ public:
+  // `document`: what "$ref"s point into.
+  explicit SchemaCompiler(Json document);
+  ~SchemaCompiler();
+
+  // The rule of the JSON text of values valid under `schema` (found at `path`); throws
+  // SchemaError.
+  int32_t rule(const Json& schema, const std::string& path);
+  // The rule of a "type": "string" schema's characters written raw (json_text.h's Spelling).
+  int32_t raw_string(const Json& schema, const std::string& path);
+  // Adds a rule built elsewhere, which may call the rules above.
+  int32_t add(Rule rule);
+  // Every rule, `root` the root.
+  Grammar finish(int32_t root);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Json> document_;  // where impl_ resolves references: it must not move
+  std::unique_ptr<Impl> impl_;
 };
 
 // Values valid under `schema`, as JSON text.

@@ -58,7 +58,10 @@ std::string escape_of(uint32_t cp) {
     case '\t': return "\\t";
   }
   static const char* hex = "0123456789abcdef";
-  return std::string("\\u00") + hex[cp >> 4] + hex[cp & 15];
+  std::string out = "\\u00";
+  out += hex[cp >> 4];
+  out += hex[cp & 15];
+  return out;
 }
 
 Expr digits(int min, int max) { return repeat(byte_range('0', '9'), min, max); }
@@ -80,7 +83,9 @@ Expr decimals(std::optional<int64_t> lo, std::optional<int64_t> hi, bool negativ
 // I.f with a fraction that is not zero: above I, for an exclusive integer bound at I.
 Expr above(int64_t i, bool negative) {
   const Expr fraction = seq({literal("."), digits(0, kMaxFractionDigits - 1), byte_range('1', '9')});
-  return seq({literal((negative ? "-" : "") + std::to_string(i)), fraction});
+  std::string whole = negative ? "-" : "";
+  whole += std::to_string(i);
+  return seq({literal(whole), fraction});
 }
 
 }  // namespace
@@ -104,12 +109,14 @@ CodeRanges subtract(const CodeRanges& set, const CodeRanges& minus) {
   return out;
 }
 
-Expr char_text(const CodeRanges& set) {
+Expr char_text(const CodeRanges& set, Spelling spelling) {
   std::vector<Expr> options;
-  const CodeRanges escaped = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-  for (const auto& [lo, hi] : set)
-    for (const auto& [elo, ehi] : escaped)
-      for (uint32_t cp = std::max(lo, elo); cp <= std::min(hi, ehi); ++cp) options.push_back(literal(escape_of(cp)));
+  const CodeRanges escaped = spelling == Spelling::Json ? CodeRanges{{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}
+                                                        : CodeRanges{{0, 8}, {0x0B, 0x1F}, {'<', '<'}};
+  if (spelling == Spelling::Json)
+    for (const auto& [lo, hi] : set)
+      for (const auto& [elo, ehi] : escaped)
+        for (uint32_t cp = std::max(lo, elo); cp <= std::min(hi, ehi); ++cp) options.push_back(literal(escape_of(cp)));
   const CodeRanges plain = subtract(subtract(set, escaped), {{0xD800, 0xDFFF}, {kMaxCode + 1, 0xFFFFFFFF}});
   const uint32_t ends[] = {0x7F, 0x7FF, 0xFFFF, kMaxCode};
   for (const auto& [lo, hi] : plain) {
@@ -124,7 +131,8 @@ Expr char_text(const CodeRanges& set) {
   return alt(std::move(options));
 }
 
-Expr any_char() {
+Expr any_char(Spelling spelling) {
+  if (spelling == Spelling::Raw) return char_text(all_chars(), Spelling::Raw);
   const Expr hex = byte_set(range_set('0', '9') | range_set('a', 'f') | range_set('A', 'F'));
   const Expr hex_no_surrogate = byte_set(range_set('0', '9') | range_set('a', 'c') | range_set('A', 'C') |
                                          range_set('e', 'f') | range_set('E', 'F'));
@@ -136,10 +144,10 @@ Expr any_char() {
                                                         range_set('/', '/') | range_set('b', 'b') |
                                                         range_set('f', 'f') | range_set('n', 'n') |
                                                         range_set('r', 'r') | range_set('t', 't'))});
-  return alt({char_text(subtract(all_chars(), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})), short_escape, unicode});
+  return alt({char_text(subtract(all_chars(), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}), Spelling::Json), short_escape, unicode});
 }
 
-Expr string_text(int min, int max) { return seq({literal("\""), repeat(any_char(), min, max), literal("\"")}); }
+Expr string_text(int min, int max) { return seq({literal("\""), repeat(any_char(Spelling::Json), min, max), literal("\"")}); }
 
 Expr space() { return optional(literal(" ")); }
 

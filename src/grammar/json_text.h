@@ -13,15 +13,21 @@ namespace petrel::grammar {
 // Code point ranges, inclusive.
 using CodeRanges = std::vector<std::pair<uint32_t, uint32_t>>;
 
+// How a string's characters are written: inside JSON quotes, or raw (the XML tool-call form's
+// string parameters). Raw text has no '<' (so that it cannot close its tag) and no control
+// characters but tab and newline.
+enum class Spelling { Json, Raw };
+
 // Every code point a JSON string may hold (surrogates excluded).
 CodeRanges all_chars();
 // The code points of `set` not in `minus`.
 CodeRanges subtract(const CodeRanges& set, const CodeRanges& minus);
-// One character of `set` as a JSON string writes it: printable characters as UTF-8, '"' and '\'
-// and control characters as their escapes (\", \\, \n, \u0001, ...).
-Expr char_text(const CodeRanges& set);
-// Any one character of a JSON string, in any JSON spelling (escapes such as \u00e9 included).
-Expr any_char();
+// One character of `set`: in JSON, printable characters as UTF-8, '"' and '\' and control
+// characters as their escapes (\", \\, \n, \u0001, ...); raw, as UTF-8 (characters raw text
+// cannot hold are left out).
+Expr char_text(const CodeRanges& set, Spelling spelling);
+// Any one character of a string, in any spelling (in JSON escapes such as \u00e9 included).
+Expr any_char(Spelling spelling);
 // A quoted string of min..max characters (max -1: no bound).
 Expr string_text(int min, int max);
 // Between tokens: nothing or one space. Output stays on one line and whitespace cannot run on.

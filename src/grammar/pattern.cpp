@@ -12,14 +12,14 @@ namespace {
 
 class Parser {
  public:
-  explicit Parser(std::string_view p) : p_(p) {}
+  Parser(std::string_view p, Spelling spelling) : p_(p), spelling_(spelling) {}
 
   Expr parse() {
     const bool start = eat('^');
     Expr body = alternation();
     const bool end = eat('$');
     if (at_ < p_.size()) fail("unexpected '" + std::string(1, p_[at_]) + "'");
-    const Expr any = repeat(any_char(), 0, -1);
+    const Expr any = repeat(any_char(spelling_), 0, -1);
     return seq({start ? empty() : any, std::move(body), end ? empty() : any});
   }
 
@@ -82,16 +82,16 @@ class Parser {
     const char c = p_[at_++];
     switch (c) {
       case '(': return group();
-      case '[': return char_text(char_class());
-      case '.': return char_text(subtract(all_chars(), {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
-      case '\\': return char_text(escape_set());
+      case '[': return char_text(char_class(), spelling_);
+      case '.': return char_text(subtract(all_chars(), {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), spelling_);
+      case '\\': return char_text(escape_set(), spelling_);
       case '^': case '$': fail("an anchor inside the pattern");
       case '*': case '+': case '?': case '{': fail("a quantifier with nothing before it");
       case ']': case '}': case ')': fail(std::string("an unmatched '") + c + "'");
     }
     --at_;
     const uint32_t cp = utf8_char();
-    return char_text({{cp, cp}});
+    return char_text({{cp, cp}}, spelling_);
   }
 
   Expr group() {
@@ -193,11 +193,12 @@ class Parser {
   }
 
   std::string_view p_;
+  Spelling spelling_;
   size_t at_ = 0;
 };
 
 }  // namespace
 
-Expr pattern_text(std::string_view pattern) { return Parser(pattern).parse(); }
+Expr pattern_text(std::string_view pattern, Spelling spelling) { return Parser(pattern, spelling).parse(); }
 
 }  // namespace petrel::grammar

@@ -7,13 +7,15 @@
 #include <string_view>
 
 #include "grammar/expr.h"
+#include "grammar/json_text.h"
 
 namespace petrel::grammar {
 
 constexpr int kMaxPatternCount = 1000;
 
-// The content of a JSON string (without quotes) whose value matches `pattern`, as JSON text.
-// Throws petrel::Error naming what is not supported.
-Expr pattern_text(std::string_view pattern);
+// The characters of a string (without quotes) that matches `pattern`, spelled as said (a
+// character raw text cannot hold is never matched). Throws petrel::Error naming what is not
+// supported.
+Expr pattern_text(std::string_view pattern, Spelling spelling);
 
 }  // namespace petrel::grammar

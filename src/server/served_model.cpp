@@ -26,21 +26,6 @@ void add_unique(std::vector<int32_t>& ids, int32_t id) {
   if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
 }
 
-// How the template writes an assistant's tool call, seen by rendering one.
-ToolCallForm tool_call_form(const std::optional<ChatTemplate>& chat_template) {
-  if (!chat_template) return ToolCallForm::Json;
-  ChatRequest r;
-  const json call = {{"type", "function"}, {"function", {{"name", "f"}, {"arguments", {{"a", 1}}}}}};
-  r.messages = json::array({{{"role", "user"}, {"content", "x"}},
-                            {{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({call})}}});
-  r.tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
-  try {
-    return chat_template->apply(r).find("<function=") != std::string::npos ? ToolCallForm::Xml : ToolCallForm::Json;
-  } catch (const std::exception&) {
-    return ToolCallForm::Json;
-  }
-}
-
 std::string folder_name(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
   return (path.has_filename() ? path.filename() : path.parent_path().filename()).string();
@@ -63,7 +48,7 @@ ServedModel::ServedModel(const ServeOptions& o)
   defaults_.vocab = config.vocab;
   defaults_.max_tokens = o.max_tokens;
   defaults_.max_json_depth = o.max_json_depth;
-  defaults_.tool_call_form = tool_call_form(chat_template_);
+  if (chat_template_) defaults_.tool_call_form = tool_call_form(*chat_template_);
   token_vocab_ = std::make_shared<grammar::TokenVocab>(grammar::make_token_vocab(tokenizer_, config.vocab));
   for (int id : config.eos_ids) add_unique(eos_ids_, id);
   for (int32_t id : generation.eos_ids) add_unique(eos_ids_, id);

@@ -6,6 +6,7 @@
 
 #include "grammar/grammar.h"
 #include "server/json_fields.h"
+#include "tokenizer/chat_template.h"
 
 namespace petrel::server {
 
@@ -15,8 +16,12 @@ enum class ToolCallForm {
   Xml,   // <tool_call>\n<function=NAME>\n<parameter=P>...</function>\n</tool_call> (Qwen3.5)
 };
 
-// One call of any of `tools` (the request's validated tools), or of the one named `only`.
-// A parameter schema the grammar compiler refuses is a 400 naming
+// How `chat_template` writes an assistant's tool call, seen by rendering one (Json when the
+// render fails).
+ToolCallForm tool_call_form(const ChatTemplate& chat_template);
+
+// One call of any of `tools` (the request's validated tools), or of the one named `only`, in
+// `form`. A parameter schema the grammar compiler refuses is a 400 naming
 // "tools[i].function.parameters..." and the keyword.
 grammar::Grammar tool_call_grammar(const json& tools, const std::optional<std::string>& only, ToolCallForm form);
 

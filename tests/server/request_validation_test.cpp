@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/chat_messages.h"
 #include "server/request.h"
+#include "server/tool_calls.h"
 
 namespace petrel::server {
 namespace {
@@ -114,7 +115,18 @@ TEST(RequestValidation, StructuredOutputFieldsSetTheAnswersGrammar) {
   EXPECT_FALSE(test::grammar_matches(*forced.gen.grammar, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
   RequestDefaults xml = tiny_defaults();
   xml.tool_call_form = ToolCallForm::Xml;
-  EXPECT_THROW(parse_chat_request(table()["valid"][6]["body"], xml), ApiError);
+  json named = table()["valid"][6]["body"];
+  named["tools"][0]["function"]["parameters"]["properties"]["note"] = {{"type", "string"}, {"maxLength", 5}};
+  const ChatCompletionRequest qwen35 = parse_chat_request(named, xml);
+  const std::string call = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n</parameter>\n";
+  EXPECT_TRUE(test::grammar_matches(*qwen35.gen.grammar, call + "</function>\n</tool_call>"));
+  EXPECT_TRUE(test::grammar_matches(*qwen35.gen.grammar, call + "<parameter=note>\na \"b\"\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(test::grammar_matches(*qwen35.gen.grammar, call + "<parameter=note>\nabcdef\n</parameter>\n</function>\n</tool_call>"));
+  // What the grammar lets through, the tool-call parser reads back.
+  const auto parsed = parse_tool_call(call.substr(11) + "<parameter=note>\na \"b\"\n</parameter>\n</function>\n", named["tools"]);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(json::parse(parsed->arguments), json({{"a", 1}, {"b", 2}, {"note", "a \"b\""}}));
+  EXPECT_FALSE(test::grammar_matches(*qwen35.gen.grammar, "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"));
   json text = table()["valid"][5]["body"];
   text["response_format"] = {{"type", "text"}};
   EXPECT_EQ(parse_chat_request(text, tiny_defaults()).gen.grammar, nullptr);
