@@ -65,6 +65,7 @@ ChatCompletionRequest parse_chat_request(const json& body, const RequestDefaults
     if (r.gen.grammar)
       throw invalid("response_format", "response_format: a JSON format cannot be combined with a tool_choice that forces a call");
     r.gen.grammar = std::make_shared<grammar::Grammar>(tool_call_grammar(r.tools, choice.only, defaults.tool_call_form));
+    r.gen.grammar_key = "tool_choice " + choice.only.value_or("") + " " + dump(r.tools);
   }
   if (const auto parallel = f.boolean("parallel_tool_calls"); parallel && !*parallel)
     throw invalid("parallel_tool_calls", "parallel_tool_calls: false is not supported");

@@ -117,17 +117,18 @@ grammar::Grammar json_schema_format(const Fields& format) {
   return compile_schema(*schema, "response_format.json_schema.schema");
 }
 
-// The grammar response_format asks for; null for text.
-std::shared_ptr<const grammar::Grammar> parse_response_format(const Fields& f) {
+// The grammar response_format asks for into `g` (none for text).
+void parse_response_format(const Fields& f, GenerationFields& g) {
   const json* v = f.get("response_format");
-  if (!v) return nullptr;
+  if (!v) return;
   if (!v->is_object()) throw invalid("response_format", "response_format: expected an object, found " + type_name(*v));
   const Fields format(*v, "response_format");
   const std::string type = format.string("type").value_or("");
-  if (type == "text") return nullptr;
-  if (type == "json_object") return std::make_shared<grammar::Grammar>(grammar::json_object_grammar());
-  if (type == "json_schema") return std::make_shared<grammar::Grammar>(json_schema_format(format));
-  throw invalid("response_format.type", "response_format.type: expected \"text\", \"json_object\" or \"json_schema\", found " +
+  if (type == "text") return;
+  g.grammar_key = "response_format " + dump(*v);
+  if (type == "json_object") g.grammar = std::make_shared<grammar::Grammar>(grammar::json_object_grammar());
+  else if (type == "json_schema") g.grammar = std::make_shared<grammar::Grammar>(json_schema_format(format));
+  else throw invalid("response_format.type", "response_format.type: expected \"text\", \"json_object\" or \"json_schema\", found " +
                                             (type.empty() ? std::string("none") : "'" + type + "'"));
 }
 
@@ -146,7 +147,7 @@ GenerationFields parse_generation_fields(const json& body, const RequestDefaults
   if (f.integer("n", 1, 1 << 20).value_or(1) != 1)
     throw invalid("n", "n: only 1 choice per request is supported");
   GenerationFields g;
-  g.grammar = parse_response_format(f);
+  parse_response_format(f, g);
   g.stream = f.boolean("stream").value_or(false);
   if (const json* options = f.get("stream_options")) {
     if (!g.stream) throw invalid("stream_options", "stream_options: only allowed with \"stream\": true");

@@ -35,6 +35,7 @@ struct GenerationFields {
   // Structured output (response_format json_object / json_schema, or a forced tool call): the
   // grammar the answer is held to; null: free text.
   std::shared_ptr<const grammar::Grammar> grammar;
+  std::string grammar_key;  // what the grammar was compiled from: equal keys, equal grammars
 };
 
 struct ChatCompletionRequest {

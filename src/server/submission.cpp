@@ -18,7 +18,7 @@ Submission submit(ServedModel& model, std::vector<int32_t> prompt, const Generat
   request.max_tokens = fields.max_tokens;
   request.top_logprobs = fields.logprobs;
   if (fields.grammar) {
-    request.grammar = model.token_grammar(*fields.grammar);
+    request.grammar = model.token_grammar(fields.grammar_key, *fields.grammar);
     request.grammar_after = answer_after;
   }
   const auto on_event = [job = s.job](const StepEvent& e) { return job->on_event(e); };
