@@ -10,6 +10,9 @@
 namespace petrel::grammar {
 namespace {
 
+// Deeper groups are refused: parsing and building recurse once a level.
+constexpr int kMaxGroupDepth = 64;
+
 class Parser {
  public:
   Parser(std::string_view p, Spelling spelling) : p_(p), spelling_(spelling) {}
@@ -98,7 +101,9 @@ class Parser {
     if (eat('?')) {
       if (!eat(':')) fail("lookaround and named groups are not supported");
     }
+    if (++depth_ > kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
     Expr e = alternation();
+    --depth_;
     if (!eat(')')) fail("')' expected");
     return e;
   }
@@ -195,6 +200,7 @@ class Parser {
   std::string_view p_;
   Spelling spelling_;
   size_t at_ = 0;
+  int depth_ = 0;  // groups open
 };
 
 }  // namespace

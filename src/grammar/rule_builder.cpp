@@ -10,8 +10,10 @@ namespace {
 
 using StateSet = std::vector<int>;
 
+std::string label(const std::string& name) { return name.empty() ? "the schema" : name; }
+
 void check_size(size_t states, const std::string& name) {
-  check(states <= size_t(kMaxRuleStates), "the grammar for " + name + " needs more than " +
+  check(states <= size_t(kMaxRuleStates), "the grammar for " + label(name) + " needs more than " +
                                               std::to_string(kMaxRuleStates) + " automaton states");
 }
 
@@ -35,7 +37,7 @@ std::vector<bool> can_end(const Rule& rule) {
 // Drops the states that cannot end and the moves into them, renumbering the rest.
 Rule trim(Rule rule) {
   const std::vector<bool> live = can_end(rule);
-  check(live[0], "the grammar for " + rule.name + " matches nothing");
+  check(live[0], "the grammar for " + label(rule.name) + " matches nothing");
   std::vector<int32_t> id(rule.states.size(), -1);
   Rule out{rule.name, {}};
   for (size_t s = 0; s < rule.states.size(); ++s)

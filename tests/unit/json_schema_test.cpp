@@ -156,6 +156,7 @@ TEST(JsonSchema, PatternsAndFormats) {
   expect_refuses(Json::parse(R"({"format": "uuid"})"), {R"("123e4567e89b12d3a456426614174000")"});
   for (const char* bad : {"(?=a)", "\\1", "\\bx", "a{3,1}", "(a", "a)", "x^", "\\p{L}", "*a"})
     EXPECT_THROW(pattern_text(bad, Spelling::Json), Error) << bad;
+  EXPECT_THROW(pattern_text(std::string(100, '(') + "a" + std::string(100, ')'), Spelling::Json), Error);
 }
 
 TEST(JsonSchema, ErrorsNameTheKeywordAndWhereItIs) {
