@@ -98,7 +98,7 @@ Turn Conversation::ask(const std::string& user, const TextOutput::Show& show, co
     GenerateRequest req = make_request(options_, prompt);
     req.cancel = cancel;
     req.start = start;
-    req.grammar_after = think.answer_after();
+    req.reasoning = think.reasoning();
     Turn turn;
     turn.result = generator_.generate(st_, req, [&](int32_t id) { return text.push(id); });
     text.finish();

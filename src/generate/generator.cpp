@@ -56,7 +56,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
   decoder_.reset(req.sampling);
   for (int32_t t : req.tokens) decoder_.observe(t, false);
   std::optional<grammar::Matcher> matcher;
-  if (req.grammar) matcher.emplace(req.grammar, req.eos_ids, req.grammar_after);
+  if (req.grammar) matcher.emplace(req.grammar, req.eos_ids, req.reasoning);
   // The token after row 0, under the grammar's mask when there is one.
   const auto sample = [&](uint64_t position) {
     if (matcher) decoder_.set_mask(matcher->mask());

@@ -14,6 +14,7 @@
 #include "generate/decoder.h"
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
+#include "grammar/matcher.h"
 #include "grammar/token_grammar.h"
 
 namespace petrel {
@@ -34,10 +35,10 @@ struct GenerateRequest {
   SpeculativeOptions speculative;
   const std::atomic<bool>* cancel = nullptr;  // checked after every token
   // Structured output: the answer is held to this grammar (null: free text), which starts after
-  // token `grammar_after` when set (the end of a reasoning block the prompt opened). Not with
+  // the reasoning when the model has `reasoning` tags (ThinkFilter::reasoning). Not with
   // speculation.
   std::shared_ptr<const grammar::TokenGrammar> grammar;
-  std::optional<int32_t> grammar_after;
+  std::optional<grammar::ReasoningTags> reasoning;
   // Origin of the time-to-first-token, for callers that did work (e.g. a prefix checkpoint) first.
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };

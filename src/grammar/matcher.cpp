@@ -13,8 +13,12 @@ void set(std::vector<uint32_t>& mask, int32_t id) { mask[size_t(id) / 32] |= 1u 
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const TokenGrammar> grammar, std::vector<int32_t> end_ids,
-                 std::optional<int32_t> starts_after)
-    : grammar_(std::move(grammar)), end_ids_(std::move(end_ids)), starts_after_(starts_after) {
+                 std::optional<ReasoningTags> reasoning)
+    : grammar_(std::move(grammar)), end_ids_(std::move(end_ids)) {
+  if (reasoning) {
+    tags_ = *reasoning;
+    phase_ = reasoning->open_in_prompt ? Phase::Thinking : Phase::MayThink;
+  }
   stacks_ = {{Frame{grammar_->grammar().root, 0}}};
   mask_.assign(grammar_->vocab().words(), 0);
 }
@@ -36,7 +40,7 @@ std::bitset<256> Matcher::first_bytes(const Stack& s) const {
 
 // The cached masks of each stack's top, plus the uncertain tokens the whole stack accepts.
 const uint32_t* Matcher::mask() {
-  if (starts_after_) return nullptr;
+  if (phase_ == Phase::Thinking) return nullptr;
   std::fill(mask_.begin(), mask_.end(), 0);
   const TokenVocab& v = grammar_->vocab();
   const Stepper& stepper = grammar_->stepper();
@@ -53,13 +57,18 @@ const uint32_t* Matcher::mask() {
   if (stepper.can_end(stacks_))
     for (int32_t id : end_ids_)
       if (id >= 0 && id < v.rows) set(mask_, id);
+  if (phase_ == Phase::MayThink && tags_.open >= 0 && tags_.open < v.rows) set(mask_, tags_.open);
   return mask_.data();
 }
 
 void Matcher::accept(int32_t token) {
-  if (starts_after_) {
-    if (token == *starts_after_) starts_after_.reset();
+  if (phase_ == Phase::Thinking) {
+    if (token == tags_.close) phase_ = Phase::Grammar;
     return;
+  }
+  if (phase_ == Phase::MayThink) {
+    phase_ = token == tags_.open ? Phase::Thinking : Phase::Grammar;
+    if (phase_ == Phase::Thinking) return;
   }
   const Stepper& stepper = grammar_->stepper();
   if (is_end(token)) {

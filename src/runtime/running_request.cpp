@@ -45,7 +45,7 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
 void RunningRequest::start_sampler() {
   if (device_) device_->reset(request_.sampling);
   else sampler_.emplace(request_.sampling, vocab_);
-  if (request_.grammar) matcher_.emplace(request_.grammar, request_.eos_ids, request_.grammar_after);
+  if (request_.grammar) matcher_.emplace(request_.grammar, request_.eos_ids, request_.reasoning);
   // The penalty history starts with the prompt, as in Generator::generate.
   for (int32_t t : request_.prompt) observe(t, false);
 }

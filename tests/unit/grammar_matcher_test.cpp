@@ -91,20 +91,38 @@ TEST(GrammarMatcher, OnlyTheEndTokenFollowsACompleteValue) {
   EXPECT_THROW(m.accept(1), Error);
 }
 
-TEST(GrammarMatcher, StartsAfterTheGivenToken) {
+bool allows(const uint32_t* mask, int32_t id) { return (mask[id / 32] >> (id % 32)) & 1u; }
+
+int32_t id_of(const std::string& text) { return int32_t(std::find(tokens().begin(), tokens().end(), text) - tokens().begin()); }
+
+TEST(GrammarMatcher, StartsAfterTheReasoning) {
   auto vocab = std::make_shared<TokenVocab>(make_token_vocab(tokens()));
   auto g = std::make_shared<TokenGrammar>(json_schema_grammar(Json::parse(R"({"type": "boolean"})")), vocab);
-  const int32_t close = 22;  // "b" stands for the closing tag
-  Matcher m(g, {kEnd}, close);
-  EXPECT_EQ(m.mask(), nullptr);
-  m.accept(21);  // anything goes before it
-  EXPECT_EQ(m.mask(), nullptr);
-  m.accept(close);
-  const uint32_t* mask = m.mask();
-  ASSERT_NE(mask, nullptr);
-  const int32_t tr = int32_t(std::find(kTokens.begin(), kTokens.end(), "tr") - kTokens.begin());
-  EXPECT_TRUE((mask[tr / 32] >> (tr % 32)) & 1u);
-  EXPECT_FALSE((mask[kEnd / 32] >> (kEnd % 32)) & 1u);
+  const ReasoningTags tags{id_of("a"), id_of("b"), /*open_in_prompt=*/true};  // "a" and "b" stand for the tags
+  Matcher opened(g, {kEnd}, tags);  // the prompt opened the block: anything goes until its end
+  EXPECT_EQ(opened.mask(), nullptr);
+  opened.accept(id_of("x"));
+  EXPECT_EQ(opened.mask(), nullptr);
+  opened.accept(tags.close);
+  ASSERT_NE(opened.mask(), nullptr);
+  EXPECT_TRUE(allows(opened.mask(), id_of("tr")));
+  EXPECT_FALSE(allows(opened.mask(), kEnd));
+  EXPECT_FALSE(allows(opened.mask(), tags.open));
+
+  Matcher may_think(g, {kEnd}, ReasoningTags{tags.open, tags.close, false});  // the answer may open one
+  EXPECT_TRUE(allows(may_think.mask(), tags.open));
+  EXPECT_TRUE(allows(may_think.mask(), id_of("tr")));
+  EXPECT_FALSE(allows(may_think.mask(), id_of("x")));
+  may_think.accept(tags.open);
+  EXPECT_EQ(may_think.mask(), nullptr);
+  may_think.accept(tags.close);
+  may_think.accept(id_of("false"));
+  EXPECT_TRUE(allows(may_think.mask(), kEnd));
+
+  Matcher direct(g, {kEnd}, ReasoningTags{tags.open, tags.close, false});  // or answer at once
+  direct.accept(id_of("true"));
+  EXPECT_TRUE(allows(direct.mask(), kEnd));
+  EXPECT_FALSE(allows(direct.mask(), tags.open));
 }
 
 }  // namespace
