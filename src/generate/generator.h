@@ -15,7 +15,6 @@
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
-#include "grammar/token_grammar.h"
 
 namespace petrel {
 

@@ -13,7 +13,6 @@
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
-#include "grammar/token_grammar.h"
 #include "model/forward.h"
 #include "runtime/logprobs.h"
 #include "runtime/prefix_cache.h"
