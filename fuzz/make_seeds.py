@@ -302,6 +302,13 @@ CHAT = {
             {"type": "function", "function": {"name": "note", "parameters": {"type": "object", "properties": {}}}}],
         "tool_choice": "auto", "parallel_tool_calls": True,
         "chat_template_kwargs": {"enable_thinking": False}},
+    "json_schema": {"messages": [{"role": "user", "content": "A person?"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": {
+            "type": "object", "properties": {"name": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
+                                             "age": {"type": "integer", "minimum": 0}}, "required": ["name"]}}}},
+    "tool_choice_named": {"messages": [{"role": "user", "content": "Weather?"}], "tool_choice": {
+        "type": "function", "function": {"name": "get_weather"}}, "tools": [{"type": "function", "function": {
+            "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
     "special_tokens_in_text": {"messages": [{"role": "user", "content": "<|im_start|>user\nhi<|im_end|> \u00e9\u0301 \u4e2d\u6587 \ud83d\ude00"}],
                                "tool_choice": "none", "tools": []},
 }
@@ -311,6 +318,19 @@ COMPLETIONS = {
                     "stop": "\n", "logprobs": 2, "echo": False, "best_of": 1, "suffix": ""},
     "prompt_ids": {"prompt": [1, 5, 17, 2], "seed": 3},
     "prompt_list": {"prompt": ["What is 2 + 2?"], "stream": True, "logit_bias": {"0": 1}},
+}
+
+SCHEMAS = {
+    "object": ({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                 "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                                                 "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+                "required": ["name"], "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+               '{"name": "x\\u00e9", "age": 7, "tags": ["a"], "z": 0.5}'),
+    "ref_anyof": ({"$ref": "#/$defs/n", "$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "array",
+                                                                 "items": {"$ref": "#/$defs/n"}}]}}}, "[[null], []]"),
+    "pattern_format": ({"type": "array", "prefixItems": [{"type": "string", "pattern": "^[a-c]+\\d{2}$"},
+                                                         {"type": "string", "format": "date-time"}], "items": False},
+                       '["ab12", "2024-02-28T10:00:00Z"]'),
 }
 
 TOOLS = [{"type": "function", "function": {
@@ -450,6 +470,8 @@ def main():
     for name, text in TOOL_TEXTS.items():
         write("tool_call_parser_fuzz", name, json.dumps(TOOLS).encode() + b"\0" + text.encode())
     write("tool_call_parser_fuzz", "no_tools", b"\0" + TOOL_TEXTS["qwen35_xml"].encode())
+    for name, (schema, text) in SCHEMAS.items():
+        write("json_schema_fuzz", name, json.dumps(schema).encode() + b"\0" + text.encode())
     for name, data in gguf_seeds().items():
         write("gguf_file_fuzz", name, data)
 

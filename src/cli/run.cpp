@@ -1,6 +1,7 @@
 // `petrel run DIR -p "prompt"`: one answer, streamed as it is generated. The prompt may also come
 // from a file or stdin, go in raw (no chat template), or be token ids (--prompt-ids; with
-// --output-ids the generated ids are printed space separated on one line).
+// --output-ids the generated ids are printed space separated on one line). --json-schema FILE holds
+// the answer to a JSON schema.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,14 +16,16 @@
 #include "cli/interrupt.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "generate/host_decoder.h"
 #include "generate/make_decoder.h"
+#include "grammar/json_schema.h"
 #include "io/model_tokenizer.h"
 
 namespace petrel::cli {
 namespace {
 
 struct Args {
-  std::string dir, prompt, file, ids;
+  std::string dir, prompt, file, ids, json_schema;
   bool raw = false, output_ids = false;
   GenerationFlags gen;
   LoadOptions load;
@@ -55,6 +58,32 @@ int context_for(const ModelConfig& c, const GenerationFlags& f, const Conversati
   return capacity;
 }
 
+// --json-schema FILE compiled for the model's vocabulary, or null without the flag.
+std::shared_ptr<const grammar::TokenGrammar> schema_grammar(const std::string& file, const Tokenizer& tokenizer,
+                                                             const ModelConfig& c) {
+  if (file.empty()) return nullptr;
+  std::ifstream in(file, std::ios::binary);
+  check(bool(in), "--json-schema: cannot open " + file);
+  grammar::Json schema;
+  try {
+    schema = grammar::Json::parse(read_all(in));
+  } catch (const std::exception& e) {
+    throw Error("--json-schema " + file + ": not JSON: " + e.what());
+  }
+  try {
+    auto vocab = std::make_shared<grammar::TokenVocab>(grammar::make_token_vocab(tokenizer, c.vocab));
+    return std::make_shared<grammar::TokenGrammar>(grammar::json_schema_grammar(schema), std::move(vocab));
+  } catch (const Error& e) {
+    throw Error("--json-schema " + file + ": " + e.what());
+  }
+}
+
+// Token masks are applied on the host: a structured answer samples there.
+std::unique_ptr<Decoder> decoder_for(Model& model, bool structured) {
+  if (structured) return std::make_unique<HostDecoder>(model);
+  return make_decoder(model);
+}
+
 void print_setup(const LoadedModel& m, const ConversationOptions& o) {
   std::fprintf(stderr, "%s\n", m.summary().c_str());
   std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity);
@@ -76,7 +105,8 @@ void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
     }
   }
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), &tokenizer);
-  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
+  o.grammar = schema_grammar(a.json_schema, tokenizer, m.config());
+  const std::unique_ptr<Decoder> decoder = decoder_for(*m.model, o.grammar != nullptr);
   const ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
   o.capacity = 1;
   const int prompt_tokens = int(Conversation(*decoder, tokenizer, tmpl, o).prompt_for(text).size());
@@ -97,11 +127,15 @@ void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
   if (has_tokenizer(a.dir)) tokenizer.emplace(load_tokenizer(a.dir));
   check(tokenizer || a.gen.stops.empty(),
         "--stop needs the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary), which " + a.dir + " lacks");
+  check(tokenizer || a.json_schema.empty(),
+        "--json-schema needs the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary), which " + a.dir +
+            " lacks");
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), tokenizer ? &*tokenizer : nullptr);
+  if (tokenizer) o.grammar = schema_grammar(a.json_schema, *tokenizer, m.config());
   o.capacity = context_for(m.config(), a.gen, o, int(prompt.size()));
   print_setup(m, o);
 
-  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
+  const std::unique_ptr<Decoder> decoder = decoder_for(*m.model, o.grammar != nullptr);
   Generator generator(*decoder);
   auto st = m.model->new_sequence(o.capacity);
   AnswerPrinter printer(a.gen.show_thinking);
@@ -143,6 +177,7 @@ void add(CLI::App& app) {
   cmd->add_option("--prompt-ids", a.ids, "Prompt token ids, comma separated (no template)");
   cmd->add_flag("--raw", a.raw, "Feed the prompt as is, without the chat template");
   cmd->add_flag("--output-ids", a.output_ids, "Print the generated token ids, space separated, on one line");
+  cmd->add_option("--json-schema", a.json_schema, "Hold the answer to the JSON schema in FILE (structured output)");
   add_generation_flags(cmd, a.gen);
   add_load_flags(cmd, a.load);
   cmd->callback([cmd] { run(*cmd, a); });

@@ -14,6 +14,7 @@ GenerateRequest make_request(const ConversationOptions& o, std::span<const int32
   req.eos_ids = o.eos_ids;
   req.max_tokens = o.max_tokens;
   req.speculative = o.speculative;
+  req.grammar = o.grammar;
   return req;
 }
 namespace {
@@ -92,10 +93,12 @@ Turn Conversation::ask(const std::string& user, const TextOutput::Show& show, co
     reuse_prefix(prompt);
     const int reused = int(st_tokens_.size());
     if (template_ && options_.multi_turn) checkpoint(messages, prompt);
-    TextOutput text(tokenizer_, template_ ? ThinkFilter(tokenizer_, prompt) : ThinkFilter(), options_.stops, show);
+    const ThinkFilter think = template_ ? ThinkFilter(tokenizer_, prompt) : ThinkFilter();
+    TextOutput text(tokenizer_, think, options_.stops, show);
     GenerateRequest req = make_request(options_, prompt);
     req.cancel = cancel;
     req.start = start;
+    req.reasoning = think.reasoning();
     Turn turn;
     turn.result = generator_.generate(st_, req, [&](int32_t id) { return text.push(id); });
     text.finish();

@@ -25,6 +25,8 @@ struct ConversationOptions {
   int max_tokens = -1;
   std::vector<std::string> stops;
   SpeculativeOptions speculative;
+  // Structured output: each answer is held to this grammar (null: free text).
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
 };
 
 // The generation request those options describe for `tokens` (cancel and start left to the caller).

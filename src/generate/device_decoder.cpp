@@ -22,6 +22,10 @@ void DeviceDecoder::observe(int32_t token, bool generated) {
   sampler_->observe(token, generated);
 }
 
+void DeviceDecoder::set_mask(const uint32_t* words) {
+  check(words == nullptr, "a token mask needs host sampling: the device sampler does not apply one yet");
+}
+
 void DeviceDecoder::feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
   logits_ = model_.forward_device(ids, n, st, keep);
 }

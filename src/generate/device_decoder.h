@@ -16,6 +16,8 @@ class DeviceDecoder final : public ModelDecoder {
 
   void reset(const SamplingParams& params) override;
   void observe(int32_t token, bool generated) override;
+  // Only null: token masks are applied on the host (structured output uses a HostDecoder).
+  void set_mask(const uint32_t* words) override;
   void feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) override;
   int32_t sample(int row, uint64_t position) override;
 

@@ -8,6 +8,7 @@
 #include "generate/draft_policy.h"
 #include "generate/ngram_draft.h"
 #include "generate/speculative.h"
+#include "grammar/matcher.h"
 
 namespace petrel {
 namespace {
@@ -25,6 +26,7 @@ void check_request(const SequenceState& st, const GenerateRequest& r) {
   check(P <= st.capacity, "the prompt is " + std::to_string(P) + " tokens but the context holds at most " +
                               std::to_string(st.capacity));
   check(r.speculative.draft >= 0, "draft length: expected >= 0, found " + std::to_string(r.speculative.draft));
+  check(!r.grammar || r.speculative.draft == 0, "structured output does not combine with speculative decoding");
 }
 
 }  // namespace
@@ -53,6 +55,13 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
 
   decoder_.reset(req.sampling);
   for (int32_t t : req.tokens) decoder_.observe(t, false);
+  std::optional<grammar::Matcher> matcher;
+  if (req.grammar) matcher.emplace(req.grammar, req.eos_ids, req.reasoning);
+  // The token after row 0, under the grammar's mask when there is one.
+  const auto sample = [&](uint64_t position) {
+    if (matcher) decoder_.set_mask(matcher->mask());
+    return decoder_.sample(0, position);
+  };
   std::optional<NgramDrafter> drafter;
   DraftPolicy policy(req.speculative.draft);
   if (req.speculative.draft > 0) {
@@ -67,6 +76,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     if (result.tokens.empty()) first = last;
     result.tokens.push_back(t);
     decoder_.observe(t, true);
+    if (matcher) matcher->accept(t);
     if (drafter) drafter->append(t);
     const auto finish = [&](FinishReason why) {
       result.reason = why;
@@ -90,7 +100,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     result.reason = FinishReason::Cancelled;
     return result;
   }
-  int32_t pending = decoder_.sample(0, uint64_t(st->n_past));
+  int32_t pending = sample(uint64_t(st->n_past));
   bool running = emit(pending);
   while (running) {
     if (st->n_past >= st->capacity) {
@@ -101,7 +111,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     const std::vector<int32_t> draft = budget > 0 ? drafter->draft(budget) : std::vector<int32_t>{};
     if (draft.empty()) {
       decoder_.feed(&pending, 1, *st, KeepLogits::Last);
-      pending = decoder_.sample(0, uint64_t(st->n_past));
+      pending = sample(uint64_t(st->n_past));
       running = emit(pending);
       continue;
     }

@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "generate/decoder.h"
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
+#include "grammar/matcher.h"
 
 namespace petrel {
 
@@ -31,6 +33,11 @@ struct GenerateRequest {
   int max_tokens = -1;  // -1: until EOS or the context is full
   SpeculativeOptions speculative;
   const std::atomic<bool>* cancel = nullptr;  // checked after every token
+  // Structured output: the answer is held to this grammar (null: free text), which starts after
+  // the reasoning when the model has `reasoning` tags (ThinkFilter::reasoning). Not with
+  // speculation.
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
+  std::optional<grammar::ReasoningTags> reasoning;
   // Origin of the time-to-first-token, for callers that did work (e.g. a prefix checkpoint) first.
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };

@@ -13,6 +13,11 @@ void HostDecoder::observe(int32_t token, bool generated) {
   sampler_->observe(token, generated);
 }
 
+void HostDecoder::set_mask(const uint32_t* words) {
+  check(sampler_ != nullptr, "HostDecoder::set_mask before reset");
+  sampler_->set_mask(words);
+}
+
 void HostDecoder::feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
   const size_t V = size_t(vocab());
   rows_ = keep == KeepLogits::None ? 0 : keep == KeepLogits::Last ? 1 : n;

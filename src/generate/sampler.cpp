@@ -38,6 +38,9 @@ void Sampler::adjust(const float* logits) {
   std::copy(logits, logits + vocab_, adjusted_.begin());
   if (params_.has_penalties()) penalties_.apply(params_, adjusted_.data());
   apply_logit_bias(params_.logit_bias, adjusted_.data());
+  if (!mask_) return;
+  for (int i = 0; i < vocab_; ++i)
+    if (!((mask_[i / 32] >> (i % 32)) & 1u)) adjusted_[size_t(i)] = -INFINITY;
 }
 
 void Sampler::keep_top_k() {
@@ -108,7 +111,11 @@ double Sampler::select() {
 
 int32_t Sampler::sample(const float* logits, uint64_t position) {
   adjust(logits);
-  if (params_.greedy()) return argmax(adjusted_.data(), vocab_);
+  if (params_.greedy()) {
+    const int32_t t = argmax(adjusted_.data(), vocab_);
+    check(!mask_ || adjusted_[size_t(t)] > -INFINITY, "sampling: the token mask allows no token");
+    return t;
+  }
   const double target = uniform01(params_.seed, position) * select();
   double cum = 0.0;
   for (const Candidate& c : candidates_) {

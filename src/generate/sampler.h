@@ -29,6 +29,10 @@ class Sampler {
 
   // Appends a token of the sequence to the penalty history; `generated` marks model output.
   void observe(int32_t token, bool generated) { penalties_.add(token, generated); }
+  // Tokens whose bit is clear in `words` (token t: bit t % 32 of words[t / 32]) get logit -inf
+  // in the samples that follow, as if banned; null lifts the mask. Structured output sets it
+  // before each sample (grammar/matcher.h); the words must stay valid while set.
+  void set_mask(const uint32_t* words) { mask_ = words; }
 
   // The token for sequence position `position`, drawn from `logits` (vocab floats, not modified).
   int32_t sample(const float* logits, uint64_t position);
@@ -53,6 +57,7 @@ class Sampler {
   SamplingParams params_;
   int vocab_;
   PenaltyState penalties_;
+  const uint32_t* mask_ = nullptr;
   std::vector<float> adjusted_;
   std::vector<Candidate> candidates_;
 };

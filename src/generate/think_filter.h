@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 
+#include "grammar/matcher.h"
 #include "petrel/tokenizer.h"
 
 namespace petrel {
@@ -22,6 +23,12 @@ class ThinkFilter {
   // The channel of token `id`'s text, or nullopt for a tag (which switches channel, shows nothing).
   std::optional<Channel> route(int32_t id);
   Channel channel() const { return channel_; }
+  // The tags and whether a block is open now (at construction: the prompt opened it), for a
+  // grammar that starts after the reasoning; nullopt without tags.
+  std::optional<grammar::ReasoningTags> reasoning() const {
+    if (!open_ || !close_) return std::nullopt;
+    return grammar::ReasoningTags{*open_, *close_, channel_ == Channel::Thinking};
+  }
 
  private:
   std::optional<int32_t> open_, close_;

@@ -37,7 +37,7 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
       slot_(slot),
       state_(*slot.state),
       vocab_(vocab),
-      device_(slot.sampler.get()),
+      device_(request_.grammar ? nullptr : slot.sampler.get()),
       submitted_(queued.submitted) {
   check(state_.n_past == 0, "RunningRequest: the state slot was not reset");
 }
@@ -45,6 +45,7 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
 void RunningRequest::start_sampler() {
   if (device_) device_->reset(request_.sampling);
   else sampler_.emplace(request_.sampling, vocab_);
+  if (request_.grammar) matcher_.emplace(request_.grammar, request_.eos_ids, request_.reasoning);
   // The penalty history starts with the prompt, as in Generator::generate.
   for (int32_t t : request_.prompt) observe(t, false);
 }
@@ -63,8 +64,10 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
   check(host_row || !needs_host_row(), "RunningRequest::sample: the logits row is needed on the host");
   // The position is the sequence's length after the fed token, as in Generator::generate.
   const uint64_t position = uint64_t(state_.n_past);
+  if (matcher_) sampler_->set_mask(matcher_->mask());
   const int32_t t = device_ ? device_->sample(row, position) : sampler_->sample(host_row, position);
   observe(t, true);
+  if (matcher_) matcher_->accept(t);
   last_token_ = SchedulerClock::now();
   if (generated_ == 0) first_token_ = last_token_;
   ++generated_;

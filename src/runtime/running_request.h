@@ -11,6 +11,7 @@
 
 #include "backend/device_sampler.h"
 #include "generate/sampler.h"
+#include "grammar/matcher.h"
 #include "runtime/scheduler.h"
 
 namespace petrel {
@@ -84,8 +85,11 @@ class RunningRequest {
   Slot& slot_;
   SequenceState& state_;
   int vocab_;
-  DeviceSampler* device_;           // the slot's sampler, or null
+  // The slot's sampler, or null; null also for a request held to a grammar, whose mask is
+  // applied on the host.
+  DeviceSampler* device_;
   std::optional<Sampler> sampler_;  // the host sampler, when there is no device one
+  std::optional<grammar::Matcher> matcher_;  // structured output
   int32_t pending_ = -1;
   int generated_ = 0;
   int restored_ = 0;  // prompt tokens the state came with

@@ -40,6 +40,9 @@ void check_request(const CompletionRequest& r, const StepCallback& callback, int
         "top_logprobs: expected -1 (off) or 0.." + std::to_string(kMaxTopLogprobs) + ", found " +
             std::to_string(r.top_logprobs));
   r.sampling.validate(vocab);
+  check(!r.grammar || r.grammar->vocab().rows == vocab,
+        "grammar: made for " + std::to_string(r.grammar ? r.grammar->vocab().rows : 0) + " vocabulary rows, the model has " +
+            std::to_string(vocab));
   check(bool(callback), "callback: expected a function, found none");
 }
 

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
+#include "grammar/matcher.h"
 #include "model/forward.h"
 #include "runtime/logprobs.h"
 #include "runtime/prefix_cache.h"
@@ -37,6 +39,10 @@ struct CompletionRequest {
   std::vector<int32_t> eos_ids;  // a sampled EOS ends the sequence (reason Eos) and is reported
   int max_tokens = -1;           // -1: until EOS or the context is full
   int top_logprobs = -1;         // -1: no logprobs; 0..20: the token's logprob plus that many alternatives
+  // Structured output: the answer is held to this grammar (null: free text), after the reasoning
+  // when `reasoning` gives the model's tags. Such rows are sampled on the host.
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
+  std::optional<grammar::ReasoningTags> reasoning;
 };
 
 // One event per sampled token; the last event of a request has done = true (and token = -1 when

@@ -2,8 +2,10 @@
 // stop strings, sampling and logprobs.
 #include <random>
 
+#include "grammar/json_schema.h"
 #include "server/api_error.h"
 #include "server/request.h"
+#include "server/schema_param.h"
 
 namespace petrel::server {
 namespace {
@@ -101,13 +103,33 @@ int parse_logprobs(const Fields& f, bool chat) {
   return wanted ? int(top.value_or(0)) : -1;
 }
 
-void check_response_format(const Fields& f) {
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}: the schema's grammar.
+grammar::Grammar json_schema_format(const Fields& format) {
+  const json* spec = format.get("json_schema");
+  if (!spec || !spec->is_object())
+    throw invalid("response_format.json_schema", "response_format.json_schema: expected an object with \"name\" and "
+                                                 "\"schema\", found " + (spec ? type_name(*spec) : "none"));
+  const Fields fields(*spec, "response_format.json_schema");
+  fields.string("name");     // type-checked only: the name plays no part in decoding
+  fields.boolean("strict");  // type-checked only: the schema is always kept, strict or not
+  const json* schema = fields.get("schema");
+  if (!schema) throw invalid("response_format.json_schema.schema", "response_format.json_schema.schema: expected a JSON schema, found none");
+  return compile_schema(*schema, "response_format.json_schema.schema");
+}
+
+// The grammar response_format asks for into `g` (none for text).
+void parse_response_format(const Fields& f, GenerationFields& g) {
   const json* v = f.get("response_format");
   if (!v) return;
+  if (!v->is_object()) throw invalid("response_format", "response_format: expected an object, found " + type_name(*v));
   const Fields format(*v, "response_format");
-  const auto type = format.string("type");
-  if (type && *type != "text")
-    throw invalid("response_format", "response_format: type '" + *type + "' is not supported (only \"text\")");
+  const std::string type = format.string("type").value_or("");
+  if (type == "text") return;
+  g.grammar_key = "response_format " + dump(*v);
+  if (type == "json_object") g.grammar = std::make_shared<grammar::Grammar>(grammar::json_object_grammar());
+  else if (type == "json_schema") g.grammar = std::make_shared<grammar::Grammar>(json_schema_format(format));
+  else throw invalid("response_format.type", "response_format.type: expected \"text\", \"json_object\" or \"json_schema\", found " +
+                                            (type.empty() ? std::string("none") : "'" + type + "'"));
 }
 
 }  // namespace
@@ -124,8 +146,8 @@ GenerationFields parse_generation_fields(const json& body, const RequestDefaults
   check_model_name(f, d.model_name);
   if (f.integer("n", 1, 1 << 20).value_or(1) != 1)
     throw invalid("n", "n: only 1 choice per request is supported");
-  check_response_format(f);
   GenerationFields g;
+  parse_response_format(f, g);
   g.stream = f.boolean("stream").value_or(false);
   if (const json* options = f.get("stream_options")) {
     if (!g.stream) throw invalid("stream_options", "stream_options: only allowed with \"stream\": true");

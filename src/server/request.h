@@ -5,8 +5,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "generate/sampling_params.h"
+#include "grammar/grammar.h"
 #include "server/json_fields.h"
+#include "server/tool_call_grammar.h"
 
 namespace petrel::server {
 
@@ -17,6 +21,7 @@ struct RequestDefaults {
   int vocab = 0;           // model rows: token ids (prompt, logit_bias) must be below it
   int max_tokens = -1;     // when a request gives none; -1: until EOS or a full context
   int max_json_depth = kMaxJsonDepth;  // a request body nesting deeper is a 400
+  ToolCallForm tool_call_form = ToolCallForm::Json;  // how the chat template writes tool calls
 };
 
 // Fields both endpoints share.
@@ -27,6 +32,10 @@ struct GenerationFields {
   std::vector<std::string> stops;
   SamplingParams sampling;
   int logprobs = -1;  // -1: none; else how many alternatives to list beside each chosen token
+  // Structured output (response_format json_object / json_schema, or a forced tool call): the
+  // grammar the answer is held to; null: free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::string grammar_key;  // what the grammar was compiled from: equal keys, equal grammars
 };
 
 struct ChatCompletionRequest {

@@ -30,9 +30,9 @@ void chat_completions(ServerState& state, const http::Request& req, http::Respon
   std::vector<int32_t> prompt = model.chat_prompt(r.messages, r.tools, r.template_kwargs, /*add_generation_prompt=*/true);
   std::optional<ToolCallParser> tools;
   if (r.parse_tool_calls) tools.emplace(r.tools);
-  auto answer = std::make_unique<AnswerStream>(model.tokenizer(), ThinkFilter(model.tokenizer(), prompt), r.gen.stops,
-                                               std::move(tools));
-  Submission submission = submit(model, std::move(prompt), r.gen, std::move(answer), "messages");
+  const ThinkFilter think(model.tokenizer(), prompt);
+  auto answer = std::make_unique<AnswerStream>(model.tokenizer(), think, r.gen.stops, std::move(tools));
+  Submission submission = submit(model, std::move(prompt), r.gen, std::move(answer), "messages", think.reasoning());
   auto builder = std::make_unique<ChatResponse>(model.tokenizer(), model.name(), r.gen.logprobs >= 0);
   respond(state, std::move(submission), std::move(builder), r.gen, std::move(in_flight), res);
 }

@@ -23,6 +23,9 @@ std::optional<ChatTemplate> load_template(const std::string& dir, std::string& w
   }
 }
 
+// Grammars kept with their token masks (~20 KB a grammar state on a 150k vocabulary).
+constexpr size_t kKeptGrammars = 16;
+
 void add_unique(std::vector<int32_t>& ids, int32_t id) {
   if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
 }
@@ -49,6 +52,9 @@ ServedModel::ServedModel(const ServeOptions& o)
   defaults_.vocab = config.vocab;
   defaults_.max_tokens = o.max_tokens;
   defaults_.max_json_depth = o.max_json_depth;
+  if (chat_template_) defaults_.tool_call_form = tool_call_form(*chat_template_);
+  grammars_ = std::make_unique<GrammarCache>(
+      std::make_shared<grammar::TokenVocab>(grammar::make_token_vocab(tokenizer_, config.vocab)), kKeptGrammars);
   for (int id : config.eos_ids) add_unique(eos_ids_, id);
   for (int32_t id : generation.eos_ids) add_unique(eos_ids_, id);
   SchedulerOptions scheduler = o.scheduler;
@@ -95,6 +101,10 @@ std::vector<int32_t> ServedModel::chat_prompt(const json& messages, const json& 
   const GuardedText prompt = guard.restore(render(request));
   const std::vector<uint32_t> ids = tokenizer_.encode(prompt.text, prompt.literal);
   return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::shared_ptr<const grammar::TokenGrammar> ServedModel::token_grammar(const std::string& key, const grammar::Grammar& g) {
+  return grammars_->get(key, g);
 }
 
 void ServedModel::check_fits(size_t prompt_tokens, const char* param) const {

@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "grammar/token_grammar.h"
 #include "petrel/tokenizer.h"
 #include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
+#include "server/grammar_cache.h"
 #include "server/request.h"
 #include "tokenizer/chat_template.h"
 
@@ -55,6 +57,9 @@ class ServedModel {
   std::vector<int32_t> encode(const std::string& text) const;
   // A 400 (code context_length_exceeded, naming `param`) when the prompt leaves no room to answer.
   void check_fits(size_t prompt_tokens, const char* param) const;
+  // A request's grammar joined to this model's vocabulary, for the scheduler: the one an earlier
+  // request with the same key used, with the token masks it computed, when it is still kept.
+  std::shared_ptr<const grammar::TokenGrammar> token_grammar(const std::string& key, const grammar::Grammar& g);
 
  private:
   std::string render(const ChatRequest& request) const;
@@ -66,6 +71,7 @@ class ServedModel {
   ClientSpecialTokens client_special_tokens_;
   RequestDefaults defaults_;
   std::vector<int32_t> eos_ids_;
+  std::unique_ptr<GrammarCache> grammars_;
   int context_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped before the model it runs is destroyed
 };

@@ -5,7 +5,7 @@
 namespace petrel::server {
 
 Submission submit(ServedModel& model, std::vector<int32_t> prompt, const GenerationFields& fields,
-                  std::unique_ptr<AnswerStream> answer, const char* param) {
+                  std::unique_ptr<AnswerStream> answer, const char* param, std::optional<grammar::ReasoningTags> reasoning) {
   if (prompt.empty()) throw invalid(param, std::string(param) + ": the prompt has no tokens");
   model.check_fits(prompt.size(), param);
   Submission s;
@@ -17,6 +17,10 @@ Submission submit(ServedModel& model, std::vector<int32_t> prompt, const Generat
   request.eos_ids = model.eos_ids();
   request.max_tokens = fields.max_tokens;
   request.top_logprobs = fields.logprobs;
+  if (fields.grammar) {
+    request.grammar = model.token_grammar(fields.grammar_key, *fields.grammar);
+    request.reasoning = reasoning;
+  }
   const auto on_event = [job = s.job](const StepEvent& e) { return job->on_event(e); };
   switch (model.scheduler().submit(std::move(request), on_event, &s.id)) {
     case SubmitStatus::Accepted: return s;

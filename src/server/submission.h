@@ -19,9 +19,11 @@ struct Submission {
 };
 
 // Submits `prompt` with the request's generation fields; `param` names the prompt field for a
-// too-long prompt. Queue full is a 429, shutting down a 503.
+// too-long prompt. Queue full is a 429, shutting down a 503. `reasoning`: the model's reasoning
+// tags, after whose block a grammar starts (ThinkFilter::reasoning).
 Submission submit(ServedModel& model, std::vector<int32_t> prompt, const GenerationFields& fields,
-                  std::unique_ptr<AnswerStream> answer, const char* param);
+                  std::unique_ptr<AnswerStream> answer, const char* param,
+                  std::optional<grammar::ReasoningTags> reasoning = std::nullopt);
 
 // The error to report for a generation that did not end normally (engine error: 500; cancelled
 // by a shutdown: 503), or nullopt.

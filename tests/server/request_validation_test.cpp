@@ -5,9 +5,11 @@
 
 #include <fstream>
 
+#include "../unit/grammar_test_util.h"
 #include "server/api_error.h"
 #include "server/chat_messages.h"
 #include "server/request.h"
+#include "server/tool_calls.h"
 
 namespace petrel::server {
 namespace {
@@ -98,6 +100,36 @@ TEST(RequestValidation, ToolCallArgumentsBecomeObjectsForTheTemplate) {
   json none = table()["valid"][2]["body"];
   none["tool_choice"] = "none";
   EXPECT_FALSE(parse_chat_request(none, tiny_defaults()).parse_tool_calls);
+}
+
+TEST(RequestValidation, StructuredOutputFieldsSetTheAnswersGrammar) {
+  const ChatCompletionRequest schema = parse_chat_request(table()["valid"][5]["body"], tiny_defaults());
+  ASSERT_NE(schema.gen.grammar, nullptr);
+  EXPECT_TRUE(test::grammar_matches(*schema.gen.grammar, R"({"sum": 4})"));
+  EXPECT_FALSE(test::grammar_matches(*schema.gen.grammar, R"({"sum": 14})"));
+  const ChatCompletionRequest forced = parse_chat_request(table()["valid"][6]["body"], tiny_defaults());
+  ASSERT_NE(forced.gen.grammar, nullptr);
+  EXPECT_TRUE(forced.parse_tool_calls);
+  EXPECT_TRUE(test::grammar_matches(*forced.gen.grammar,
+                                    "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(test::grammar_matches(*forced.gen.grammar, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  RequestDefaults xml = tiny_defaults();
+  xml.tool_call_form = ToolCallForm::Xml;
+  json named = table()["valid"][6]["body"];
+  named["tools"][0]["function"]["parameters"]["properties"]["note"] = {{"type", "string"}, {"maxLength", 5}};
+  const ChatCompletionRequest qwen35 = parse_chat_request(named, xml);
+  const std::string call = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n</parameter>\n";
+  EXPECT_TRUE(test::grammar_matches(*qwen35.gen.grammar, call + "</function>\n</tool_call>"));
+  EXPECT_TRUE(test::grammar_matches(*qwen35.gen.grammar, call + "<parameter=note>\na \"b\"\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(test::grammar_matches(*qwen35.gen.grammar, call + "<parameter=note>\nabcdef\n</parameter>\n</function>\n</tool_call>"));
+  // What the grammar lets through, the tool-call parser reads back.
+  const auto parsed = parse_tool_call(call.substr(11) + "<parameter=note>\na \"b\"\n</parameter>\n</function>\n", named["tools"]);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(json::parse(parsed->arguments), json({{"a", 1}, {"b", 2}, {"note", "a \"b\""}}));
+  EXPECT_FALSE(test::grammar_matches(*qwen35.gen.grammar, "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"));
+  json text = table()["valid"][5]["body"];
+  text["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(parse_chat_request(text, tiny_defaults()).gen.grammar, nullptr);
 }
 
 TEST(RequestValidation, CompletionPromptsAsTextOrIds) {
