@@ -29,7 +29,7 @@ struct Args {
   std::string dir, synthetic, device = "auto", weights = "int4", prefill = "512,2048,8192", contexts = "0,4096",
                                    concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192, threads = 0;
-  bool json = false, graphs = true, breakdown = false, persistent = false;
+  bool json = false, graphs = true, breakdown = false;
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -282,7 +282,7 @@ void check_cpu_args(const Args& a) {
   }
   check(!a.weights_set, "--weights applies to --device cuda; the CPU reads the checkpoint's weights as stored");
   check(!a.breakdown, "--breakdown times the CUDA backend's kernels; it has no CPU form");
-  check(!a.persistent && a.graphs, "--persistent-layers and --no-cuda-graphs apply to --device cuda");
+  check(a.graphs, "--no-cuda-graphs applies to --device cuda");
 }
 
 void run(Args a) {
@@ -319,7 +319,6 @@ void run(Args a) {
     CudaOptions co;
     co.weights = int4 ? DeviceWeights::Int4 : DeviceWeights::AsStored;
     co.graphs = a.graphs;
-    co.persistent_layers = a.persistent;
     backend = make_cuda_backend(co);
   }
   ForwardOptions fo;
@@ -332,7 +331,6 @@ void run(Args a) {
   out["device"] = cpu ? cpu_device_summary(a.threads) : cuda_device_summary();
   out["memory_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = !cpu && a.graphs;
-  out["persistent_layers"] = !cpu && a.persistent;
   out["runs"] = a.runs;
 
   for (int T : parse_ids(a.prefill, "--prefill")) {
@@ -393,9 +391,8 @@ void run(Args a) {
   if (cpu)
     std::printf("model     %s, weights as stored\n", out["model"].get<std::string>().c_str());
   else
-    std::printf("model     %s, weights %s, cuda graphs %s, persistent DeltaNet layers %s\n",
-                out["model"].get<std::string>().c_str(), a.weights.c_str(), a.graphs ? "on" : "off",
-                a.persistent ? "on" : "off");
+    std::printf("model     %s, weights %s, cuda graphs %s\n", out["model"].get<std::string>().c_str(),
+                a.weights.c_str(), a.graphs ? "on" : "off");
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
   if (cpu) std::printf("memory copy  %.2f GB/s (read + write)\n", bandwidth / 1e9);
   else std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
@@ -448,8 +445,6 @@ void add(CLI::App& app) {
   cmd->add_option("--runs", a.runs, "Timed runs per measurement (median reported)")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prefill chunk length")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", a.graphs, "Launch decode kernels one by one instead of replaying a graph");
-  cmd->add_flag("--persistent-layers", a.persistent,
-                "Run one token's DeltaNet MoE layers as one persistent launch each (Hopper, int4)");
   cmd->add_flag("--json", a.json, "Machine-readable output");
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "

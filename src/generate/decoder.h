@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "generate/sampling_params.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 

@@ -5,7 +5,7 @@
 
 #include "backend/device_sampler.h"
 #include "generate/decoder.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 

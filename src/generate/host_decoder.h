@@ -6,7 +6,7 @@
 
 #include "generate/decoder.h"
 #include "generate/sampler.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "generate/decoder.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 

@@ -5,7 +5,7 @@
 
 #include "backend/backend.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 

@@ -13,7 +13,7 @@
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "runtime/logprobs.h"
 #include "runtime/prefix_cache.h"
 

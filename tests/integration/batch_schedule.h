@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel::test {
 

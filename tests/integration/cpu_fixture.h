@@ -8,7 +8,7 @@
 #include "../unit/test_util.h"
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel::test {
 

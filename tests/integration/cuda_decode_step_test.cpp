@@ -16,7 +16,7 @@
 #include "generate/device_decoder.h"
 #include "generate/make_decoder.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 #ifdef PETREL_HAVE_CUPTI
 #include <cupti.h>

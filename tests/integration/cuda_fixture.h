@@ -6,7 +6,7 @@
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel::test {
 

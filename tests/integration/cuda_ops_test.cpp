@@ -13,7 +13,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "generate/sampler.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "model/synthetic.h"
 
 namespace petrel {
@@ -338,8 +338,13 @@ TEST(CudaOps, LinearManyMatchesCpu) {
         cpu.push_back(outs.back().cpu);
         gpu.push_back(outs.back().gpu);
       }
-      pair().cpu.linear_many(x.cpu, ws.data(), cpu.data(), int(ws.size()));
-      pair().gpu->linear_many(x.gpu, ws.data(), gpu.data(), int(ws.size()));
+      OpList on_cpu, on_gpu;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        on_cpu.push_back(op::Linear{x.cpu, ws[i], cpu[i]});
+        on_gpu.push_back(op::Linear{x.gpu, ws[i], gpu[i]});
+      }
+      pair().cpu.run(on_cpu);
+      pair().gpu->run(on_gpu);
       for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kLinearTol) << ws[i]->name << " T=" << T;
     }
   }
@@ -416,8 +421,14 @@ TEST(CudaOps, NormFoldedIntoProjectionsMatchesCpu) {
         cpu.push_back(outs.back().cpu);
         gpu.push_back(outs.back().gpu);
       }
-      pair().cpu.rms_norm_linear_many(h.cpu, *norms[l], 1e-6f, x.cpu, ws.data(), cpu.data(), int(ws.size()));
-      pair().gpu->rms_norm_linear_many(h.gpu, *norms[l], 1e-6f, x.gpu, ws.data(), gpu.data(), int(ws.size()));
+      OpList on_cpu = {op::RmsNorm{h.cpu, norms[l], 1e-6f, x.cpu}};
+      OpList on_gpu = {op::RmsNorm{h.gpu, norms[l], 1e-6f, x.gpu}};
+      for (size_t i = 0; i < ws.size(); ++i) {
+        on_cpu.push_back(op::Linear{x.cpu, ws[i], cpu[i]});
+        on_gpu.push_back(op::Linear{x.gpu, ws[i], gpu[i]});
+      }
+      pair().cpu.run(on_cpu);
+      pair().gpu->run(on_gpu);
       for (size_t i = 0; i < ws.size(); ++i) EXPECT_LT(outs[i].rel_error(), kLinearTol) << ws[i]->name << " T=" << T;
     }
   }
@@ -432,8 +443,8 @@ TEST(CudaOps, LinearAddMatchesCpu) {
     for (int T : {1, 3, 6, 40}) {
       Input x(T, w->cols, 110 + T), h(T, m.c.hidden, 120 + T, 3.0f, /*fp32=*/true);
       Output scratch(T, m.c.hidden);
-      pair().cpu.linear_add(x.cpu, *w, h.cpu, scratch.cpu);
-      pair().gpu->linear_add(x.gpu, *w, h.gpu, scratch.gpu);
+      pair().cpu.run({op::Linear{x.cpu, w, scratch.cpu}, op::Add{h.cpu, scratch.cpu}});
+      pair().gpu->run({op::Linear{x.gpu, w, scratch.gpu}, op::Add{h.gpu, scratch.gpu}});
       EXPECT_LT(update_error(h), kLinearTol) << w->name << " T=" << T;
     }
   }
@@ -505,8 +516,10 @@ void fused_attention_steps(Pair& p, int layer, int prefill, int last_keys) {
     Input v(1, kv_width, 70 + n, 1.0f, false, p), g(1, q_width, 80 + n, 1.0f, false, p);
     Output out(1, q_width, false, p);
     const bool gated = c.attn_output_gate;
-    p.cpu.qk_norm_rope_attention(q.cpu, k.cpu, v.cpu, gated ? &g.cpu : nullptr, A, layer, *cs, out.cpu);
-    p.gpu->qk_norm_rope_attention(q.gpu, k.gpu, v.gpu, gated ? &g.gpu : nullptr, A, layer, *gs, out.gpu);
+    p.cpu.run({op::QkNormRope{q.cpu, k.cpu, &A},
+               op::Attention{q.cpu, k.cpu, v.cpu, gated ? g.cpu : Tensor{}, layer, {cs.get()}, out.cpu}});
+    p.gpu->run({op::QkNormRope{q.gpu, k.gpu, &A},
+                op::Attention{q.gpu, k.gpu, v.gpu, gated ? g.gpu : Tensor{}, layer, {gs.get()}, out.gpu}});
     ASSERT_LT(out.rel_error(), kAttentionTol) << "head_dim " << c.head_dim << ", " << n << " keys";
     cs->n_past += 1;
     gs->n_past += 1;
@@ -758,8 +771,10 @@ TEST_P(CudaMoe, NormFoldedAndAddedMatchesCpu) {
   const LayerWeights& L = m.w.layers[layer];
   Input h(T, m.c.hidden, 130 + T, 3.0f, /*fp32=*/true);
   Output x(T, m.c.hidden, /*fp32=*/true), scratch(T, m.c.hidden);
-  pair().cpu.rms_norm_moe_add(h.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, scratch.cpu);
-  pair().gpu->rms_norm_moe_add(h.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, scratch.gpu);
+  pair().cpu.run({op::RmsNorm{h.cpu, &L.post_norm, 1e-6f, x.cpu}, op::Moe{x.cpu, &L.ffn, scratch.cpu},
+                  op::Add{h.cpu, scratch.cpu}});
+  pair().gpu->run({op::RmsNorm{h.gpu, &L.post_norm, 1e-6f, x.gpu}, op::Moe{x.gpu, &L.ffn, scratch.gpu},
+                   op::Add{h.gpu, scratch.gpu}});
   EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T;
 }
 
@@ -778,8 +793,11 @@ TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   for (int run = 0; run < 2; ++run) {
     Input y(T, w.cols, 140 + T + run), h(T, m.c.hidden, 150 + T + run, 3.0f, /*fp32=*/true);
     Output mix(T, m.c.hidden), x(T, m.c.hidden, /*fp32=*/true), ffn(T, m.c.hidden);
-    pair().cpu.linear_add_moe_add(y.cpu, w, h.cpu, mix.cpu, L.post_norm, 1e-6f, x.cpu, L.ffn, ffn.cpu);
-    pair().gpu->linear_add_moe_add(y.gpu, w, h.gpu, mix.gpu, L.post_norm, 1e-6f, x.gpu, L.ffn, ffn.gpu);
+    Backend* cpu = &pair().cpu;
+    for (auto [be, yt, ht, mt, xt, ft] : {std::tuple{cpu, y.cpu, h.cpu, mix.cpu, x.cpu, ffn.cpu},
+                                          {pair().gpu.get(), y.gpu, h.gpu, mix.gpu, x.gpu, ffn.gpu}})
+      be->run({op::Linear{yt, &w, mt}, op::Add{ht, mt}, op::RmsNorm{ht, &L.post_norm, 1e-6f, xt},
+               op::Moe{xt, &L.ffn, ft}, op::Add{ht, ft}});
     EXPECT_LT(update_error(h), kMoeTol) << "layer " << layer << " T=" << T << " run " << run;
   }
 }
@@ -849,12 +867,11 @@ TEST(CudaModel, RealShapeLogitsMatchCpuAtEveryPosition) {
   EXPECT_GE(cosines[0], 0.95);
 }
 
-// A CUDA backend on 4-bit weights (the persistent DeltaNet layers where asked).
-std::unique_ptr<Backend> int4_backend(bool persistent = false) {
+// A CUDA backend on 4-bit weights.
+std::unique_ptr<Backend> int4_backend() {
   CudaOptions o;
   o.progress = false;
   o.weights = DeviceWeights::Int4;
-  o.persistent_layers = persistent;
   return make_cuda_backend(o);
 }
 
@@ -935,18 +952,6 @@ TEST(CudaModel, DecodeGivesTheSameBitsEveryRun) {
   auto first_backend = int4_backend(), second_backend = int4_backend();
   Model first(m.c, m.w, *first_backend), second(m.c, m.w, *second_backend);
   expect_same_bits(first, *first_backend, second, 24);
-}
-
-// The persistent DeltaNet layer (one launch for the whole layer) against the same layer kernel by
-// kernel: the same device functions compute every row, so the logits are the same bits.
-TEST(CudaModel, PersistentDeltaNetLayerMatchesKernelByKernel) {
-  REQUIRE_GPU();
-  const RealShapeModel& m = model();
-  auto fused_backend = int4_backend(/*persistent=*/true), plain_backend = int4_backend();
-  Model fused(m.c, m.w, *fused_backend), plain(m.c, m.w, *plain_backend);
-  const std::vector<std::string> ops = expect_same_bits(fused, *fused_backend, plain, 6);
-  EXPECT_NE(std::find(ops.begin(), ops.end(), "deltanet layer (persistent)"), ops.end())
-      << "the decode step never ran the persistent layer";
 }
 
 // A model of no layers (a token's logits: its embedding row through the final norm and the LM

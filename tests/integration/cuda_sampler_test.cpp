@@ -19,7 +19,7 @@
 #include "generate/make_decoder.h"
 #include "generate/sampler.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 namespace {

@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_fixture.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "runtime/scheduler.h"
 #include "scheduler_gate.h"
 

@@ -11,7 +11,7 @@
 #include "core/npy.h"
 #include "generate/sampler.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 namespace {

@@ -12,7 +12,7 @@
 #include "generate/generator.h"
 #include "generate/host_decoder.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 namespace {

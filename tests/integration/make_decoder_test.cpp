@@ -7,7 +7,7 @@
 #include "generate/host_decoder.h"
 #include "generate/make_decoder.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 namespace {

@@ -13,7 +13,7 @@
 #include "generate/host_decoder.h"
 #include "generate/speculative.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 
 namespace petrel {
 namespace {

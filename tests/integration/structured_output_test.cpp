@@ -13,7 +13,7 @@
 #include "generate/host_decoder.h"
 #include "grammar/json_schema.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "runtime/scheduler.h"
 
 namespace petrel {

@@ -16,7 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/npy.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "petrel/tokenizer.h"
 #include "tokenizer/chat_template.h"
 

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "gguf_writer.h"
 #include "io/checkpoint.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "open_error.h"
 #include "test_util.h"
 

@@ -11,7 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
 #include "io/model_tokenizer.h"
-#include "model/forward.h"
+#include "runtime/forward.h"
 #include "test_util.h"
 
 namespace petrel {

@@ -118,7 +118,7 @@ void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int
   for (int b = 0; b < B; ++b) positions_[size_t(b)] = seqs[b]->n_past;
 }
 
-void CpuBackend::queue_argmax(const Tensor& logits) {
+void CpuBackend::argmax(const Tensor& logits) {
   const float* p = ptr(logits);
   greedy_ = int32_t(std::max_element(p, p + logits.cols) - p);
 }

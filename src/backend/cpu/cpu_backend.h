@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
   void from_host(const float* src, Tensor t) override;
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
   void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override;
-  void queue_argmax(const Tensor& logits) override;
+  void argmax(const Tensor& logits) override;
   int32_t greedy_token() override { return greedy_; }
 
   void embed(const Matrix& table, Tensor out) override;

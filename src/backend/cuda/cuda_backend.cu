@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/op_groups.h"
 #include "backend/cuda/op_timer.h"
 #include "core/progress.h"
 
@@ -139,7 +140,6 @@ class CudaBackend final : public Backend {
       gdn_g_ = alloc_raw<float>(T * c.lin_v_heads);
       gdn_chunks_ = alloc_raw<float>(cuda::delta_rule_chunked_scratch(gdn_shape(), int(T)));
       gdn_readers_ = alloc_raw<int>(T * c.lin_k_heads);
-      layer_counters_ = alloc_raw<int>(size_t(c.n_layers) * cuda::kDeltaNetLayerCounters);
     }
     x_bf16_ = alloc_raw<bf16>(T * ((c.hidden + 7) / 8 * 8));
     const int64_t inter = std::max({c.intermediate, c.moe_intermediate, c.shared_intermediate});
@@ -259,15 +259,17 @@ class CudaBackend final : public Backend {
     batch_ = true;
   }
 
-  void run_decode_step(SequenceState& st, const std::function<void()>& ops) override {
-    auto& s = dynamic_cast<CudaSequence&>(st);
-    if (!opt_.graphs || timer_.enabled()) return ops();
-    cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(st, 1))];
+  // A recorded step replays its sequence's graph for the attention path its context takes,
+  // recording it on first use.
+  void run(const OpList& ops, SequenceState* recorded) override {
+    if (!recorded || !opt_.graphs || timer_.enabled()) return run_groups(ops);
+    auto& s = dynamic_cast<CudaSequence&>(*recorded);
+    cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(*recorded, 1))];
     if (!graph_exec) {
       cudaGraph_t graph = nullptr;
       PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        ops();
+        run_groups(ops);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -291,7 +293,7 @@ class CudaBackend final : public Backend {
 
   // Inside a recorded step the post reads the sequence number begin_forward staged for the replay.
   // Where the LM head left candidates of these logits (expect_argmax), only the last stage runs.
-  void queue_argmax(const Tensor& logits) override {
+  void argmax(const Tensor& logits) override {
     check(logits.elem_size == 4 && logits.rows == 1, "argmax needs one row of fp32 logits");
     const bool left = argmax_left_ == logits.data;
     const cuda::TimedOp timed(timer_, stream_, left ? "argmax (last stage)" : "argmax");
@@ -302,8 +304,6 @@ class CudaBackend final : public Backend {
       cuda::argmax(static_cast<const float*>(logits.data), int(logits.cols), argmax_scratch_, nullptr, post, stream_);
     argmax_expected_ = argmax_left_ = nullptr;
   }
-
-  void expect_argmax(const Tensor& logits) override { argmax_expected_ = logits.data; }
 
   int32_t greedy_token() override {
     const int32_t token = token_->wait(stream_);
@@ -348,7 +348,7 @@ class CudaBackend final : public Backend {
                  out.elem_size, stream_);
   }
 
-  void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) override {
+  void linear_many(const Tensor& x, const Matrix* const* ws, const Tensor* outs, int n) {
     const cuda::TimedOp timed(timer_, stream_, "linear_many", n, ws[0]->cols);
     const Projections p = projections(ws, outs, n);
     const Tensor xin = gemm_input(x);
@@ -357,10 +357,12 @@ class CudaBackend final : public Backend {
 
   // Few rows: the staged GEMV applies the norm while staging h (x is not written).
   void rms_norm_linear_many(const Tensor& h, const std::vector<float>& w, float eps, Tensor x, const Matrix* const* ws,
-                            const Tensor* outs, int n, Feeds feeds) override {
+                            const Tensor* outs, int n, cuda::Feeds feeds) {
     const Projections p = projections(ws, outs, n);
-    if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true))
-      return Backend::rms_norm_linear_many(h, w, eps, x, ws, outs, n);
+    if (!cuda::gemv_stageable(p.mats, n, int(h.rows), h.stride, /*norm=*/true)) {
+      rms_norm(h, w, eps, x);
+      return linear_many(x, ws, outs, n);
+    }
     const cuda::TimedOp timed(timer_, stream_, "rms_norm + linear_many", n, ws[0]->cols);
     if (n == 1 && h.rows == 1 && outs[0].data == argmax_expected_) {  // the LM head, an argmax to follow
       argmax_expected_ = nullptr;
@@ -375,10 +377,10 @@ class CudaBackend final : public Backend {
     // One token's DeltaNet step (a block per value head) starts beside its input projections and
     // loads its states while they run; so does a short context's attention (a block per query head),
     // which copies its older keys.
-    const bool short_attention = feeds == Feeds::Attention && !batch_ && step_keys_ > 0 &&
+    const bool short_attention = feeds == cuda::Feeds::Attention && !batch_ && step_keys_ > 0 &&
                                  cuda::attention_short_fits(step_keys_, c_.n_heads, c_.n_kv_heads, c_.head_dim);
     const int leave = h.rows != 1                ? 0
-                      : feeds == Feeds::DeltaNet ? cuda::deltanet_decode_blocks(gdn_shape())
+                      : feeds == cuda::Feeds::DeltaNet ? cuda::deltanet_decode_blocks(gdn_shape())
                       : short_attention          ? c_.n_heads
                                                  : 0;
     cuda::linear_many_staged(p.mats, p.dst, n, h.data, h.stride, h.elem_size, int(h.rows), {weights_->vec(w), eps},
@@ -386,9 +388,12 @@ class CudaBackend final : public Backend {
   }
 
   // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
-  void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) override {
+  void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) {
     const DeviceMatrix* m = &weights_->matrix(w);
-    if (!cuda::gemv_stageable(&m, 1, int(x.rows), x.stride, /*norm=*/false)) return Backend::linear_add(x, w, h, scratch);
+    if (!cuda::gemv_stageable(&m, 1, int(x.rows), x.stride, /*norm=*/false)) {
+      linear(x, w, scratch);
+      return add(h, scratch);
+    }
     const cuda::TimedOp timed(timer_, stream_, "linear + add", w.rows, w.cols);
     const cuda::GemvOut dst{h.data, h.stride, h.elem_size, /*add=*/true};
     cuda::linear_many_staged(&m, &dst, 1, x.data, x.stride, x.elem_size, int(x.rows), {}, stream_);
@@ -419,9 +424,12 @@ class CudaBackend final : public Backend {
   // in one launch (one block a query head, or a cluster of blocks a KV head). Each path's recorded
   // step is kept apart (run_decode_step).
   void qk_norm_rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* gate, const AttentionWeights& w,
-                              int layer, SequenceState& st, Tensor out) override {
+                              int layer, SequenceState& st, Tensor out) {
     const AttentionPath path = attention_path(st, q.rows);
-    if (path == AttentionPath::Split) return Backend::qk_norm_rope_attention(q, k, v, gate, w, layer, st, out);
+    if (path == AttentionPath::Split) {
+      qk_norm_rope(q, k, w);
+      return attention(q, k, v, gate, layer, st, out);
+    }
     const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope + attention");
     auto& s = dynamic_cast<CudaSequence&>(st);
@@ -585,7 +593,7 @@ class CudaBackend final : public Backend {
   // blocks scaling them by the norm's rsqrt for the weights and the shared gate once it has
   // staged h.
   void linear_add_moe_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch, const std::vector<float>& norm,
-                          float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) override {
+                          float eps, Tensor xn, const FfnWeights& ffn, Tensor ffn_out) {
     const cuda::RouteSums* cols = weights_->route(ffn);
     const DeviceMatrix& m = weights_->matrix(w);
     const cuda::ExpertStacks& E = weights_->experts(ffn);
@@ -594,7 +602,10 @@ class CudaBackend final : public Backend {
                         cuda::moe_norm_stageable(weights_->matrix(ffn.router), sh.gate_row, E.gate, E.up, E.down,
                                                  sh.gate, sh.up, sh.down, c_.top_k, 1, h.stride) &&
                         cuda::gemv_route_fits(m, x.stride, *cols);
-    if (!beside) return Backend::linear_add_moe_add(x, w, h, scratch, norm, eps, xn, ffn, ffn_out);
+    if (!beside) {
+      linear_add(x, w, h, scratch);
+      return rms_norm_moe_add(h, norm, eps, xn, ffn, ffn_out);
+    }
     cuda::RouteSums route = *cols;
     route.sums = route_sums_;
     {
@@ -614,79 +625,18 @@ class CudaBackend final : public Backend {
                      moe_w_, moe_sgate_, moe_decode_act_, staged_norm, pick, out, stream_);
   }
 
-  // One token, where the persistent layer takes the shapes: the whole layer in one launch, its
-  // tensors written as the ops one by one write them.
-  bool deltanet_moe_layer(int layer, const LayerWeights& L, float eps, Tensor h, const DeltaNetScratch& s,
-                          SequenceState& st) override {
-    if (!opt_.persistent_layers || batch_ || h.rows != 1 || h.elem_size != 4 || !L.ffn.has_shared ||
-        s.b.elem_size != 4 || s.a.elem_size != 4)
-      return false;
-    const cuda::RouteSums* cols = weights_->route(L.ffn);
-    if (!cols) return false;
-    auto& seq = dynamic_cast<CudaSequence&>(st);
-    const DeltaNetWeights& G = L.gdn;
-    cuda::DeltaNetLayer D;
-    const Matrix* proj[] = {&G.qkv, &G.z, &G.b, &G.a};
-    const Tensor* outs[] = {&s.qkv, &s.z, &s.b, &s.a};
-    for (int i = 0; i < 4; ++i) {
-      D.in[i] = weights_->matrix(*proj[i]);
-      D.in_out[i] = {outs[i]->data, outs[i]->stride, outs[i]->elem_size};
-    }
-    D.input_norm = {weights_->vec(L.input_norm), eps};
-    D.post_norm = {weights_->vec(L.post_norm), eps};
-    D.out = weights_->matrix(G.out);
-    D.d = gdn_shape();
-    D.conv_w = weights_->vec(G.conv);
-    D.A_log = weights_->vec(G.A_log);
-    D.dt_bias = weights_->vec(G.dt_bias);
-    D.gdn_norm = weights_->vec(G.norm);
-    D.conv_state = seq.conv[layer];
-    D.state = seq.S[layer];
-    D.states_settled = capturing();
-    D.readers = gdn_readers_;
-    D.eps = c_.rms_eps;
-    D.qkv = bf(s.qkv);
-    D.z = bf(s.z);
-    D.b = f32(s.b);
-    D.a = f32(s.a);
-    D.o = bf(s.o);
-    D.h = f32(h);
-    D.route = *cols;
-    D.route.sums = route_sums_;
-    D.pick.sums = route_sums_;
-    D.pick.sgate = moe_sgate_;
-    D.pick.E = c_.n_experts;
-    D.pick.renorm = c_.norm_topk_prob;
-    D.k = c_.top_k;
-    const cuda::ExpertStacks& E = weights_->experts(L.ffn);
-    const Shared sh = shared_of(L.ffn);
-    D.gate = E.gate;
-    D.up = E.up;
-    D.down = E.down;
-    D.s_gate = *sh.gate;
-    D.s_up = *sh.up;
-    D.s_down = *sh.down;
-    D.ids = moe_ids_;
-    D.weights = moe_w_;
-    D.sgate = moe_sgate_;
-    D.act = moe_decode_act_;
-    D.act_stride = std::max(E.gate.rows, sh.gate->rows);
-    D.counters = layer_counters_ + size_t(layer) * cuda::kDeltaNetLayerCounters;
-    if (!cuda::deltanet_layer_fits(D)) return false;
-    const cuda::TimedOp timed(timer_, stream_, "deltanet layer (persistent)");
-    cuda::deltanet_layer(D, stream_);
-    return true;
-  }
-
   // Few rows: router and experts apply the norm while staging h, and the down projection adds its
   // rows to h (x and scratch are not written).
   void rms_norm_moe_add(Tensor h, const std::vector<float>& norm, float eps, Tensor x, const FfnWeights& w,
-                        Tensor scratch) override {
+                        Tensor scratch) {
     const cuda::ExpertStacks& E = weights_->experts(w);
     const Shared sh = shared_of(w);
     if (!cuda::moe_norm_stageable(weights_->matrix(w.router), sh.gate_row, E.gate, E.up, E.down, sh.gate, sh.up,
-                                  sh.down, c_.top_k, int(h.rows), h.stride))
-      return Backend::rms_norm_moe_add(h, norm, eps, x, w, scratch);
+                                  sh.down, c_.top_k, int(h.rows), h.stride)) {
+      rms_norm(h, norm, eps, x);
+      moe(x, w, scratch);
+      return add(h, scratch);
+    }
     const cuda::StageNorm n{weights_->vec(norm), eps};
     {
       const cuda::TimedOp timed(timer_, stream_, "rms_norm + moe.route");
@@ -697,8 +647,59 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Runs a step's ops, each group of neighbours (op_groups.h) by the fused form that covers it.
+  void run_groups(const OpList& ops) {
+    for (const cuda::OpGroup& g : cuda::group_ops(ops)) run_group(ops, g);
+  }
+
+  void run_group(const OpList& ops, const cuda::OpGroup& g) {
+    const auto op = [&](int i) -> const Op& { return ops[size_t(g.first + i)]; };
+    switch (g.group) {
+      case cuda::Group::Op:
+        return run_op(op(0));
+      case cuda::Group::Linears:
+      case cuda::Group::NormLinears: {
+        const int first = g.group == cuda::Group::NormLinears ? 1 : 0;
+        const int n = g.count - first;
+        const Matrix* ws[cuda::kMaxGroupedLinears];
+        Tensor outs[cuda::kMaxGroupedLinears];
+        for (int i = 0; i < n; ++i) {
+          const auto& l = std::get<op::Linear>(op(first + i));
+          ws[i] = l.w;
+          outs[i] = l.out;
+        }
+        const Tensor x = std::get<op::Linear>(op(first)).x;
+        if (first == 0) return linear_many(x, ws, outs, n);
+        const auto& norm = std::get<op::RmsNorm>(op(0));
+        if (g.argmax_follows) argmax_expected_ = outs[0].data;
+        return rms_norm_linear_many(norm.x, *norm.w, norm.eps, norm.out, ws, outs, n, g.feeds);
+      }
+      case cuda::Group::LinearAdd: {
+        const auto& l = std::get<op::Linear>(op(0));
+        return linear_add(l.x, *l.w, std::get<op::Add>(op(1)).h, l.out);
+      }
+      case cuda::Group::NormMoeAdd: {
+        const auto& norm = std::get<op::RmsNorm>(op(0));
+        const auto& moe = std::get<op::Moe>(op(1));
+        return rms_norm_moe_add(norm.x, *norm.w, norm.eps, norm.out, *moe.w, moe.out);
+      }
+      case cuda::Group::LinearAddNormMoeAdd: {
+        const auto& l = std::get<op::Linear>(op(0));
+        const auto& norm = std::get<op::RmsNorm>(op(2));
+        const auto& moe = std::get<op::Moe>(op(3));
+        return linear_add_moe_add(l.x, *l.w, norm.x, l.out, *norm.w, norm.eps, norm.out, *moe.w, moe.out);
+      }
+      case cuda::Group::NormRopeAttention: {
+        const auto& r = std::get<op::QkNormRope>(op(0));
+        const auto& a = std::get<op::Attention>(op(1));
+        return qk_norm_rope_attention(r.q, r.k, a.v, a.gate.data ? &a.gate : nullptr, *r.w, a.layer, *a.states.chunk,
+                                      a.out);
+      }
+    }
+  }
+
   // A layer's projections as device matrices and output views (no heap work per call).
-  static constexpr int kMaxProjections = 8;
+  static constexpr int kMaxProjections = cuda::kMaxGroupedLinears;
   struct Projections {
     const DeviceMatrix* mats[kMaxProjections];
     cuda::GemvOut dst[kMaxProjections];
@@ -899,14 +900,13 @@ class CudaBackend final : public Backend {
   unsigned long long* cluster_records_ = nullptr;  // the wide cluster attention's records, empty between launches
   int64_t attn_partial_records_ = 0;  // split-K records attn_partial_ holds
   float* argmax_scratch_ = nullptr;
-  const void* argmax_expected_ = nullptr;  // expect_argmax's logits, until the LM head writes them
+  const void* argmax_expected_ = nullptr;  // logits an Argmax reads next, until the LM head writes them
   const void* argmax_left_ = nullptr;  // the logits whose argmax candidates the LM head left in argmax_scratch_
   int argmax_left_count_ = 0;
   int mixer_blocks_ = 0;  // the one-token mixer just launched: its blocks' multiprocessors (linear_add_route)
   float *gdn_u_ = nullptr, *gdn_q_ = nullptr, *gdn_k_ = nullptr, *gdn_v_ = nullptr, *gdn_o_ = nullptr;
   float *gdn_beta_ = nullptr, *gdn_g_ = nullptr, *gdn_chunks_ = nullptr;
   int* gdn_readers_ = nullptr;  // per (row, key head) counters of the DeltaNet decode kernel
-  int* layer_counters_ = nullptr;  // the persistent DeltaNet layers' counters, a set per layer
   bf16 *mlp_g_ = nullptr, *mlp_u_ = nullptr, *mlp_act_ = nullptr;
   bf16* x_bf16_ = nullptr;  // prefill GEMM input rounded from fp32 (gemm_input)
   int *moe_ids_ = nullptr, *moe_counts_ = nullptr, *moe_row_token_ = nullptr, *moe_slot_row_ = nullptr;

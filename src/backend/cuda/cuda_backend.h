@@ -18,10 +18,6 @@ struct CudaOptions {
   // shared-expert gate 8-bit).
   DeviceWeights weights = DeviceWeights::AsStored;
   bool graphs = true;     // replay decode steps as CUDA graphs
-  // One token's DeltaNet MoE layers as one persistent launch each (Hopper, 4-bit weights; other
-  // shapes keep the kernel-per-op path). Off by default: it measures ~32% slower than the kernel
-  // chain (docs/performance.md).
-  bool persistent_layers = false;
   bool progress = true;   // upload progress bar
 };
 

@@ -1,6 +1,5 @@
 // The one-token DeltaNet decode step of one value head as a whole-block device function: the body
-// of deltanet_decode_kernel (deltanet.cu) and of the persistent DeltaNet layer's step blocks
-// (deltanet_layer.cu).
+// of deltanet_decode_kernel (deltanet.cu).
 #pragma once
 #include "backend/cuda/kernels.cuh"
 
@@ -31,8 +30,7 @@ inline int decode_threads(const DeltaNetShape& d) {
 // The Hv/Hk blocks of a key head all read its q/k conv state; the last of them to finish reading
 // (counted in readers[row·Hk + key head], left at zero) shifts it. A batched step's row `row` first
 // moves to its operand rows and, from the tables, its sequence's states. The block of value head j
-// runs it; wait() returns once x, b, a and z are written (the PDL wait, or the persistent layer's
-// counter).
+// runs it; wait() returns once x, b, a and z are written (the PDL wait).
 template <int DK, typename Wait>
 __device__ __forceinline__ void deltanet_head_step(const DeltaNetShape& d, int j, int row, DeltaNetRows rows,
                                                    const bf16* x, const float* conv_w, float* conv_state,

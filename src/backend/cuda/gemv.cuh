@@ -537,7 +537,7 @@ __device__ __forceinline__ float row_dot_x1(const AsyncTile<F>& a, const ChunkMa
 
 
 // ---- Dot products of weights in shared memory with one activation row in registers: a block of
-// kAsyncWarps warps (the one-token async GEMV and the persistent DeltaNet layer) ----
+// kAsyncWarps warps (the one-token async GEMV) ----
 constexpr int kAsyncWarps = 16;
 
 // Rows [0, rows) of tile a dotted with one activation row held in registers (xr, scaled by

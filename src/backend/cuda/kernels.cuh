@@ -285,42 +285,6 @@ struct TopK {
   __host__ __device__ bool any() const { return logits || sums; }
 };
 
-// ---- deltanet_layer.cu ---------------------------------------------------------------------------
-// One token's whole DeltaNet MoE layer in one persistent launch (a block per multiprocessor, the
-// phases joined by counters in global memory): h += the DeltaNet mixer of rms_norm(h), then h +=
-// the MoE block (routed top-k from the router's sums, shared expert) of rms_norm of the new h.
-// The projections' outputs (qkv, z, b, a, o) and the experts' ids, weights, sgate and act are
-// written as the separate kernels write them.
-constexpr int kDeltaNetLayerCounters = 8;
-struct DeltaNetLayer {
-  DeviceMatrix in[4];  // qkv, z, b, a projections
-  GemvOut in_out[4];
-  StageNorm input_norm, post_norm;
-  DeviceMatrix out;  // the mixer's output projection
-  DeltaNetShape d{};
-  const float *conv_w = nullptr, *A_log = nullptr, *dt_bias = nullptr, *gdn_norm = nullptr;
-  float *conv_state = nullptr, *state = nullptr;
-  int* readers = nullptr;  // as for deltanet_decode
-  bool states_settled = false;  // as for deltanet_decode
-  float eps = 0.0f;        // of the gated RMSNorm
-  const bf16 *qkv = nullptr, *z = nullptr;
-  const float *b = nullptr, *a = nullptr;
-  bf16* o = nullptr;
-  float* h = nullptr;  // the residual row, fp32
-  RouteSums route;     // with sums set; pick reads them
-  TopK pick;
-  int k = 0;
-  DeviceMatrix gate, up, down, s_gate, s_up, s_down;
-  int* ids = nullptr;
-  float *weights = nullptr, *sgate = nullptr, *act = nullptr;
-  int act_stride = 0;
-  int* counters = nullptr;  // kDeltaNetLayerCounters zeroed ints, left at zero; one set per layer
-};
-// True where the persistent layer takes these shapes (Hopper, 4-bit weights of one layout, the
-// shared memory it needs).
-bool deltanet_layer_fits(const DeltaNetLayer& L);
-// Launches the persistent layer; deltanet_layer_fits(L) must hold.
-void deltanet_layer(const DeltaNetLayer& L, cudaStream_t s);
 // cols of RouteSums for a router, its shared-expert gate row (null: none) and the norm's weights.
 void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, const float* norm, bf16* cols, int ld,
                    cudaStream_t s);

@@ -1,5 +1,5 @@
-// The one-token top-k of the router's values inside the decode expert kernels (moe.cu) and the
-// persistent DeltaNet layer (deltanet_layer.cu): whole-block device functions.
+// The one-token top-k of the router's values inside the decode expert kernels (moe.cu):
+// whole-block device functions.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 

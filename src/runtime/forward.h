@@ -1,10 +1,12 @@
-// The forward pass, written once against the Backend interface.
+// Runs a model on a backend: feeds prompts in chunks and decode steps, each step the op list of
+// model/step_ops.h, over scratch allocated once.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/step_ops.h"
 #include "model/weights.h"
 
 namespace petrel {
@@ -48,13 +50,6 @@ class Model {
   void reserve_batch() { all_logits_buffer(); }
 
  private:
-  // Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens),
-  // or one sequence per row (a batched decode step).
-  struct StepStates {
-    SequenceState* chunk = nullptr;
-    SequenceState* const* rows = nullptr;
-  };
-
   void check_fits(int n, const SequenceState& st) const;
   void run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits, float* all_logits);
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
@@ -62,34 +57,19 @@ class Model {
   // Runs one chunk and returns its logits rows in backend memory: every row when `all_rows`, else
   // the last when `want_last` (a decode step always computes its one row).
   Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows);
-  // The device work of one chunk (capturable for decode): layers, then logits of rows
-  // first_logit_row..T-1 into `logits` (none when first_logit_row == T).
-  void compute_chunk(int T, const StepStates& st, int first_logit_row, Tensor logits);
-  // A layer's mixer up to its output projection: the input norm of the residual stream h (into x
-  // where the backend writes it) and the mixer. The caller adds y · outᵀ to h, together with the
-  // FFN block where the backend fuses the two.
-  struct Mixed {
-    Tensor y;
-    const Matrix* out;
-  };
-  Mixed attention_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
-  Mixed deltanet_mixer(int layer, Tensor h, Tensor x, const StepStates& st);
-  // Views of the DeltaNet mixer's workspace tensors for T rows.
-  Backend::DeltaNetScratch deltanet_scratch(int64_t T) const;
+  // The ops of a one-token step of st, built once per sequence in a row (the list names its state).
+  const OpList& decode_ops(SequenceState& st);
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   Backend& backend_;
   ForwardOptions options_;
-  // Scratch sized for max_chunk tokens, allocated once.
-  struct Workspace {
-    Tensor h, x, mix, ffn;
-    Tensor q, gate, k, v, attn;
-    Tensor qkv, z, b, a, gdn;
-    Tensor logits;      // [1, vocab]
-    Tensor all_logits;  // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
-  } ws_;
+  StepBuffers buffers_;  // scratch for max_chunk rows, allocated once
+  Tensor logits_;        // [1, vocab]
+  Tensor all_logits_;    // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
+  OpList decode_ops_;
+  const SequenceState* decode_ops_for_ = nullptr;
 };
 
 }  // namespace petrel

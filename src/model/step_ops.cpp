@@ -1,0 +1,81 @@
+#include "model/step_ops.h"
+
+namespace petrel {
+namespace {
+
+// Writes ops into a list, with the step's buffers cut to its rows.
+class StepWriter {
+ public:
+  StepWriter(const ModelConfig& c, const ModelWeights& w, const StepBuffers& b, const StepShape& s)
+      : c_(c), w_(w), s_(s) {
+    const int64_t T = s.rows;
+    for (auto [dst, src] : {std::pair{&b_.h, &b.h}, {&b_.x, &b.x}, {&b_.mix, &b.mix}, {&b_.ffn, &b.ffn},
+                            {&b_.q, &b.q}, {&b_.gate, &b.gate}, {&b_.k, &b.k}, {&b_.v, &b.v}, {&b_.attn, &b.attn},
+                            {&b_.qkv, &b.qkv}, {&b_.z, &b.z}, {&b_.b, &b.b}, {&b_.a, &b.a}, {&b_.gdn, &b.gdn}})
+      if (src->data) *dst = src->rows_view(0, T);
+  }
+
+  OpList write() {
+    ops_.reserve(size_t(c_.n_layers) * 12 + 4);  // a layer writes at most 12 ops
+    ops_.push_back(op::Embed{&w_.embed, b_.h});
+    for (int i = 0; i < c_.n_layers; ++i) layer(i);
+    const int64_t n = s_.logits.rows;
+    if (n > 0) {
+      const int64_t first = s_.rows - n;
+      const Tensor x = b_.x.rows_view(first, n);
+      ops_.push_back(op::RmsNorm{b_.h.rows_view(first, n), &w_.final_norm, c_.rms_eps, x});
+      ops_.push_back(op::Linear{x, &w_.lm_head, s_.logits});
+      if (s_.argmax) ops_.push_back(op::Argmax{s_.logits.rows_view(n - 1, 1)});
+    }
+    return std::move(ops_);
+  }
+
+ private:
+  // h += mixer(rms_norm(h)·input_norm) · outᵀ, then h += ffn(rms_norm(h)·post_norm).
+  void layer(int i) {
+    const LayerWeights& L = w_.layers[i];
+    ops_.push_back(op::RmsNorm{b_.h, &L.input_norm, c_.rms_eps, b_.x});
+    if (L.kind == LayerKind::DeltaNet) deltanet(i, L.gdn);
+    else attention(i, L.attn);
+    ops_.push_back(op::Add{b_.h, b_.mix});
+    ops_.push_back(op::RmsNorm{b_.h, &L.post_norm, c_.rms_eps, b_.x});
+    if (L.ffn.moe) ops_.push_back(op::Moe{b_.x, &L.ffn, b_.ffn});
+    else ops_.push_back(op::Mlp{b_.x, &L.ffn.dense, b_.ffn});
+    ops_.push_back(op::Add{b_.h, b_.ffn});
+  }
+
+  void attention(int i, const AttentionWeights& A) {
+    ops_.push_back(op::Linear{b_.x, &A.q, b_.q});
+    ops_.push_back(op::Linear{b_.x, &A.k, b_.k});
+    ops_.push_back(op::Linear{b_.x, &A.v, b_.v});
+    const Tensor gate = A.gate.valid() ? b_.gate : Tensor{};
+    if (A.gate.valid()) ops_.push_back(op::Linear{b_.x, &A.gate, gate});
+    ops_.push_back(op::QkNormRope{b_.q, b_.k, &A});
+    ops_.push_back(op::Attention{b_.q, b_.k, b_.v, gate, i, s_.states, b_.attn});
+    ops_.push_back(op::Linear{b_.attn, &A.o, b_.mix});
+  }
+
+  void deltanet(int i, const DeltaNetWeights& G) {
+    ops_.push_back(op::Linear{b_.x, &G.qkv, b_.qkv});
+    ops_.push_back(op::Linear{b_.x, &G.z, b_.z});
+    ops_.push_back(op::Linear{b_.x, &G.b, b_.b});
+    ops_.push_back(op::Linear{b_.x, &G.a, b_.a});
+    ops_.push_back(op::DeltaNet{b_.qkv, b_.z, b_.b, b_.a, &G, i, s_.states, b_.gdn});
+    ops_.push_back(op::Linear{b_.gdn, &G.out, b_.mix});
+  }
+
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  const StepShape& s_;
+  StepBuffers b_;
+  OpList ops_;
+};
+
+}  // namespace
+
+OpList step_ops(const ModelConfig& config, const ModelWeights& weights, const StepBuffers& buffers,
+                const StepShape& shape) {
+  return StepWriter(config, weights, buffers, shape).write();
+}
+
+}  // namespace petrel

@@ -1,0 +1,147 @@
+#include "runtime/forward.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace petrel {
+
+Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& backend, const ForwardOptions& options)
+    : config_(config), weights_(weights), backend_(backend), options_(options) {
+  check(options_.max_chunk >= 1, "max_chunk must be at least 1");
+  backend_.prepare(config_, weights_);
+  backend_.reserve(options_.max_chunk);
+  const int64_t T = options_.max_chunk;
+  const ModelConfig& c = config_;
+  StepBuffers& b = buffers_;
+  b.h = backend_.alloc(T, c.hidden, /*fp32=*/true);  // residual stream: sums of many layers keep fp32
+  b.x = backend_.alloc(T, c.hidden, /*fp32=*/true);  // norm output: routers see it unrounded
+  b.mix = backend_.alloc(T, c.hidden);
+  b.ffn = backend_.alloc(T, c.hidden);
+  const int64_t q_width = int64_t(c.n_heads) * c.head_dim, kv_width = int64_t(c.n_kv_heads) * c.head_dim;
+  b.q = backend_.alloc(T, q_width);
+  if (c.attn_output_gate) b.gate = backend_.alloc(T, q_width);
+  b.k = backend_.alloc(T, kv_width);
+  b.v = backend_.alloc(T, kv_width);
+  b.attn = backend_.alloc(T, q_width);
+  if (c.hybrid()) {
+    b.qkv = backend_.alloc(T, c.gdn_conv_channels());
+    b.z = backend_.alloc(T, c.gdn_value_dim());
+    b.b = backend_.alloc(T, c.lin_v_heads, /*fp32=*/true);  // the decay exp(-A·softplus(a)) amplifies rounding
+    b.a = backend_.alloc(T, c.lin_v_heads, /*fp32=*/true);
+    b.gdn = backend_.alloc(T, c.gdn_value_dim());
+  }
+  logits_ = backend_.alloc(1, c.vocab, /*fp32=*/true);
+}
+
+void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits) {
+  run_chunks(ids, n, st, last_logits != nullptr, last_logits, all_logits);
+}
+
+int32_t Model::forward_greedy(const int32_t* ids, int n, SequenceState& st) {
+  run_chunks(ids, n, st, true, nullptr, nullptr);
+  return backend_.greedy_token();
+}
+
+void Model::check_fits(int n, const SequenceState& st) const {
+  check(n >= 1, "forward needs at least one token");
+  check(st.n_past + n <= st.capacity, "context length exceeded: " + std::to_string(st.n_past) + " + " +
+                                          std::to_string(n) + " tokens > capacity " + std::to_string(st.capacity));
+}
+
+void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits,
+                       float* all_logits) {
+  check_fits(n, st);
+  for (int done = 0; done < n;) {
+    const int T = std::min(options_.max_chunk, n - done);
+    const bool last = done + T == n;
+    forward_chunk(ids + done, T, st, last && want_last, last ? last_logits : nullptr,
+                  all_logits ? all_logits + int64_t(done) * config_.vocab : nullptr);
+    done += T;
+  }
+}
+
+Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
+  check_fits(n, st);
+  check(keep != KeepLogits::All || n <= options_.max_chunk,
+        "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than a chunk of " +
+            std::to_string(options_.max_chunk));
+  Tensor logits;
+  for (int done = 0; done < n;) {
+    const int T = std::min(options_.max_chunk, n - done);
+    const bool last = done + T == n;
+    logits = chunk_logits(ids + done, T, st, last && keep == KeepLogits::Last, last && keep == KeepLogits::All);
+    done += T;
+  }
+  return keep == KeepLogits::None ? logits.rows_view(0, 0) : logits;
+}
+
+void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
+                          float* all_logits) {
+  const Tensor logits = chunk_logits(ids, T, st, want_last, all_logits != nullptr);
+  if (all_logits) {
+    backend_.to_host(logits, all_logits);
+    if (last_logits)
+      std::copy(all_logits + int64_t(T - 1) * config_.vocab, all_logits + int64_t(T) * config_.vocab, last_logits);
+  } else if (last_logits) {
+    backend_.to_host(logits, last_logits);
+  }
+}
+
+Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows) {
+  backend_.begin_forward(ids, T, st);
+  if (T == 1) {
+    // A decode step always computes its logits into logits_ and queues their argmax (greedy
+    // callers read it back): the step may be recorded once and replayed (CUDA graphs), so it must
+    // not depend on what this particular caller wants; a sampled step pays the unread argmax.
+    backend_.run(decode_ops(st), &st);
+    st.n_past += 1;
+    return logits_;
+  }
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int rows = all_rows ? T : want_last ? 1 : 0;
+  const Tensor logits = (all_rows ? all_logits_buffer() : logits_).rows_view(0, rows);
+  backend_.run(step_ops(config_, weights_, buffers_, {T, {&st, nullptr}, logits, /*argmax=*/want_last}));
+  st.n_past += T;
+  return logits;
+}
+
+const OpList& Model::decode_ops(SequenceState& st) {
+  if (decode_ops_for_ != &st) {
+    decode_ops_ = step_ops(config_, weights_, buffers_, {1, {&st, nullptr}, logits_, /*argmax=*/true});
+    decode_ops_for_ = &st;
+  }
+  return decode_ops_;
+}
+
+void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {
+  backend_.to_host(forward_batch_device(ids, seqs, B), logits);
+}
+
+Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B) {
+  check(B >= 1 && B <= max_batch(), "forward_batch: " + std::to_string(B) + " sequences, expected 1.." +
+                                        std::to_string(max_batch()) + " (the prefill chunk length)");
+  for (int b = 0; b < B; ++b) {
+    check(seqs[b]->n_past < seqs[b]->capacity, "forward_batch: sequence " + std::to_string(b) + " is full (" +
+                                                   std::to_string(seqs[b]->capacity) + " tokens)");
+    for (int other = 0; other < b; ++other)
+      check(seqs[other] != seqs[b], "forward_batch: rows " + std::to_string(other) + " and " + std::to_string(b) +
+                                        " continue the same sequence");
+  }
+  // One row is a plain decode step: it can replay the sequence's recorded step (CUDA graphs).
+  if (B == 1) return forward_device(ids, 1, *seqs[0], KeepLogits::Last);
+  Tensor out = all_logits_buffer().rows_view(0, B);
+  backend_.begin_batch(ids, seqs, B);
+  backend_.run(step_ops(config_, weights_, buffers_, {B, {nullptr, seqs}, out, /*argmax=*/false}));
+  for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
+  return out;
+}
+
+Tensor Model::all_logits_buffer() {
+  if (all_logits_.data == nullptr)  // only callers that want many logits rows pay for them
+    all_logits_ = backend_.alloc(options_.max_chunk, config_.vocab, /*fp32=*/true);
+  return all_logits_;
+}
+
+}  // namespace petrel
