@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "gguf_writer.h"
 #include "io/checkpoint.h"
-#include "runtime/forward.h"
 #include "open_error.h"
+#include "runtime/forward.h"
 #include "test_util.h"
 
 namespace petrel {
