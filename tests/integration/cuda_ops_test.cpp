@@ -352,10 +352,11 @@ TEST(CudaOps, LinearManyMatchesCpu) {
 
 // T=1..3 take the decode GEMV (weights copied into shared memory; T=1 with its activations in
 // registers: bf16 qkv 8 chunks a lane, 4-bit o 4, the LM head 2, the 8-bit gate 4), 5 the general
-// one, 37 and up the tensor-core GEMM: 64-row tiles, or 128-row ones where those alone fill the
-// GPU (qkv from T=300, the 4-bit LM head at 600);
-// 129, 300 and 600 end inside a tile.
-INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 37, 129, 130, 300, 600));
+// one, 9..64 the batched step's tensor-core path (linear_rows: two, four and eight n8 fragments;
+// the 8-bit gate keeps the GEMM), 129 and up the tensor-core GEMM: 64-row tiles, or 128-row ones
+// where those alone fill the GPU (qkv from T=300, the 4-bit LM head at 600); 129, 300 and 600 end
+// inside a tile.
+INSTANTIATE_TEST_SUITE_P(Tokens, CudaLinear, ::testing::Values(1, 2, 3, 5, 9, 16, 30, 37, 64, 129, 130, 300, 600));
 
 TEST(CudaOps, EmbedRmsNormAddMatchCpu) {
   REQUIRE_GPU();
@@ -802,13 +803,14 @@ TEST_P(CudaMoe, ProjectionThenMoeMatchesCpu) {
   }
 }
 
-// T = 1 and 3 use the decode path (one launch for all experts), 70 and 400 the device-planned grouped
-// GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts
+// T = 1 and 3 use the decode path (one launch for all experts), 12 and 64 the batched step's
+// tensor-core experts over the device-built tiles (expert_rows), 70 and 400 the device-planned
+// grouped GEMM (400: 3200 assignments, so experts span several 64-row tiles); layer 0 has bf16 experts
 // (the staged kernels, gate+up from registers), layer 1 4-bit ones beside a bf16 shared expert
 // (the general kernels), layer 2 4-bit ones throughout (the staged kernels, at T = 1 gate+up
 // from shared memory).
 INSTANTIATE_TEST_SUITE_P(Paths, CudaMoe,
-                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(1, 3, 70, 400)));
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(1, 3, 12, 64, 70, 400)));
 
 TEST(CudaOps, DenseMlpMatchesCpu) {
   REQUIRE_GPU();

@@ -572,12 +572,12 @@ class CudaBackend final : public Backend {
     cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
                    moe_tile_expert_, stream_);
     const Tensor xin = gemm_input(x);
-    cuda::grouped_linear(E.gate, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_,
-                         moe_g_, istride, stream_);
-    cuda::grouped_linear(E.up, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
-                         istride, stream_);
-    cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
-    cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c.hidden, stream_);
+    if (T <= cuda::kRowsMaxTokens && cuda::linear_rows_fits(E.gate) && cuda::linear_rows_fits(E.up) &&
+        cuda::linear_rows_fits(E.down) && E.gate.format == E.up.format)
+      cuda::expert_rows(E.gate, E.up, E.down, xin.data, xin.stride, xin.elem_size, T, moe_row_token_, moe_tile_expert_,
+                        moe_rows_ / cuda::kGemmTileM, moe_g_, istride, moe_y_, c.hidden, stream_);
+    else
+      grouped_experts(E, xin, istride);
     const bf16* shared = nullptr;
     if (w.has_shared) {
       Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};
@@ -752,6 +752,17 @@ class CudaBackend final : public Backend {
     }
     cuda::moe_decode(E.gate, E.up, E.down, sh.gate, sh.up, sh.down, x.data, x.stride, x.elem_size, int(x.rows),
                      c_.top_k, moe_ids_, moe_w_, moe_sgate_, moe_decode_act_, norm, pick, out, stream_);
+  }
+
+  // Many rows' routed experts (after moe_plan) by the grouped GEMM: gate, up, SiLU·mul, down.
+  void grouped_experts(const cuda::ExpertStacks& E, const Tensor& xin, int64_t istride) {
+    const int I = c_.moe_intermediate;
+    cuda::grouped_linear(E.gate, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_,
+                         moe_g_, istride, stream_);
+    cuda::grouped_linear(E.up, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
+                         istride, stream_);
+    cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
+    cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c_.hidden, stream_);
   }
 
   // True while run_decode_step records a step into a graph.

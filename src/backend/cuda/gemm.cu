@@ -36,23 +36,6 @@ __device__ __forceinline__ void store8_bf16(bf16* dst, const float f[8]) {
       make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
 }
 
-// 8 codes of a 4-bit word (k order) -> 4 bf16 pairs s·q + b. 0x4300|q is the bf16 128+q exactly;
-// nibbles i and i+4 land in one word's halves, so a byte permute restores the k order.
-__device__ __forceinline__ void dequant_q4(uint32_t w, __nv_bfloat162 s, __nv_bfloat162 b, uint32_t out[4]) {
-  uint32_t p[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u;  // (q_i, q_i+4)
-  const uint32_t pairs[4] = {__byte_perm(p[0], p[1], 0x5410), __byte_perm(p[2], p[3], 0x5410),
-                             __byte_perm(p[0], p[1], 0x7632), __byte_perm(p[2], p[3], 0x7632)};
-  const __nv_bfloat162 bias128 = __floats2bfloat162_rn(128.0f, 128.0f);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[i]), bias128);
-    const __nv_bfloat162 v = __hfma2(q, s, b);
-    out[i] = *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // 4 codes of an 8-bit word -> 2 bf16 pairs s·q + b (fp32 arithmetic: 8-bit codes are not exact
 // behind a bf16 magic number).
 __device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_t out[2]) {

@@ -100,6 +100,20 @@ constexpr int kGemmTileM = 64;
 void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, const int* row_token,
                     const int* tile_expert, int max_rows, bf16* y, int64_t y_stride, cudaStream_t s);
 
+// ---- linear_rows.cu: a batched decode step's rows on tensor cores, each weight read once ---------
+// Up to kRowsMaxTokens rows (one moe_plan tile) of 4-bit (groups a multiple of 32, width a multiple
+// of 512) or bf16 (width a multiple of 128) weights: linear() takes this path from kGemvMaxTokens + 1
+// rows on. An added output (the residual) must be fp32.
+constexpr int kRowsMaxTokens = kGemmTileM;
+bool linear_rows_fits(const DeviceMatrix& w);
+void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
+                 cudaStream_t s);
+// The routed experts of T <= kRowsMaxTokens rows over moe_plan's tiles: act[tile row] =
+// silu(gate·x[token])·(up·x[token]) (bf16), then y[tile row] = down·act[tile row] (bf16).
+void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const void* x,
+                 int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert, int tiles, bf16* act,
+                 int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s);
+
 // ---- norm_rope.cu --------------------------------------------------------------------------------
 // The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
 // ids may be mapped pinned host memory. With pos.from set, *pos.from is also copied to *pos.to.

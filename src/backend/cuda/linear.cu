@@ -1,5 +1,6 @@
-// y = x · Wᵀ for every weight format: a GEMV for a few rows (decode), the tensor-core GEMM
-// (gemm.cu) for many rows (prefill), and its grouped form for MoE.
+// y = x · Wᵀ for every weight format: a GEMV for a few rows (decode), tensor cores reading each
+// weight once for a batched step's rows (linear_rows.cu), the tensor-core GEMM (gemm.cu) for many
+// rows (prefill), and its grouped form for MoE.
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -492,6 +493,7 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
     PETREL_LAUNCHED("gemv");
     return;
   }
+  if (T <= kRowsMaxTokens && linear_rows_fits(w)) return linear_rows(w, x, x_stride, x_elem, T, {y, y_stride, y_elem}, s);
   gemm(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem, s);
   PETREL_LAUNCHED("gemm");
 }

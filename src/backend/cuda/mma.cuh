@@ -1,5 +1,6 @@
-// PTX wrappers of the tensor-core kernels (gemm.cu, attention_prefill.cu): asynchronous 16-byte
-// copies into shared memory, ldmatrix, and the m16n8k16 bf16 mma with fp32 accumulators.
+// PTX wrappers of the tensor-core kernels (gemm.cu, linear_rows.cu, attention_prefill.cu):
+// asynchronous 16-byte copies into shared memory, ldmatrix, the m16n8k16 bf16 mma with fp32
+// accumulators, and the 4-bit dequantisation that feeds it.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -54,6 +55,23 @@ __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 8 codes of a 4-bit word (k order) -> 4 bf16 pairs s·q + b. 0x4300|q is the bf16 128+q exactly;
+// nibbles i and i+4 land in one word's halves, so a byte permute restores the k order.
+__device__ __forceinline__ void dequant_q4(uint32_t w, __nv_bfloat162 s, __nv_bfloat162 b, uint32_t out[4]) {
+  uint32_t p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = ((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u;  // (q_i, q_i+4)
+  const uint32_t pairs[4] = {__byte_perm(p[0], p[1], 0x5410), __byte_perm(p[2], p[3], 0x5410),
+                             __byte_perm(p[0], p[1], 0x7632), __byte_perm(p[2], p[3], 0x7632)};
+  const __nv_bfloat162 bias128 = __floats2bfloat162_rn(128.0f, 128.0f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[i]), bias128);
+    const __nv_bfloat162 v = __hfma2(q, s, b);
+    out[i] = *reinterpret_cast<const uint32_t*>(&v);
+  }
 }
 
 }  // namespace petrel::cuda
