@@ -18,9 +18,16 @@ class DeviceSampler {
   virtual void reset(const SamplingParams& params) = 0;
   // Appends a token of the sequence to the penalty history (`generated`: produced by the model).
   virtual void observe(int32_t token, bool generated) = 0;
-  // The token for sequence position `position` from a one-row fp32 logits tensor in device memory,
-  // drawn with uniform01(seed, position) as the CPU Sampler draws it. The row is not modified.
-  virtual int32_t sample(const Tensor& logits_row, uint64_t position) = 0;
+  // Queues the draw of the token for sequence position `position` from a one-row fp32 logits tensor
+  // in device memory, drawn with uniform01(seed, position) as the CPU Sampler draws it (the row is
+  // not modified); finish() waits for it. A batched step starts every row's draw before it waits
+  // for the first, so the host waits once a step, not once a row.
+  virtual void start(const Tensor& logits_row, uint64_t position) = 0;
+  virtual int32_t finish() = 0;
+  int32_t sample(const Tensor& logits_row, uint64_t position) {
+    start(logits_row, position);
+    return finish();
+  }
 };
 
 }  // namespace petrel

@@ -65,7 +65,9 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
   // The position is the sequence's length after the fed token, as in Generator::generate.
   const uint64_t position = uint64_t(state_.n_past);
   if (matcher_) sampler_->set_mask(matcher_->mask());
-  const int32_t t = device_ ? device_->sample(row, position) : sampler_->sample(host_row, position);
+  if (device_ && !draw_started_) start_draw(row);
+  if (device_) draw_started_ = false;
+  const int32_t t = device_ ? device_->finish() : sampler_->sample(host_row, position);
   observe(t, true);
   if (matcher_) matcher_->accept(t);
   last_token_ = SchedulerClock::now();
@@ -79,6 +81,12 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
   e.done = finished_by(t, e.reason);
   if (e.done) e.stats = stats();
   return e;
+}
+
+void RunningRequest::start_draw(const Tensor& row) {
+  if (!device_ || draw_started_) return;
+  device_->start(row, uint64_t(state_.n_past));
+  draw_started_ = true;
 }
 
 void RunningRequest::add_logprobs(const float* logits, StepEvent& event) const {

@@ -68,6 +68,9 @@ class RunningRequest {
   // in backend memory; `host_row`: its vocab floats copied to the host when needs_host_row(), else
   // null) and returns its event; done when EOS, max_tokens or a full context ends the request.
   StepEvent sample(const Tensor& row, const float* host_row);
+  // Queues the device draw of sample() ahead of it where the row stays in backend memory (a no-op
+  // otherwise), so a batched step's draws run back to back and the host waits once.
+  void start_draw(const Tensor& row);
   // The final event when the request ends without a new token (see ending_event).
   StepEvent ending(const std::string& error = {}) const { return ending_event(stats(), error); }
   bool deliver(const StepEvent& event) const { return petrel::deliver(callback_, event); }
@@ -88,6 +91,7 @@ class RunningRequest {
   // The slot's sampler, or null; null also for a request held to a grammar, whose mask is
   // applied on the host.
   DeviceSampler* device_;
+  bool draw_started_ = false;  // start_draw queued this step's device draw
   std::optional<Sampler> sampler_;  // the host sampler, when there is no device one
   std::optional<grammar::Matcher> matcher_;  // structured output
   int32_t pending_ = -1;

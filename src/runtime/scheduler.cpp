@@ -262,7 +262,24 @@ void Scheduler::Impl::decode_step() {
   }
   ++counters.decode_steps;
   counters.last_batch_size = B;
-  for (int b = 0; b < B; ++b) emit(*rows[size_t(b)], logits.rows_view(b, 1));
+  std::vector<char> drawn(size_t(B), 0);  // rows whose device draw is queued (or sampled on the host)
+  for (int b = 0; b < B; ++b) {
+    try {
+      rows[size_t(b)]->start_draw(logits.rows_view(b, 1));
+      drawn[size_t(b)] = 1;
+    } catch (...) {
+      fail({rows[size_t(b)]}, std::current_exception());
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    if (drawn[size_t(b)]) emit(*rows[size_t(b)], logits.rows_view(b, 1));
+      drawn.push_back(rows[size_t(b)]);
+    } catch (...) {
+      fail({rows[size_t(b)]}, std::current_exception());
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    if (std::find(drawn.begin(), drawn.end(), rows[size_t(b)]) != drawn.end()) emit(*rows[size_t(b)], logits.rows_view(b, 1));
 }
 
 void Scheduler::Impl::prefill_step() {

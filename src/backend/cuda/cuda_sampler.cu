@@ -51,6 +51,7 @@ class CudaSampler final : public DeviceSampler {
     params_ = params;
     window_.clear();
     n_pending_ = 0;
+    started_ = false;  // an unread draw of the slot's last request is dropped
     PETREL_CUDA(cudaMemsetAsync(counts_.in_window, 0, sizeof(int) * size_t(vocab_), stream_));
     PETREL_CUDA(cudaMemsetAsync(counts_.generated, 0, sizeof(int) * size_t(vocab_), stream_));
     std::vector<int> ids;
@@ -83,9 +84,10 @@ class CudaSampler final : public DeviceSampler {
     }
   }
 
-  int32_t sample(const Tensor& logits_row, uint64_t position) override {
+  void start(const Tensor& logits_row, uint64_t position) override {
     check(logits_row.elem_size == 4 && logits_row.rows == 1 && logits_row.cols == vocab_,
-          "DeviceSampler::sample needs one fp32 row of " + std::to_string(vocab_) + " logits");
+          "DeviceSampler::start needs one fp32 row of " + std::to_string(vocab_) + " logits");
+    check(!started_, "DeviceSampler::start: the last draw was not finished");
     flush();
     const float* logits = static_cast<const float*>(logits_row.data);
     const PenaltyParams pp{params_.repetition_penalty, params_.presence_penalty, params_.frequency_penalty};
@@ -97,6 +99,12 @@ class CudaSampler final : public DeviceSampler {
       argmax(adjusted_, vocab_, argmax_scratch_, top_, TokenPost{}, stream_);
       filter_and_draw(position, post);
     }
+    started_ = true;
+  }
+
+  int32_t finish() override {
+    check(started_, "DeviceSampler::finish: no draw was started");
+    started_ = false;
     const int32_t token = token_.wait(stream_);
     check(token >= 0 && token < vocab_,
           "sampling: no token has a finite logit (is every token banned by the logit bias? are the logits NaN?)");
@@ -143,6 +151,7 @@ class CudaSampler final : public DeviceSampler {
 
   int vocab_;
   cudaStream_t stream_;
+  bool started_ = false;  // a draw is queued and its token not read
   SamplingParams params_;
   std::deque<std::pair<int32_t, bool>> window_;  // the last penalty_last_n tokens, when set
   std::vector<void*> allocations_;
