@@ -273,13 +273,6 @@ void Scheduler::Impl::decode_step() {
   }
   for (int b = 0; b < B; ++b)
     if (drawn[size_t(b)]) emit(*rows[size_t(b)], logits.rows_view(b, 1));
-      drawn.push_back(rows[size_t(b)]);
-    } catch (...) {
-      fail({rows[size_t(b)]}, std::current_exception());
-    }
-  }
-  for (int b = 0; b < B; ++b)
-    if (std::find(drawn.begin(), drawn.end(), rows[size_t(b)]) != drawn.end()) emit(*rows[size_t(b)], logits.rows_view(b, 1));
 }
 
 void Scheduler::Impl::prefill_step() {
