@@ -69,7 +69,9 @@ TEST_P(GgufConverterFixture, GivesTheSafetensorsLogits) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const std::string& fixture : test::kFixtureModels)
-    if (fixture.rfind("mlx-", 0) != 0)
+    // MLX folders are not the converter's input; llama.cpp's qwen3moe has no dense layers, which
+    // the qwen3moe fixture holds (mlp_only_layers), so the converter refuses it.
+    if (fixture.rfind("mlx-", 0) != 0 && fixture != "qwen3moe")
       for (const char* type : {"F16", "BF16", "Q8_0"}) out.push_back({fixture, type});
   return out;
 }
