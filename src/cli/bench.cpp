@@ -30,6 +30,7 @@ struct Args {
                                    concurrency;
   int decode_tokens = 64, runs = 5, chunk = 8192, threads = 0;
   bool json = false, graphs = true, breakdown = false;
+  int breakdown_batch = 32;
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -106,7 +107,7 @@ nlohmann::json op_rows(std::vector<std::pair<std::string, double>> times, int st
 // Device time per op of one decode step at context 0 (mean of several steps) and of one prefill
 // of `prefill_tokens`, each op timed on its own (no graph), so the decode sum exceeds a replayed
 // step by the launch gaps.
-nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefill_tokens) {
+nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefill_tokens, int batch) {
   constexpr int kSteps = 8;
   const std::vector<int32_t> prompt = tokens(16, vocab);
   auto seq = model.new_sequence(int(prompt.size()) + kSteps + 4);
@@ -116,22 +117,21 @@ nlohmann::json op_breakdown(Model& model, Backend& backend, int vocab, int prefi
   for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
   nlohmann::json out;
   out["decode"] = op_rows(backend.take_op_times(), kSteps);
-  // One batched step of kBatch sequences (what the scheduler runs while serving).
-  constexpr int kBatch = 32;
+  // One batched step of `batch` sequences (what the scheduler runs while serving).
   std::vector<std::unique_ptr<SequenceState>> seqs;
   std::vector<SequenceState*> rows;
-  std::vector<int32_t> next(kBatch);
-  for (int b = 0; b < kBatch; ++b) {
+  std::vector<int32_t> next(batch);
+  for (int b = 0; b < batch; ++b) {
     seqs.push_back(model.new_sequence(int(prompt.size()) + kSteps + 4));
     rows.push_back(seqs.back().get());
     next[size_t(b)] = model.forward_greedy(prompt.data() + b % 4, int(prompt.size()) - b % 4, *seqs.back());
   }
-  std::vector<float> logits(size_t(kBatch) * size_t(vocab));
-  model.forward_batch(next.data(), rows.data(), kBatch, logits.data());
+  std::vector<float> logits(size_t(batch) * size_t(vocab));
+  model.forward_batch(next.data(), rows.data(), batch, logits.data());
   backend.take_op_times();
-  model.forward_batch(next.data(), rows.data(), kBatch, logits.data());
+  model.forward_batch(next.data(), rows.data(), batch, logits.data());
   out["batch"] = op_rows(backend.take_op_times(), 1);
-  out["batch_size"] = kBatch;
+  out["batch_size"] = batch;
   const std::vector<int32_t> ids = tokens(prefill_tokens, vocab);
   auto long_seq = model.new_sequence(prefill_tokens);
   model.forward_greedy(ids.data(), prefill_tokens, *long_seq);
@@ -373,7 +373,7 @@ void run(Args a) {
   if (a.breakdown) {
     const std::vector<int> sizes = parse_ids(a.prefill, "--prefill");
     const int T = sizes.empty() ? 2048 : *std::max_element(sizes.begin(), sizes.end());
-    out["breakdown"] = op_breakdown(model, *backend, config.vocab, T);
+    out["breakdown"] = op_breakdown(model, *backend, config.vocab, T, a.breakdown_batch);
     if (cuda::KernelTrace::available() && a.graphs) {
       try {  // profiling may be refused (e.g. a sandboxed driver): keep the other figures
         // One trace per decode context, to see what a long context adds.
@@ -452,6 +452,9 @@ void add(CLI::App& app) {
   cmd->add_flag("--breakdown", a.breakdown,
                 "Device time per op of one decode step and of the longest prefill (ops timed one by one), "
                 "and a replayed decode step's kernels at each decode context");
+  cmd->add_option("--breakdown-batch", a.breakdown_batch, "Sequences in the batched step --breakdown times")
+      ->check(CLI::Range(2, 256))
+      ->capture_default_str();
   cmd->callback([cmd] {
     a.weights_set = cmd->count("--weights") > 0;
     a.prefill_set = cmd->count("--prefill") > 0;
