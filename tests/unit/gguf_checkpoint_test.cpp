@@ -11,12 +11,11 @@
 #include <functional>
 #include <regex>
 
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "gguf_writer.h"
+#include "checkpoint_logits.h"
 #include "io/checkpoint.h"
 #include "open_error.h"
-#include "runtime/forward.h"
 #include "test_util.h"
 
 namespace petrel {
@@ -126,15 +125,6 @@ std::vector<const Matrix*> matrices(const ModelWeights& W) {
   return out;
 }
 
-std::vector<float> prompt_logits(const Checkpoint& ck, const std::vector<int32_t>& prompt) {
-  CpuBackend backend{CpuOptions{1}};
-  Model model(ck.config(), ck.weights(), backend, ForwardOptions{});
-  auto seq = model.new_sequence(int(prompt.size()));
-  std::vector<float> logits(prompt.size() * size_t(ck.config().vocab));
-  model.forward(prompt.data(), int(prompt.size()), *seq, nullptr, logits.data());
-  return logits;
-}
-
 std::vector<int32_t> reference_prompt(const std::string& fixture) {
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(test::fixture_model(fixture) + "/reference.json"));
   return j["prompt_ids"].get<std::vector<int32_t>>();
@@ -194,7 +184,7 @@ TEST_P(GgufCheckpoint, OpensAsTheSafetensorsCheckpointDoes) {
   EXPECT_TRUE(gg->info().skipped.empty());
 
   const std::vector<int32_t> prompt = reference_prompt(GetParam());
-  EXPECT_EQ(prompt_logits(*gg, prompt), prompt_logits(*hf, prompt));
+  EXPECT_EQ(test::prompt_logits(*gg, prompt), test::prompt_logits(*hf, prompt));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufCheckpoint, ::testing::Values("qwen3-dense-f32", "qwen3moe"),
@@ -258,7 +248,7 @@ TEST(GgufCheckpointQ8, ReadsQuantizedMatrices) {
     *bytes = f32;
   });
   const std::vector<int32_t> prompt = reference_prompt("qwen3moe");
-  EXPECT_EQ(prompt_logits(*gg, prompt), prompt_logits(*Checkpoint::open(decoded), prompt));
+  EXPECT_EQ(test::prompt_logits(*gg, prompt), test::prompt_logits(*Checkpoint::open(decoded), prompt));
 }
 
 // --------------------------------------------------------------------------------------- errors

@@ -10,11 +10,10 @@
 #include <fstream>
 #include <regex>
 
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "gguf_writer.h"
+#include "checkpoint_logits.h"
 #include "io/checkpoint.h"
-#include "runtime/forward.h"
 #include "open_error.h"
 #include "test_util.h"
 
@@ -290,15 +289,6 @@ void convert(const std::string& fixture, const std::string& path) {
   c.w.write(path);
 }
 
-std::vector<float> prompt_logits(const Checkpoint& ck, const std::vector<int32_t>& prompt) {
-  CpuBackend backend{CpuOptions{1}};
-  Model model(ck.config(), ck.weights(), backend, ForwardOptions{});
-  auto seq = model.new_sequence(int(prompt.size()));
-  std::vector<float> logits(prompt.size() * size_t(ck.config().vocab));
-  model.forward(prompt.data(), int(prompt.size()), *seq, nullptr, logits.data());
-  return logits;
-}
-
 class GgufHybrid : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufHybrid, GivesTheSafetensorsLogits) {
@@ -337,7 +327,7 @@ TEST_P(GgufHybrid, GivesTheSafetensorsLogits) {
 
   const nlohmann::json ref = nlohmann::json::parse(std::ifstream(test::fixture_model(GetParam()) + "/reference.json"));
   const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> want = prompt_logits(*hf, prompt), got = prompt_logits(*gg, prompt);
+  const std::vector<float> want = test::prompt_logits(*hf, prompt), got = test::prompt_logits(*gg, prompt);
   ASSERT_EQ(got.size(), want.size());
   float scale = 0, worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
