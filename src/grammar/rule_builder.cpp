@@ -117,7 +117,10 @@ StateSet RuleBuilder::closure(StateSet states) const {
   for (size_t i = 0; i < states.size(); ++i)
     for (int t : nfa_[size_t(states[i])].eps)
       if (!seen[size_t(t)]) seen[size_t(t)] = true, states.push_back(t);
+  // Two edges on one byte to one state (a class listing a character twice, `(a|a)`) put it in
+  // twice: without the duplicates removed, equal sets would differ and the construction not end.
   std::sort(states.begin(), states.end());
+  states.erase(std::unique(states.begin(), states.end()), states.end());
   return states;
 }
 
