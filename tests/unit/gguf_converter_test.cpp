@@ -66,5 +66,37 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufConverterFixture, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return test::param_name(info.param.fixture + "_" + info.param.type); });
 
+// A quantized file and its copy with every quantized tensor dequantized to F32 by gguf-py
+// (tools/gguf/make_dequantized_copies.py) give the same logits: Petrel's quantized path equals
+// llama.cpp's dequantization over whole models. (Against the safetensors run the weights' rounding
+// moves these small random models' logits by more than a bound that would catch a reading error.)
+class GgufQuantizedFixture : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GgufQuantizedFixture, GivesItsDequantizedCopysLogits) {
+  const Case& c = GetParam();
+  const std::string path = gguf_path(c), copy = gguf_path({c.fixture, c.type + "-as-F32"});
+  for (const std::string& p : {path, copy})
+    if (!std::filesystem::exists(p))
+      GTEST_SKIP() << p << " is absent: run tools/gguf/make_converter_fixtures.py and "
+                            "tools/gguf/make_dequantized_copies.py to write it";
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(test::fixture_model(c.fixture) + "/reference.json"));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> want = test::prompt_logits(*Checkpoint::open(copy), prompt);
+  const std::vector<float> got = test::prompt_logits(*Checkpoint::open(path), prompt);
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(worst, 1e-5f * scale) << "largest logit difference " << worst << " of max |logit| " << scale;
+}
+
+// One fixture of each converter class whose transforms touch quantized blocks (Qwen3.5's value-head
+// column reorder, Qwen3-Next's in-projection split); the F32 copies are large for a fixture.
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufQuantizedFixture,
+                         ::testing::Values(Case{"qwen35moe-text-per-expert", "Q8_0"}, Case{"qwen3next-sharded", "Q8_0"}),
+                         [](const auto& info) { return test::param_name(info.param.fixture + "_" + info.param.type); });
+
 }  // namespace
 }  // namespace petrel

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Converts the Hugging Face fixture checkpoints (tests/fixtures/models/*) with llama.cpp's own
-converter, convert_hf_to_gguf.py, to F16 and BF16 GGUF files under tests/fixtures/gguf/models/
-(NAME-F16.gguf, NAME-BF16.gguf), which tests/unit/gguf_converter_test.cpp compares with the
-safetensors runs. Only the bf16 fixtures are converted: for them both types are lossless, so the
-logits must agree to rounding, while quantized types (Q8_0) or an f32 source round the weights,
-and on these small random models the logits of rounded weights drift by more than any fixed
-bound that would still catch a reading error.
+converter, convert_hf_to_gguf.py, to F16, BF16 and Q8_0 GGUF files under
+tests/fixtures/gguf/models/ (NAME-F16.gguf, ...), which tests/unit/gguf_converter_test.cpp
+compares with the safetensors runs. Only the bf16 fixtures are converted, for which F16 and BF16
+are lossless, so the logits must agree to rounding. Q8_0 rounds the weights, and on these small
+random models the logits of rounded weights drift by more than any fixed bound that would still
+catch a reading error: the test compares a Q8_0 file with its dequantized copy instead
+(tools/gguf/make_dequantized_copies.py). The test uses the Q8_0 files of two fixtures.
 
 Needs torch, transformers and numpy (the GPU machine has them; no network is used) and the
 vendored converter, by default the copy in the shared folder beside the
@@ -31,7 +32,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_LLAMA_CPP = os.path.join(os.path.dirname(REPO), "shared", "third_party", "llama.cpp-gguf")
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "models")
-OUTTYPES = {"F16": "f16", "BF16": "bf16"}
+OUTTYPES = {"F16": "f16", "BF16": "bf16", "Q8_0": "q8_0"}
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
