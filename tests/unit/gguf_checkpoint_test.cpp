@@ -125,11 +125,6 @@ std::vector<const Matrix*> matrices(const ModelWeights& W) {
   return out;
 }
 
-std::vector<int32_t> reference_prompt(const std::string& fixture) {
-  const nlohmann::json j = nlohmann::json::parse(std::ifstream(test::fixture_model(fixture) + "/reference.json"));
-  return j["prompt_ids"].get<std::vector<int32_t>>();
-}
-
 using test::open_error;
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
@@ -183,7 +178,7 @@ TEST_P(GgufCheckpoint, OpensAsTheSafetensorsCheckpointDoes) {
   EXPECT_EQ(gg->info().weight_bytes, hf->info().weight_bytes);
   EXPECT_TRUE(gg->info().skipped.empty());
 
-  const std::vector<int32_t> prompt = reference_prompt(GetParam());
+  const std::vector<int32_t> prompt = test::reference_prompt(GetParam());
   EXPECT_EQ(test::prompt_logits(*gg, prompt), test::prompt_logits(*hf, prompt));
 }
 
@@ -247,7 +242,7 @@ TEST(GgufCheckpointQ8, ReadsQuantizedMatrices) {
     *type = GgmlType::F32;
     *bytes = f32;
   });
-  const std::vector<int32_t> prompt = reference_prompt("qwen3moe");
+  const std::vector<int32_t> prompt = test::reference_prompt("qwen3moe");
   EXPECT_EQ(test::prompt_logits(*gg, prompt), test::prompt_logits(*Checkpoint::open(decoded), prompt));
 }
 

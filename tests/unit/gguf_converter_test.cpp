@@ -37,8 +37,7 @@ TEST_P(GgufConverterFixture, GivesTheSafetensorsLogits) {
   const auto hf = Checkpoint::open(test::fixture_model(c.fixture));
   const auto gg = Checkpoint::open(path);
   ASSERT_EQ(gg->config().vocab, hf->config().vocab);
-  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(test::fixture_model(c.fixture) + "/reference.json"));
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt = test::reference_prompt(c.fixture);
   const std::vector<float> want = test::prompt_logits(*hf, prompt), got = test::prompt_logits(*gg, prompt);
   const size_t V = size_t(hf->config().vocab);
   for (size_t pos = 0; pos < prompt.size(); ++pos) {
@@ -79,17 +78,9 @@ TEST_P(GgufQuantizedFixture, GivesItsDequantizedCopysLogits) {
     if (!std::filesystem::exists(p))
       GTEST_SKIP() << p << " is absent: run tools/gguf/make_converter_fixtures.py and "
                             "tools/gguf/make_dequantized_copies.py to write it";
-  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(test::fixture_model(c.fixture) + "/reference.json"));
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> want = test::prompt_logits(*Checkpoint::open(copy), prompt);
-  const std::vector<float> got = test::prompt_logits(*Checkpoint::open(path), prompt);
-  ASSERT_EQ(got.size(), want.size());
-  float scale = 0, worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    worst = std::max(worst, std::fabs(got[i] - want[i]));
-  }
-  EXPECT_LE(worst, 1e-5f * scale) << "largest logit difference " << worst << " of max |logit| " << scale;
+  const std::vector<int32_t> prompt = test::reference_prompt(c.fixture);
+  test::expect_logits_within(test::prompt_logits(*Checkpoint::open(copy), prompt),
+                             test::prompt_logits(*Checkpoint::open(path), prompt), 1e-5f);
 }
 
 // One fixture of each converter class whose transforms touch quantized blocks (Qwen3.5's value-head

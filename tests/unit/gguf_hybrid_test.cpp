@@ -325,16 +325,8 @@ TEST_P(GgufHybrid, GivesTheSafetensorsLogits) {
     for (size_t h = 0; h < la.gdn.A_log.size(); ++h) EXPECT_NEAR(lb.gdn.A_log[h], la.gdn.A_log[h], 1e-6) << i;
   }
 
-  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(test::fixture_model(GetParam()) + "/reference.json"));
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<float> want = test::prompt_logits(*hf, prompt), got = test::prompt_logits(*gg, prompt);
-  ASSERT_EQ(got.size(), want.size());
-  float scale = 0, worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    worst = std::max(worst, std::fabs(got[i] - want[i]));
-  }
-  EXPECT_LE(worst, 1e-5f * scale) << "largest logit difference " << worst << " of max |logit| " << scale;
+  const std::vector<int32_t> prompt = test::reference_prompt(GetParam());
+  test::expect_logits_within(test::prompt_logits(*hf, prompt), test::prompt_logits(*gg, prompt), 1e-5f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufHybrid,

@@ -59,26 +59,18 @@ struct Slice {
 // The A fragments of mma steps 2p and 2p+1 from the lane's slices of rows g and g+8.
 template <WFormat F>
 __device__ __forceinline__ void a_fragments(const Slice<F>& lo, const Slice<F>& hi, int p, uint32_t a[2][4]) {
-  const uint32_t wl[4] = {lo.v.x, lo.v.y, lo.v.z, lo.v.w}, wh[4] = {hi.v.x, hi.v.y, hi.v.z, hi.v.w};
-  if constexpr (F == WFormat::Q4) {
-    uint32_t dl[4], dh[4];
-    dequant_q4(wl[p], lo.s, lo.b, dl);
-    dequant_q4(wh[p], hi.s, hi.b, dh);
+  uint32_t dl[4] = {lo.v.x, lo.v.y, lo.v.z, lo.v.w}, dh[4] = {hi.v.x, hi.v.y, hi.v.z, hi.v.w};
+  if constexpr (F == WFormat::Q4) {  // word p holds 8 codes: the bf16 pairs of both steps
+    const uint32_t cl = dl[p], ch = dh[p];
+    dequant_q4(cl, lo.s, lo.b, dl);
+    dequant_q4(ch, hi.s, hi.b, dh);
+  }
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      a[s][0] = dl[2 * s];
-      a[s][1] = dh[2 * s];
-      a[s][2] = dl[2 * s + 1];
-      a[s][3] = dh[2 * s + 1];
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      a[s][0] = wl[2 * s];
-      a[s][1] = wh[2 * s];
-      a[s][2] = wl[2 * s + 1];
-      a[s][3] = wh[2 * s + 1];
-    }
+  for (int s = 0; s < 2; ++s) {
+    a[s][0] = dl[2 * s];
+    a[s][1] = dh[2 * s];
+    a[s][2] = dl[2 * s + 1];
+    a[s][3] = dh[2 * s + 1];
   }
 }
 
