@@ -1,6 +1,7 @@
 // `petrel bench`: prefill and batch-1 decode throughput (median of several runs), bytes moved per
 // decode token and the fraction of the measured memory bandwidth it represents, on the GPU (CUDA
-// backend) or the CPU (the CPU backend, a checkpoint's weights as stored).
+// backend) or the CPU (the CPU backend, a checkpoint's weights as stored); or, with --multi-turn,
+// a chat's time to first token with and without the prefix cache (cli/bench_multi_turn.h).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include "backend/cpu/host_memory.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernel_trace.h"
+#include "cli/bench_multi_turn.h"
 #include "cli/common.h"
 #include "cli/registry.h"
 #include "core/error.h"
@@ -31,6 +33,8 @@ struct Args {
   int decode_tokens = 64, runs = 5, chunk = 8192, threads = 0;
   bool json = false, graphs = true, breakdown = false;
   int breakdown_batch = 32;
+  bool multi_turn = false;
+  MultiTurnOptions turns;
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -285,8 +289,16 @@ void check_cpu_args(const Args& a) {
   check(a.graphs, "--no-cuda-graphs applies to --device cuda");
 }
 
+// --multi-turn times only the conversation: the flags of the other measurements would be ignored.
+void check_multi_turn_args(const Args& a) {
+  check(!a.prefill_set && !a.contexts_set && !a.decode_tokens_set && a.concurrency.empty() && !a.breakdown,
+        "--multi-turn runs on its own: leave out --prefill, --decode-context, --decode-tokens, --concurrency and "
+        "--breakdown");
+}
+
 void run(Args a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
+  if (a.multi_turn) check_multi_turn_args(a);
   const bool cpu = resolve_device(a.device) == "cpu";
   if (cpu) {
     check_cpu_args(a);
@@ -310,6 +322,9 @@ void run(Args a) {
     config = synthetic_config(a.synthetic);
     synth = synthetic_weights(config);
   }
+  a.turns.runs = a.runs;
+  a.turns.prefill_chunk = a.chunk;
+  if (a.multi_turn) check_multi_turn(a.turns, config);
   const ModelWeights& weights = ck ? ck->weights() : *synth;
   const double bandwidth = cpu ? cpu_copy_bandwidth(a.threads) : cuda_copy_bandwidth();
   std::unique_ptr<Backend> backend;
@@ -333,40 +348,44 @@ void run(Args a) {
   out["cuda_graphs"] = !cpu && a.graphs;
   out["runs"] = a.runs;
 
-  for (int T : parse_ids(a.prefill, "--prefill")) {
-    std::vector<double> tps;
-    const std::vector<int32_t> ids = tokens(T, config.vocab);
-    for (int r = 0; r <= a.runs; ++r) {  // run 0 warms up
-      auto seq = model.new_sequence(T);
-      backend->synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      model.forward_greedy(ids.data(), T, *seq);
-      if (r > 0) tps.push_back(T / seconds_since(t0));
+  if (a.multi_turn) {  // only the conversation is timed
+    out["multi_turn"] = multi_turn(model, a.turns);
+  } else {
+    for (int T : parse_ids(a.prefill, "--prefill")) {
+      std::vector<double> tps;
+      const std::vector<int32_t> ids = tokens(T, config.vocab);
+      for (int r = 0; r <= a.runs; ++r) {  // run 0 warms up
+        auto seq = model.new_sequence(T);
+        backend->synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        model.forward_greedy(ids.data(), T, *seq);
+        if (r > 0) tps.push_back(T / seconds_since(t0));
+      }
+      const Stat s = stats(tps);
+      out["prefill"].push_back(
+          {{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs_tok_per_s", s.runs}});
     }
-    const Stat s = stats(tps);
-    out["prefill"].push_back(
-        {{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs_tok_per_s", s.runs}});
-  }
-  for (int ctx : parse_ids(a.contexts, "--decode-context")) {
-    std::vector<double> tps;
-    const std::vector<int32_t> prompt = tokens(std::max(ctx, 1), config.vocab);
-    for (int r = 0; r <= a.runs; ++r) {
-      auto seq = model.new_sequence(int(prompt.size()) + a.decode_tokens + 4);
-      int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
-      for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // graph capture + warm-up
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.decode_tokens; ++i) tok = model.forward_greedy(&tok, 1, *seq);
-      if (r > 0) tps.push_back(a.decode_tokens / seconds_since(t0));
+    for (int ctx : parse_ids(a.contexts, "--decode-context")) {
+      std::vector<double> tps;
+      const std::vector<int32_t> prompt = tokens(std::max(ctx, 1), config.vocab);
+      for (int r = 0; r <= a.runs; ++r) {
+        auto seq = model.new_sequence(int(prompt.size()) + a.decode_tokens + 4);
+        int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+        for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // graph capture + warm-up
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < a.decode_tokens; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+        if (r > 0) tps.push_back(a.decode_tokens / seconds_since(t0));
+      }
+      const Stat s = stats(tps);
+      const double bytes = decode_bytes(config, weights, where, ctx);
+      out["decode"].push_back({{"context", ctx},
+                               {"tok_per_s", s.median},
+                               {"min", s.min},
+                               {"max", s.max},
+                               {"runs_tok_per_s", s.runs},
+                               {"bytes_per_token", bytes},
+                               {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
     }
-    const Stat s = stats(tps);
-    const double bytes = decode_bytes(config, weights, where, ctx);
-    out["decode"].push_back({{"context", ctx},
-                             {"tok_per_s", s.median},
-                             {"min", s.min},
-                             {"max", s.max},
-                             {"runs_tok_per_s", s.runs},
-                             {"bytes_per_token", bytes},
-                             {"fraction_of_bandwidth", bytes * s.median / bandwidth}});
   }
   if (!a.concurrency.empty())
     out["serving"] = serving_throughput(model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs);
@@ -396,6 +415,7 @@ void run(Args a) {
   std::printf("device    %s\n", out["device"].get<std::string>().c_str());
   if (cpu) std::printf("memory copy  %.2f GB/s (read + write)\n", bandwidth / 1e9);
   else std::printf("HBM copy  %.2f TB/s (device-to-device, read + write)\n", bandwidth / 1e12);
+  if (a.multi_turn) return print_multi_turn(out["multi_turn"]);
   std::printf("%-22s %12s %12s %12s\n", "", "median", "min", "max");
   for (const auto& p : out["prefill"])
     std::printf("prefill T=%-11d %10.0f/s %10.0f/s %10.0f/s\n", p["tokens"].get<int>(), p["tok_per_s"].get<double>(),
@@ -455,6 +475,20 @@ void add(CLI::App& app) {
   cmd->add_option("--breakdown-batch", a.breakdown_batch, "Sequences in the batched step --breakdown times")
       ->check(CLI::Range(2, 256))
       ->capture_default_str();
+  cmd->add_flag("--multi-turn", a.multi_turn,
+                "Instead of the above: a chat resending its whole history each turn, through the scheduler with "
+                "and without the prefix cache; time to first token per turn and the share of the history cached");
+  cmd->add_option("--system-tokens", a.turns.system_tokens, "--multi-turn: the system prompt's length")
+      ->capture_default_str();
+  cmd->add_option("--turns", a.turns.turns, "--multi-turn: turns of the conversation")->capture_default_str();
+  cmd->add_option("--final-tokens", a.turns.final_tokens, "--multi-turn: the last turn's prompt length")
+      ->capture_default_str();
+  cmd->add_option("--reply-tokens", a.turns.reply_tokens, "--multi-turn: tokens generated per turn")
+      ->capture_default_str();
+  cmd->add_option_function<int>(
+         "--prefix-cache-mb", [](int mb) { a.turns.cache_bytes = size_t(mb) << 20; },
+         "--multi-turn: memory for prefix snapshots (default 4096, as petrel serve)")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->callback([cmd] {
     a.weights_set = cmd->count("--weights") > 0;
     a.prefill_set = cmd->count("--prefill") > 0;

@@ -50,7 +50,7 @@ PrefixCache::Entry* PrefixCache::find(std::span<const int32_t> prefix, uint64_t 
 int PrefixCache::restore(std::span<const int32_t> prompt, SequenceState& state) {
   if (!enabled()) return 0;
   stats_.queried_tokens += prompt.size();
-  const size_t blocks = (prompt.size() - 1) / size_t(options_.block);  // leaves at least one token to feed
+  const size_t blocks = prompt.size() < 2 ? 0 : (prompt.size() - 2) / size_t(options_.block);
   const std::vector<uint64_t> hashes = block_hashes(prompt, blocks);
   for (size_t b = blocks; b > 0; --b) {
     const size_t n = b * size_t(options_.block);
@@ -64,12 +64,15 @@ int PrefixCache::restore(std::span<const int32_t> prompt, SequenceState& state) 
   return 0;
 }
 
+int PrefixCache::last_snapshot(int size) const {
+  const int block = options_.block;
+  return size % block == 0 ? size : std::max(size - 2, 0) / block * block;
+}
+
 int PrefixCache::next_snapshot(int fed, int size) const {
   if (!enabled()) return size;
-  const int block = options_.block, interval = options_.interval;
-  const int last = size / block * block;  // the prompt's last block boundary
-  const int next_interval = (fed / interval + 1) * interval;
-  const int next = std::min(next_interval, last);
+  const int next_interval = (fed / options_.interval + 1) * options_.interval;
+  const int next = std::min(next_interval, last_snapshot(size));
   return next > fed ? next : size;
 }
 
@@ -77,7 +80,7 @@ void PrefixCache::offer(std::span<const int32_t> prompt, const SequenceState& st
   const int n = state.n_past;
   if (!enabled() || n == 0 || n % options_.block != 0 || n > int(prompt.size())) return;
   const bool at_interval = n % options_.interval == 0;
-  const bool at_last = n == int(prompt.size()) / options_.block * options_.block;
+  const bool at_last = n == last_snapshot(int(prompt.size()));
   if (!at_interval && !at_last) return;
   const std::span<const int32_t> prefix = prompt.first(size_t(n));
   const uint64_t hash = block_hashes(prefix, size_t(n / options_.block)).back();

@@ -4,6 +4,9 @@
 // position, so a snapshot is taken exactly at a block boundary while the prompt is fed: at the last
 // boundary of every prompt and every `interval` tokens of long ones. Entries are keyed by chained
 // hashes of their token blocks and evicted least recently used under a byte budget.
+// Neither a restore nor a snapshot leaves exactly one prompt token to feed: a one-token piece runs
+// as a decode step, which rounds differently from the prefill piece it would be part of without
+// the cache.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +40,8 @@ class PrefixCache {
   PrefixCache(const PrefixCacheOptions& options, std::function<std::unique_ptr<SequenceState>(int)> new_state);
 
   bool enabled() const { return options_.budget_bytes > 0; }
-  // Restores into `state` (empty) the longest snapshot that is a prefix of `prompt`, shorter than
-  // the whole prompt (its last token must be fed to give logits); returns its length, 0 if none.
+  // Restores into `state` (empty) the longest snapshot that is a prefix of `prompt` and leaves at
+  // least two of its tokens to feed; returns its length, 0 if none.
   int restore(std::span<const int32_t> prompt, SequenceState& state);
   // The next position after `fed` at which a prompt of `size` tokens is snapshotted: feeding
   // should stop there. size when there is none.
@@ -55,6 +58,9 @@ class PrefixCache {
     size_t bytes = 0;
     uint64_t last_used = 0;
   };
+  // The prompt's last snapshot position: its end when that is a block boundary, else the last
+  // boundary that leaves two tokens or more.
+  int last_snapshot(int size) const;
   // Hashes of prompt[0, (i+1)·block) for each whole block i, chained block by block.
   std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, size_t blocks) const;
   Entry* find(std::span<const int32_t> prefix, uint64_t hash);

@@ -279,10 +279,13 @@ void Scheduler::Impl::prefill_step() {
   const auto it = std::find_if(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
   if (it == running.end()) return;
   RunningRequest& r = **it;
-  // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there.
+  // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there,
+  // and at multiples of the chunk, as without a restore: a restored prompt's last piece is then
+  // one token exactly where it is without the cache (a one-token piece rounds as a decode step).
   const int fed = r.state().n_past;
   const int until = prefix_cache.next_snapshot(fed, r.prompt_size());
-  const std::span<const int32_t> piece = r.next_prompt_piece(std::min(options.prefill_chunk, until - fed));
+  const int chunk_end = (fed / options.prefill_chunk + 1) * options.prefill_chunk;
+  const std::span<const int32_t> piece = r.next_prompt_piece(std::min(chunk_end, until) - fed);
   const bool last = fed + int(piece.size()) == r.prompt_size();
   Tensor logits;
   try {

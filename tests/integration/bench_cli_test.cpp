@@ -1,5 +1,6 @@
 // `petrel bench --device cpu` as a person runs it on the bundled petrel-tiny model: the JSON
-// figures and the refusals of what only the CUDA backend measures.
+// figures, the multi-turn chat with and without the prefix cache, and the refusals of what only
+// the CUDA backend measures or what cannot be laid out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +79,62 @@ TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
   EXPECT_EQ(device.status, 1);
   EXPECT_NE(device.out.find("--device 'gpu' is not known (expected auto, cuda or cpu)"), std::string::npos)
       << device.out;
+}
+
+// Turns of 256, 384 and 512 tokens with 8-token replies: each later turn restores its
+// predecessor's prompt (a whole number of 64-token blocks) out of the history it resends.
+TEST(BenchCli, CpuMultiTurnRestoresEachTurnsHistory) {
+  const test::CliResult r = test::run_petrel("bench " + kTiny +
+                                                 " --device cpu -t 2 --multi-turn --system-tokens 128 --turns 3 "
+                                                 "--final-tokens 512 --reply-tokens 8 --runs 3 --json",
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(d.contains("prefill"));
+  EXPECT_FALSE(d.contains("decode"));
+  const nlohmann::json& m = d["multi_turn"];
+  EXPECT_EQ(m["same_replies"], true);
+  ASSERT_EQ(m["rows"].size(), 3u);
+  const int prompt[] = {256, 384, 512}, shared[] = {0, 264, 392}, cached[] = {0, 256, 384};
+  for (size_t t = 0; t < 3; ++t) {
+    const nlohmann::json& row = m["rows"][t];
+    EXPECT_EQ(row["turn"], int(t) + 1);
+    EXPECT_EQ(row["prompt_tokens"], prompt[t]) << row;
+    EXPECT_EQ(row["shared_prefix_tokens"], shared[t]) << row;
+    EXPECT_EQ(row["cached_tokens"], cached[t]) << row;
+    for (const char* mode : {"ttft_cached_ms", "ttft_uncached_ms"}) {
+      const nlohmann::json& ttft = row[mode];
+      EXPECT_EQ(ttft["runs"].size(), 3u) << row;
+      EXPECT_GT(ttft["min"].get<double>(), 0.0) << row;
+      EXPECT_LE(ttft["min"].get<double>(), ttft["median"].get<double>()) << row;
+      EXPECT_LE(ttft["median"].get<double>(), ttft["max"].get<double>()) << row;
+    }
+    EXPECT_DOUBLE_EQ(row["ttft_ratio"].get<double>(),
+                     row["ttft_cached_ms"]["median"].get<double>() / row["ttft_uncached_ms"]["median"].get<double>());
+  }
+  EXPECT_TRUE(m["rows"][0]["cached_share"].is_null());
+  EXPECT_DOUBLE_EQ(m["rows"][1]["cached_share"].get<double>(), 256.0 / 264.0);
+  EXPECT_DOUBLE_EQ(m["rows"][2]["cached_share"].get<double>(), 384.0 / 392.0);
+}
+
+TEST(BenchCli, MultiTurnRefusesWhatCannotBeLaidOut) {
+  const test::CliResult defaults = test::run_petrel("bench " + kTiny + " --device cpu --multi-turn", "2>&1");
+  EXPECT_EQ(defaults.status, 1);
+  EXPECT_NE(defaults.out.find("--final-tokens: the last turn (16384 prompt + 128 reply tokens) exceeds the model's "
+                              "2048 positions"),
+            std::string::npos)
+      << defaults.out;
+  const test::CliResult reply = test::run_petrel(
+      "bench " + kTiny + " --device cpu --multi-turn --system-tokens 128 --turns 3 --final-tokens 512 --reply-tokens 128",
+      "2>&1");
+  EXPECT_EQ(reply.status, 1);
+  EXPECT_NE(reply.out.find("--reply-tokens: expected fewer than each turn's growth ((--final-tokens - "
+                           "--system-tokens) / --turns = 128 tokens), found 128"),
+            std::string::npos)
+      << reply.out;
+  const test::CliResult mixed = test::run_petrel("bench " + kTiny + " --device cpu --multi-turn --prefill 16", "2>&1");
+  EXPECT_EQ(mixed.status, 1);
+  EXPECT_NE(mixed.out.find("--multi-turn runs on its own"), std::string::npos) << mixed.out;
 }
 
 }  // namespace

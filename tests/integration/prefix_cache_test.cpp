@@ -1,12 +1,16 @@
 // The prefix cache on the CPU: snapshots restore exactly the state their prefix left (the same
-// bits), and requests served with the cache (sequentially, concurrently, under a budget so small
-// that snapshots are evicted all the time) give the very tokens and logprobs they give without it.
+// bits), a restored prefix gives the very logits a full prefill gives (shared prefixes ending on
+// and between block boundaries), and requests served with the cache (sequentially, concurrently,
+// under a budget so small that snapshots are evicted all the time) give the very tokens and
+// logprobs they give without it.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 
 #include "cpu_fixture.h"
 #include "runtime/scheduler.h"
@@ -20,7 +24,7 @@ constexpr int kContext = 320;
 PrefixCacheOptions cache_options(size_t budget) { return {.budget_bytes = budget, .block = 64, .interval = 128}; }
 
 struct Fixture : test::CpuFixture {
-  Fixture() : CpuFixture("qwen35moe-vlm-fused", kChunk) {}
+  explicit Fixture(int max_chunk = kChunk) : CpuFixture("qwen35moe-vlm-fused", max_chunk) {}
   std::unique_ptr<SequenceState> state(int capacity = kContext) { return model->new_sequence(capacity); }
   // Feeds prompt[fed, end) in pieces of at most kChunk tokens.
   void feed(std::span<const int32_t> prompt, SequenceState& st, int end) {
@@ -51,6 +55,9 @@ TEST(PrefixCache, SnapshotPositionsAreIntervalsAndThePromptsLastBlock) {
   EXPECT_EQ(cache.next_snapshot(256, 300), 300) << "past the last block: none";
   EXPECT_EQ(cache.next_snapshot(0, 100), 64) << "the last block boundary comes before the interval";
   EXPECT_EQ(cache.next_snapshot(0, 40), 40);
+  EXPECT_EQ(cache.next_snapshot(0, 128), 128) << "the prompt's end is a block boundary";
+  EXPECT_EQ(cache.next_snapshot(0, 129), 64) << "a snapshot at 128 would leave a one-token piece";
+  EXPECT_EQ(cache.next_snapshot(64, 129), 129);
   PrefixCache off(cache_options(0), [&](int n) { return f.state(n); });
   EXPECT_EQ(off.next_snapshot(0, 300), 300);
 }
@@ -127,10 +134,71 @@ TEST(PrefixCache, EvictsTheLeastRecentlyUsedUnderItsBudget) {
   EXPECT_EQ(tiny.stats().entries, 0);
 }
 
+// Feeds `prompt` past st.n_past as the scheduler does with a prefill chunk longer than the prompt:
+// one piece up to each snapshot position, offered to `cache` (when given). The last token's logits.
+std::vector<float> prefill(Fixture& f, PrefixCache* cache, std::span<const int32_t> prompt, SequenceState& st) {
+  std::vector<float> logits(size_t(f.vocab()));
+  const int size = int(prompt.size());
+  while (st.n_past < size) {
+    const int until = cache ? cache->next_snapshot(st.n_past, size) : size;
+    f.model->forward(prompt.data() + st.n_past, until - st.n_past, st, logits.data());
+    if (cache) cache->offer(prompt, st);
+  }
+  return logits;
+}
+
+// `logits` and the logits after each of `steps` greedy tokens decoded from them.
+std::vector<std::vector<float>> greedy(Fixture& f, std::vector<float> logits, SequenceState& st, int steps) {
+  std::vector<std::vector<float>> out{logits};
+  for (int i = 0; i < steps; ++i) {
+    const int32_t token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    f.model->forward(&token, 1, st, logits.data());
+    out.push_back(logits);
+  }
+  return out;
+}
+
+// Prompt b shares its first `shared` tokens with a cached prompt a. Restoring the longest snapshot
+// and prefilling the rest gives the logits of b prefilled from scratch, bit for bit, and the same
+// greedy continuation. Snapshots of a are at 128 (the interval) and at its last block boundary.
+TEST(PrefixCache, RestoredPrefixesGiveTheLogitsOfAFullPrefill) {
+  Fixture f(256);  // a prompt's stretch between snapshots is one forward piece
+  struct Case {
+    const char* name;
+    int a, shared, b, restored;
+  };
+  const Case cases[] = {
+      {"the shared prefix ends on a snapshot's boundary", 128, 128, 165, 128},
+      {"the shared prefix ends between block boundaries", 100, 100, 140, 64},
+      {"one token past a snapshot (a one-token rest is never restored)", 128, 128, 129, 0},
+      {"the prompt ends at a snapshot (its last token is fed again)", 200, 192, 192, 128},
+      {"diverging one token before a snapshot", 200, 191, 220, 128},
+      {"diverging before the first snapshot", 200, 100, 220, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    PrefixCache cache(cache_options(1 << 30), [&](int n) { return f.state(n); });
+    const std::vector<int32_t> a = tokens(c.a, 5, f.vocab());
+    std::vector<int32_t> b(a.begin(), a.begin() + c.shared);
+    const std::vector<int32_t> rest = tokens(c.b - c.shared, 6, f.vocab());
+    b.insert(b.end(), rest.begin(), rest.end());
+    const size_t cut = size_t(c.shared);
+    if (cut < b.size() && b[cut] == a[cut]) b[cut] = (b[cut] + 1) % f.vocab();  // b differs right after
+    auto fed_a = f.state();
+    prefill(f, &cache, a, *fed_a);
+
+    auto plain = f.state();
+    const auto want = greedy(f, prefill(f, nullptr, b, *plain), *plain, 4);
+    auto restored = f.state();
+    EXPECT_EQ(cache.restore(b, *restored), c.restored);
+    EXPECT_EQ(greedy(f, prefill(f, &cache, b, *restored), *restored, 4), want);
+  }
+}
+
 // What a request gave: its tokens, their logprobs and how many prompt tokens came from the cache.
 struct Answer {
   std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
+  std::vector<float> logprobs;  // of each token, then of its top_logprobs alternatives
   int cached = 0;
 };
 
@@ -145,6 +213,7 @@ struct Collector {
       if (e.token >= 0) {
         answer.tokens.push_back(e.token);
         answer.logprobs.push_back(e.chosen.logprob);
+        for (const TokenLogprob& t : e.top) answer.logprobs.push_back(t.logprob);
       }
       if (e.done) {
         answer.cached = e.stats.prompt_tokens - e.stats.prefilled;
@@ -181,11 +250,11 @@ std::vector<CompletionRequest> conversation(int vocab) {
 }
 
 std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
-                          bool concurrent, PrefixCacheStats* stats = nullptr) {
+                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
   SchedulerOptions o;
   o.max_sequences = 4;
   o.context = kContext;
-  o.prefill_chunk = kChunk;
+  o.prefill_chunk = prefill_chunk;
   o.prefix_cache = cache_options(budget);
   Scheduler scheduler(model, o);
   std::vector<Collector> got(requests.size());
@@ -206,6 +275,32 @@ void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
     EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "request " << i;
   }
+}
+
+// Prompts of 129 tokens, one past a multiple of the prefill chunk (128): without the cache their
+// last token is fed alone, as a decode step; with it, after a restore of 64 tokens or none, it
+// must be too, and a prompt one token past a snapshot is not restored to a one-token rest.
+TEST(PrefixCache, PiecesAfterARestoreEndWhereTheyEndWithoutTheCache) {
+  Fixture f(128);
+  const std::vector<int32_t> a = tokens(100, 21, f.vocab()), c = tokens(128, 22, f.vocab());
+  std::vector<CompletionRequest> requests(4);
+  requests[0].prompt = a;  // snapshot at 64
+  requests[1].prompt = a;  // restores 64
+  requests[1].prompt.resize(129);
+  std::copy_n(c.begin(), 29, requests[1].prompt.begin() + 100);
+  requests[2].prompt = c;  // snapshot at 128
+  requests[3].prompt = c;  // a restore of 128 would leave one token
+  requests[3].prompt.push_back(7);
+  for (CompletionRequest& r : requests) {
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 4;
+    r.top_logprobs = 20;
+  }
+  const std::vector<Answer> plain = serve(*f.model, requests, 0, false, nullptr, 2 * kChunk);
+  const std::vector<Answer> cached = serve(*f.model, requests, size_t(1) << 30, false, nullptr, 2 * kChunk);
+  expect_same(cached, plain);
+  EXPECT_EQ(cached[1].cached, 64);
+  EXPECT_EQ(cached[3].cached, 0);
 }
 
 TEST(PrefixCache, TurnsOfAConversationRestoreTheirHistory) {
@@ -247,6 +342,47 @@ TEST(PrefixCache, ConcurrentRequestsAndEvictionsChangeNoOutput) {
   expect_same(serve(*f.model, requests, one + 1024, false, &stats), plain);
   EXPECT_GT(stats.evictions, 0u);
   EXPECT_LE(stats.entries, 1);
+}
+
+// Forty requests at once, branches of three shared histories cut anywhere (some on block
+// boundaries), under a budget of two snapshots and a prefill chunk of two blocks: restores,
+// snapshots and evictions interleave with running sequences, and every request gives the tokens
+// and logprobs it gives alone, without a cache.
+TEST(PrefixCache, ManyOverlappingRequestsUnderASmallBudgetMatchEachAlone) {
+  Fixture f;
+  std::mt19937 rng(7);
+  const std::vector<int32_t> roots[] = {tokens(260, 11, f.vocab()), tokens(260, 12, f.vocab()),
+                                        tokens(260, 13, f.vocab())};
+  std::vector<CompletionRequest> requests;
+  for (int i = 0; i < 40; ++i) {
+    const std::vector<int32_t>& root = roots[rng() % 3];
+    const int shared = i % 5 == 0 ? 64 * int(1 + rng() % 4) : int(1 + rng() % 256);
+    const std::vector<int32_t> tail = tokens(int(rng() % 40), 100 + i, f.vocab());
+    CompletionRequest r;
+    r.prompt.assign(root.begin(), root.begin() + shared);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 1 + int(rng() % 6);
+    r.top_logprobs = 0;
+    requests.push_back(r);
+  }
+  size_t one = 0;
+  {
+    PrefixCache probe(cache_options(1 << 30), [&](int n) { return f.state(n); });
+    auto st = f.state();
+    f.feed(roots[0], *st, 256);
+    probe.offer(roots[0], *st);
+    one = probe.stats().bytes;
+  }
+  const std::vector<Answer> alone = serve(*f.model, requests, 0, false, nullptr, 2 * kChunk);
+  PrefixCacheStats stats;
+  const std::vector<Answer> cached = serve(*f.model, requests, 2 * one, true, &stats, 2 * kChunk);
+  expect_same(cached, alone);
+  int hits = 0;
+  for (const Answer& a : cached) hits += a.cached > 0;
+  EXPECT_GE(hits, 10);
+  EXPECT_GT(stats.evictions, 10u);
+  EXPECT_LE(stats.bytes, 2 * one);
 }
 
 }  // namespace
