@@ -152,9 +152,10 @@ def make_weights(src, dst):
             json.dump(index, f, indent=2)
     else:
         path = os.path.join(dst, "model.safetensors")
-        tensors = {n: a for n, (a, _) in read_safetensors(path).items() if not n.startswith("mtp.")}
-        dtypes = {d for _, (_, d) in read_safetensors(path).items()}
+        old = read_safetensors(path)
+        dtypes = {d for _, d in old.values()}
         assert dtypes == {"BF16"}, f"{path}: expected a bf16 checkpoint, found {dtypes}"
+        tensors = {n: a for n, (a, _) in old.items() if not n.startswith("mtp.")}
         tensors.update(new)
         write_safetensors(path, tensors)
     if not next_arch:
