@@ -27,7 +27,8 @@ class MtpDrafter {
   // token just sampled, not yet fed).
   void advance(const int32_t* next, int n);
   // Up to k tokens guessed to follow the pending token (next[n-1] of the last advance). The
-  // first call after an advance chains the head; later ones return a prefix of its draft.
+  // first call after an advance chains the head from the model's last head step, so no other
+  // drafter of the model may advance in between; later calls return a prefix of its draft.
   std::vector<int32_t> draft(int k);
 
  private:

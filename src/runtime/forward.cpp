@@ -156,6 +156,8 @@ int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceS
   check(n >= 1 && n <= source_rows && (from_trunk || n == 1),
         "mtp_forward: " + std::to_string(n) + " rows, but the " + (from_trunk ? "trunk" : "head") +
             "'s last step left " + std::to_string(source_rows));
+  check(from_trunk || &mtp == mtp_last_,
+        "mtp_forward: a chained step continues the last head step, which continued another head state");
   check(mtp.n_past + n <= mtp.capacity, "mtp_forward: the head's cache holds " + std::to_string(mtp.capacity) +
                                             " tokens, " + std::to_string(mtp.n_past + n) + " needed");
   const MtpInput input = from_trunk ? MtpInput{buffers_.h, &weights_.final_norm}
@@ -165,6 +167,7 @@ int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceS
   backend_.run(mtp_step_ops(config_, weights_, buffers_, mtp_buffers_, input, {n, {&mtp, nullptr}, logits, true}));
   mtp.n_past += n;
   mtp_rows_ = n;
+  mtp_last_ = &mtp;
   if (all_logits) backend_.to_host(logits, all_logits);
   return backend_.greedy_token();
 }

@@ -51,7 +51,7 @@ class Model {
   std::unique_ptr<SequenceState> new_mtp_sequence(int capacity);
   // Runs the head over `n` rows continuing `mtp`: row t pairs token ids[t] with a hidden state,
   // the last trunk step's row t (from_trunk; n at most that step's rows) or else, for n = 1, the
-  // last row of the previous head step. Returns the argmax of the last row's logits: the draft
+  // last row of the previous head step, which must have continued `mtp` too. Returns the argmax of the last row's logits: the draft
   // for the position after ids[n-1]. Every row's logits go to `all_logits` (n x vocab) when set.
   int32_t mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceState& mtp, float* all_logits = nullptr);
   // The residual stream of the last trunk step's rows, before the final norm: the hidden states
@@ -86,6 +86,7 @@ class Model {
   MtpBuffers mtp_buffers_;
   Tensor mtp_logits_;   // [1, vocab]: the head's own, so a draft never overwrites logits a decoder kept
   int mtp_rows_ = 0;    // rows of the last head step
+  const SequenceState* mtp_last_ = nullptr;  // the head state that step continued
 };
 
 }  // namespace petrel
