@@ -53,6 +53,9 @@ class Backend {
   // floats (logits) where the backend would otherwise use its activation type.
   virtual Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) = 0;
   virtual std::unique_ptr<SequenceState> new_sequence(int capacity) = 0;
+  // The state of the multi-token prediction head for one sequence: the KV caches of its layers,
+  // which ops address as layers n_layers + j, and nothing of the trunk.
+  virtual std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) = 0;
   virtual void to_host(const Tensor& t, float* dst) = 0;      // rows x cols floats, densely packed
   virtual void from_host(const float* src, Tensor t) = 0;     // the inverse, for tests and tools
 

@@ -212,7 +212,7 @@ void run(const CLI::App& cmd, Args& a) {
 
   std::fprintf(stderr, "%s\n", m.summary().c_str());
   std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity) + " tokens";
-  if (o.speculative.draft > 0) line += ", speculative ngram (draft " + std::to_string(o.speculative.draft) + ")";
+  if (o.speculative.draft > 0) line += ", " + describe_speculative(o.speculative);
   std::fprintf(stderr, "%s\n/help lists commands; Ctrl-C stops an answer; Ctrl-D or /exit quits\n", line.c_str());
   ChatLoop(conversation, o, a.gen.show_thinking).run();
 }

@@ -64,9 +64,11 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
       ->check(integer_in(-1));
   cmd->add_option("--stop", f.stops, "Stop when the answer contains this text (not printed); repeatable");
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past end-of-sequence tokens");
-  cmd->add_option("--speculative", f.speculative, "Speculative decoding: ngram (draft by prompt lookup)")
-      ->check(CLI::IsMember({"ngram"}));
-  cmd->add_option("--draft", f.draft, "Tokens drafted per step with --speculative")->capture_default_str()
+  cmd->add_option("--speculative", f.speculative,
+                  "Speculative decoding: ngram (draft by prompt lookup) or mtp (the checkpoint's draft head)")
+      ->check(CLI::IsMember({"ngram", "mtp"}));
+  cmd->add_option("--draft,--draft-tokens", f.draft,
+                  "Most tokens drafted per step with --speculative (default 6 for ngram, 3 for mtp)")
       ->check(integer_in(1));
   cmd->add_option("--ngram-min", f.ngram_min, "Shortest n-gram the drafter matches")->capture_default_str()
       ->check(integer_in(1));
@@ -114,14 +116,24 @@ ConversationOptions resolve_generation(const CLI::App& cmd, const GenerationFlag
   check(o.max_tokens == -1 || o.max_tokens > 0,
         "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(o.max_tokens));
   o.stops = f.stops;
-  check((!given(cmd, "--draft") && !given(cmd, "--ngram-min") && !given(cmd, "--ngram-max")) || !f.speculative.empty(),
-        "--draft / --ngram-min / --ngram-max: only with --speculative ngram");
+  check(!given(cmd, "--draft") || !f.speculative.empty(), "--draft / --draft-tokens: only with --speculative");
+  check((!given(cmd, "--ngram-min") && !given(cmd, "--ngram-max")) || f.speculative == "ngram",
+        "--ngram-min / --ngram-max: only with --speculative ngram");
   if (f.speculative == "ngram") o.speculative = {f.draft, f.ngram_min, f.ngram_max};
+  // Each further MTP draft costs a step of the head and is right less often than the one before.
+  constexpr int kMtpDraft = 3;
+  if (f.speculative == "mtp")
+    o.speculative = {given(cmd, "--draft") ? f.draft : kMtpDraft, f.ngram_min, f.ngram_max, DraftSource::Mtp};
   check(f.ngram_min <= f.ngram_max, "--ngram-min (" + std::to_string(f.ngram_min) + ") must not exceed --ngram-max (" +
                                         std::to_string(f.ngram_max) + ")");
   o.system = f.system;
   o.thinking = !f.no_think;
   return o;
+}
+
+std::string describe_speculative(const SpeculativeOptions& s) {
+  return std::string("speculative ") + (s.source == DraftSource::Mtp ? "mtp" : "ngram") + " (draft " +
+         std::to_string(s.draft) + ")";
 }
 
 std::string describe_sampling(const SamplingParams& p) {

@@ -21,8 +21,8 @@ struct GenerationFlags {
   int max_tokens = -1;
   std::vector<std::string> stops;
   bool ignore_eos = false;
-  std::string speculative;  // "" or "ngram"
-  int draft = 6, ngram_min = 2, ngram_max = 4;
+  std::string speculative;  // "", "ngram" or "mtp"
+  int draft = 6, ngram_min = 2, ngram_max = 4;  // draft: the n-gram default (MTP's is kMtpDraft)
   int context = 0;
   std::string system;
   bool no_think = false, show_thinking = false;
@@ -38,5 +38,7 @@ ConversationOptions resolve_generation(const CLI::App& cmd, const GenerationFlag
 
 // "greedy" or "temperature 0.6, top-k 20, top-p 0.95, seed 1234" (only what is active).
 std::string describe_sampling(const SamplingParams& p);
+// "speculative ngram (draft 6)" or "speculative mtp (draft 3)".
+std::string describe_speculative(const SpeculativeOptions& s);
 
 }  // namespace petrel::cli

@@ -87,7 +87,7 @@ std::unique_ptr<Decoder> decoder_for(Model& model, bool structured) {
 void print_setup(const LoadedModel& m, const ConversationOptions& o) {
   std::fprintf(stderr, "%s\n", m.summary().c_str());
   std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity);
-  if (o.speculative.draft > 0) line += ", speculative ngram (draft " + std::to_string(o.speculative.draft) + ")";
+  if (o.speculative.draft > 0) line += ", " + describe_speculative(o.speculative);
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 

@@ -30,6 +30,8 @@ class Decoder {
   // The token for sequence position `position` from kept row `row` (0 with KeepLogits::Last),
   // under the penalty history observed so far.
   virtual int32_t sample(int row, uint64_t position) = 0;
+  // The model the decoder runs, for drafters that read its hidden states; null where none.
+  virtual Model* model() { return nullptr; }
 };
 
 // What HostDecoder and DeviceDecoder share: the model they run.
@@ -38,6 +40,7 @@ class ModelDecoder : public Decoder {
   explicit ModelDecoder(Model& model) : model_(model) {}
   int vocab() const override { return model_.config().vocab; }
   std::unique_ptr<SequenceState> new_sequence(int capacity) override { return model_.new_sequence(capacity); }
+  Model* model() override { return &model_; }
 
  protected:
   Model& model_;

@@ -33,15 +33,29 @@ void check_request(const SequenceState& st, const GenerateRequest& r) {
 
 // Long prompts go in pieces so that a cancel request is honoured within one piece; the piece is
 // a multiple of every usual prefill chunk, so the model chunks the prompt as it would in one go.
-bool Generator::prefill(SequenceState& st, const GenerateRequest& req) {
-  constexpr int kPiece = 4096;
+// The MTP head reads a step's hidden rows, which the trunk keeps for one chunk: pieces of a chunk.
+bool Generator::prefill(SequenceState& st, const GenerateRequest& req, int* last_step) {
+  const int piece = mtp_ ? mtp_->max_rows() : 4096;
   const int P = int(req.tokens.size());
-  while (P - st.n_past > kPiece) {
-    decoder_.feed(req.tokens.data() + st.n_past, kPiece, st, KeepLogits::None);
+  while (P - st.n_past > piece) {
+    const int from = st.n_past;
+    decoder_.feed(req.tokens.data() + from, piece, st, KeepLogits::None);
+    if (mtp_) mtp_->advance(req.tokens.data() + from + 1, piece);
     if (req.cancel && req.cancel->load()) return false;
   }
+  *last_step = st.n_past;
   decoder_.feed(req.tokens.data() + st.n_past, P - st.n_past, st, KeepLogits::Last);
   return true;
+}
+
+MtpDrafter* Generator::mtp_for(const GenerateRequest& req, int capacity) {
+  if (req.speculative.draft == 0 || req.speculative.source != DraftSource::Mtp) return nullptr;
+  Model* model = decoder_.model();
+  check(model && model->has_mtp(),
+        "--speculative mtp needs a checkpoint with a multi-token prediction head (mtp.* tensors); this one has none");
+  if (!mtp_ || mtp_->capacity() != capacity) mtp_ = std::make_unique<MtpDrafter>(*model, capacity);
+  mtp_->reset();
+  return mtp_.get();
 }
 
 GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const GenerateRequest& req,
@@ -64,7 +78,9 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
   };
   std::optional<NgramDrafter> drafter;
   DraftPolicy policy(req.speculative.draft);
-  if (req.speculative.draft > 0) {
+  MtpDrafter* const mtp = mtp_for(req, st->capacity);
+  if (!mtp) mtp_.reset();
+  if (req.speculative.draft > 0 && !mtp) {
     drafter.emplace(req.speculative.ngram_min, req.speculative.ngram_max);
     for (int32_t t : req.tokens) drafter->append(t);
   }
@@ -96,23 +112,32 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     return k;
   };
 
-  if (!prefill(*st, req)) {
+  int last_step = 0;
+  if (!prefill(*st, req, &last_step)) {
     result.reason = FinishReason::Cancelled;
     return result;
   }
   int32_t pending = sample(uint64_t(st->n_past));
   bool running = emit(pending);
+  std::vector<int32_t> next;  // for the head: the token after each row of the trunk's last step
+  if (mtp && running) {
+    next.assign(req.tokens.begin() + last_step + 1, req.tokens.end());
+    next.push_back(pending);
+    mtp->advance(next.data(), int(next.size()));
+  }
   while (running) {
     if (st->n_past >= st->capacity) {
       result.reason = FinishReason::ContextFull;
       break;
     }
-    const int budget = drafter ? draft_budget() : 0;
-    const std::vector<int32_t> draft = budget > 0 ? drafter->draft(budget) : std::vector<int32_t>{};
+    const int budget = drafter || mtp ? draft_budget() : 0;
+    std::vector<int32_t> draft;
+    if (budget > 0) draft = mtp ? mtp->draft(budget) : drafter->draft(budget);
     if (draft.empty()) {
       decoder_.feed(&pending, 1, *st, KeepLogits::Last);
       pending = sample(uint64_t(st->n_past));
       running = emit(pending);
+      if (mtp && running) mtp->advance(&pending, 1);
       continue;
     }
     if (!scratch_ || scratch_->capacity != st->capacity) scratch_ = decoder_.new_sequence(st->capacity);
@@ -123,6 +148,12 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     ++stats.verify_steps;
     pending = v.last;
     running = !v.finished;
+    if (mtp && running) {
+      // The trunk's last step fed the old pending token and the accepted drafts.
+      next.assign(draft.begin(), draft.begin() + v.accepted);
+      next.push_back(pending);
+      mtp->advance(next.data(), int(next.size()));
+    }
   }
   stats.generated = int(result.tokens.size());
   stats.ttft_s = seconds(req.start, first);

@@ -12,16 +12,21 @@
 #include <vector>
 
 #include "generate/decoder.h"
+#include "generate/mtp_draft.h"
 #include "generate/sampling_params.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
 
 namespace petrel {
 
+// Where drafts come from: prompt lookup, or the checkpoint's multi-token prediction head.
+enum class DraftSource { Ngram, Mtp };
+
 struct SpeculativeOptions {
-  int draft = 0;      // tokens drafted per step by n-gram lookup; 0: no speculation
+  int draft = 0;      // most tokens drafted per step; 0: no speculation
   int ngram_min = 2;  // shortest suffix n-gram the drafter looks up
   int ngram_max = 4;  // longest (tried first)
+  DraftSource source = DraftSource::Ngram;
 };
 
 struct GenerateRequest {
@@ -64,10 +69,15 @@ class Generator {
 
  private:
   // Feeds the tokens `st` does not hold yet, keeping the last row's logits; false if cancelled.
-  bool prefill(SequenceState& st, const GenerateRequest& req);
+  // With an MTP drafter, every step but the last is followed by the head's; the last step's first
+  // row is returned (the head reads it once the next token is sampled).
+  bool prefill(SequenceState& st, const GenerateRequest& req, int* last_step);
+  // The MTP drafter for `req`'s sequence of `capacity` tokens, made or reused; null without MTP.
+  MtpDrafter* mtp_for(const GenerateRequest& req, int capacity);
 
   Decoder& decoder_;
   std::unique_ptr<SequenceState> scratch_;  // verification copy, reused across calls
+  std::unique_ptr<MtpDrafter> mtp_;        // reused across calls
 };
 
 }  // namespace petrel

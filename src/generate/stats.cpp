@@ -23,7 +23,8 @@ std::string stats_line(const GenerationStats& s, FinishReason reason, bool specu
                 s.decode_tokens_per_s());
   line += buf;
   if (speculative) {
-    std::snprintf(buf, sizeof buf, ", drafts %.0f%% accepted (%d/%d)", 100.0 * s.acceptance(), s.accepted, s.drafted);
+    std::snprintf(buf, sizeof buf, ", drafts %.0f%% accepted (%d/%d), %.2f tokens per verify step",
+                  100.0 * s.acceptance(), s.accepted, s.drafted, s.tokens_per_verify());
     line += buf;
   }
   return line + ", ended: " + finish_reason_name(reason);

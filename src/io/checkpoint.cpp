@@ -26,10 +26,11 @@ const std::pair<const char*, const char*> kPrefixRewrites[] = {
     {"model.language_model.", "model."},           // HF Qwen3.5 VLM
     {"language_model.model.", "model."},           // mlx-lm / mlx-vlm Qwen3.5
     {"language_model.lm_head.", "lm_head."},
+    {"model.mtp.", "mtp."},                        // the multi-token prediction head
+    {"language_model.mtp.", "mtp."},
 };
 // Tensors a text-only model never reads.
-const char* kSkippedPrefixes[] = {"mtp.", "model.mtp.", "model.visual.", "visual.", "vision_tower.",
-                                  "model.vision_tower.", "language_model.mtp."};
+const char* kSkippedPrefixes[] = {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."};
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -88,9 +89,12 @@ class WeightMapper {
   std::vector<float> vector(const std::string& name, int64_t n, const std::string& role);
   std::vector<float> norm(const std::string& name, int64_t n, const std::string& role);
 
-  void map_attention(int i, LayerWeights& L);
-  void map_deltanet(int i, LayerWeights& L);
-  void map_ffn(int i, LayerWeights& L);
+  // A decoder layer under `p` ("model.layers.3."), `role` naming it in messages.
+  void map_layer(const std::string& p, const std::string& role, LayerKind kind, bool moe, LayerWeights& L);
+  void map_attention(const std::string& p, const std::string& role, LayerWeights& L);
+  void map_deltanet(const std::string& p, const std::string& role, LayerWeights& L);
+  void map_ffn(const std::string& p, const std::string& role, bool moe, LayerWeights& L);
+  void map_mtp();
   MlpWeights mlp(const std::string& prefix, int64_t inter, const std::string& role);
   std::vector<MlpWeights> experts(const std::string& prefix, const std::string& role);
 
@@ -217,9 +221,17 @@ static Matrix gather_rows(const Matrix& m, std::vector<int32_t> rows) {
   return s;
 }
 
-void WeightMapper::map_attention(int i, LayerWeights& L) {
-  const std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
-  const std::string role = "layer " + std::to_string(i) + " attention";
+void WeightMapper::map_layer(const std::string& p, const std::string& role, LayerKind kind, bool moe,
+                             LayerWeights& L) {
+  L.kind = kind;
+  L.input_norm = norm(p + "input_layernorm.weight", c_.hidden, role + " input_layernorm");
+  L.post_norm = norm(p + "post_attention_layernorm.weight", c_.hidden, role + " post_attention_layernorm");
+  if (kind == LayerKind::DeltaNet) map_deltanet(p + "linear_attn.", role + " gated deltanet", L);
+  else map_attention(p + "self_attn.", role + " attention", L);
+  map_ffn(p + "mlp.", role + " mlp", moe, L);
+}
+
+void WeightMapper::map_attention(const std::string& p, const std::string& role, LayerWeights& L) {
   const int64_t H = c_.hidden, D = c_.head_dim, Hq = c_.n_heads, Hkv = c_.n_kv_heads;
   AttentionWeights& A = L.attn;
   if (c_.attn_output_gate) {
@@ -243,9 +255,7 @@ void WeightMapper::map_attention(int i, LayerWeights& L) {
   A.k_norm = norm(p + "k_norm.weight", D, role + " k_norm");
 }
 
-void WeightMapper::map_deltanet(int i, LayerWeights& L) {
-  const std::string p = "model.layers." + std::to_string(i) + ".linear_attn.";
-  const std::string role = "layer " + std::to_string(i) + " gated deltanet";
+void WeightMapper::map_deltanet(const std::string& p, const std::string& role, LayerWeights& L) {
   const int64_t H = c_.hidden, Hk = c_.lin_k_heads, Hv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
   const int64_t r = Hv / Hk, C = c_.gdn_conv_channels(), K = c_.conv_kernel;
   DeltaNetWeights& G = L.gdn;
@@ -336,11 +346,9 @@ std::vector<MlpWeights> WeightMapper::experts(const std::string& prefix, const s
   return out;
 }
 
-void WeightMapper::map_ffn(int i, LayerWeights& L) {
-  const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
-  const std::string role = "layer " + std::to_string(i) + " mlp";
+void WeightMapper::map_ffn(const std::string& p, const std::string& role, bool moe, LayerWeights& L) {
   FfnWeights& F = L.ffn;
-  F.moe = c_.layer_is_moe[i];
+  F.moe = moe;
   if (!F.moe) {
     F.dense = mlp(p, c_.intermediate, role);
     return;
@@ -352,6 +360,21 @@ void WeightMapper::map_ffn(int i, LayerWeights& L) {
     F.shared = mlp(p + "shared_expert.", c_.shared_intermediate, role + " shared expert");
     F.shared_gate = matrix(p + "shared_expert_gate", {}, 1, c_.hidden, role + " shared_expert_gate");
   }
+}
+
+// The head's decoder layers are full attention with the trunk's feed-forward kind (MoE where the
+// trunk has experts).
+void WeightMapper::map_mtp() {
+  const int64_t H = c_.hidden;
+  MtpWeights& M = ck_.weights_.mtp;
+  M.fc = matrix("mtp.fc", {}, H, 2 * H, "mtp fc ([embedding | hidden] projection)");
+  M.embed_norm = norm("mtp.pre_fc_norm_embedding.weight", H, "mtp pre_fc_norm_embedding");
+  M.hidden_norm = norm("mtp.pre_fc_norm_hidden.weight", H, "mtp pre_fc_norm_hidden");
+  M.norm = norm("mtp.norm.weight", H, "mtp norm");
+  M.layers.resize(c_.mtp_layers);
+  for (int j = 0; j < c_.mtp_layers; ++j)
+    map_layer("mtp.layers." + std::to_string(j) + ".", "mtp layer " + std::to_string(j), LayerKind::FullAttention,
+              c_.n_experts > 0, M.layers[j]);
 }
 
 void WeightMapper::run() {
@@ -366,18 +389,11 @@ void WeightMapper::run() {
   ModelWeights& W = ck_.weights_;
   W.embed = matrix("model.embed_tokens", {}, c_.vocab, c_.hidden, "token embedding");
   W.layers.resize(c_.n_layers);
-  for (int i = 0; i < c_.n_layers; ++i) {
-    LayerWeights& L = W.layers[i];
-    L.kind = c_.layer_kinds[i];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    L.input_norm = norm(p + "input_layernorm.weight", c_.hidden, "layer " + std::to_string(i) + " input_layernorm");
-    L.post_norm = norm(p + "post_attention_layernorm.weight", c_.hidden,
-                       "layer " + std::to_string(i) + " post_attention_layernorm");
-    if (L.kind == LayerKind::DeltaNet) map_deltanet(i, L);
-    else map_attention(i, L);
-    map_ffn(i, L);
-  }
+  for (int i = 0; i < c_.n_layers; ++i)
+    map_layer("model.layers." + std::to_string(i) + ".", "layer " + std::to_string(i), c_.layer_kinds[i],
+              c_.layer_is_moe[i], W.layers[i]);
   W.final_norm = norm("model.norm.weight", c_.hidden, "final norm");
+  if (c_.mtp_layers > 0) map_mtp();
   if (has("lm_head.weight") || !c_.tie_embeddings)
     W.lm_head = matrix("lm_head", {}, c_.vocab, c_.hidden, "lm_head");
   else
@@ -398,6 +414,17 @@ void WeightMapper::run() {
 }
 
 // ------------------------------------------------------------------------------------------ Checkpoint
+
+// The MTP head is loaded where the checkpoint ships it (mtp.fc present): as deep as a Qwen3.5
+// config's mtp_num_hidden_layers says, one layer for Qwen3-Next, whose configs have no such key.
+// Conversions that drop the head keep the key, and load without it.
+void Checkpoint::choose_mtp_layers(const std::string& cfg_path) {
+  ModelConfig& c = config_;
+  if (!tensors_.count("mtp.fc.weight")) c.mtp_layers = 0;
+  else if (c.arch == Arch::Qwen3Next) c.mtp_layers = 1;
+  check(c.mtp_layers <= 1, cfg_path + ": mtp_num_hidden_layers is " + std::to_string(c.mtp_layers) +
+                               "; heads of more than one layer are not supported (expected 0 or 1)");
+}
 
 void Checkpoint::open_files() {
   const fs::path d(dir_);
@@ -474,16 +501,20 @@ void Checkpoint::count_parameters() {
   const ModelWeights& W = weights_;
   add(W.embed, 0.0);
   if (W.lm_head.data != W.embed.data) add(W.lm_head, 1.0);
-  for (const auto& L : W.layers) {
+  const double expert_frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
+  // `active`: whether plain decoding reads the layer for every token (the MTP head's it does not).
+  auto add_layer = [&](const LayerWeights& L, bool active) {
     for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z,
                             &L.gdn.b, &L.gdn.a, &L.gdn.out, &L.ffn.router, &L.ffn.shared_gate, &L.ffn.dense.gate,
                             &L.ffn.dense.up, &L.ffn.dense.down, &L.ffn.shared.gate, &L.ffn.shared.up,
                             &L.ffn.shared.down})
-      add(*m, 1.0);
-    const double frac = c.n_experts ? double(c.top_k) / c.n_experts : 0.0;
+      add(*m, active ? 1.0 : 0.0);
     for (const auto& e : L.ffn.experts)
-      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, frac);
-  }
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) add(*m, active ? expert_frac : 0.0);
+  };
+  for (const auto& L : W.layers) add_layer(L, true);
+  add(W.mtp.fc, 0.0);
+  for (const auto& L : W.mtp.layers) add_layer(L, false);
 }
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadProgress& progress) {
@@ -503,6 +534,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   else if (root.contains("quantization_config") && root["quantization_config"].is_object())
     ck->quantization_ = root["quantization_config"];
   ck->open_files();
+  ck->choose_mtp_layers(cfg_path);
   int quant_bits = 0;
   if (ck->info_.format == CheckpointFormat::Mlx) {
     check(ck->quantization_.is_object(), cfg_path + ": tensors carry .scales (MLX quantized) but config.json has "

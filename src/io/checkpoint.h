@@ -25,7 +25,7 @@ struct CheckpointInfo {
   size_t weight_bytes = 0;   // bytes of all tensors used by the model
   int64_t parameters = 0;    // logical parameter count of the tensors used
   int64_t active_parameters = 0;  // per token: routed experts counted top_k of n_experts
-  std::vector<std::string> skipped;  // tensors ignored (vision tower, MTP head, ...)
+  std::vector<std::string> skipped;  // tensors ignored (vision tower, an unused MTP head, ...)
 };
 
 // Called with (bytes done, bytes total) while the mapped weights are paged in.
@@ -48,6 +48,7 @@ class Checkpoint {
   Checkpoint() = default;
   void open_files();
   void open_gguf();
+  void choose_mtp_layers(const std::string& cfg_path);
   void page_in(const LoadProgress& progress) const;
   void count_parameters();
 

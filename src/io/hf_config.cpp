@@ -199,6 +199,7 @@ ModelConfig parse_hf_config(const json& root, const std::string& path) {
               " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_k_heads));
   }
   parse_ffn(f, c);
+  c.mtp_layers = f.integer_or("mtp_num_hidden_layers", 0, 0, limits::kLayers);
   parse_eos(root, c);
   if (c.eos_ids.empty()) parse_eos(tj, c);
   return c;

@@ -52,6 +52,10 @@ struct ModelConfig {
 
   std::vector<int> eos_ids;
 
+  // Multi-token prediction: full-attention decoder layers of the checkpoint's draft head
+  // (model/weights.h MtpWeights); 0 when the checkpoint has none.
+  int mtp_layers = 0;
+
   bool hybrid() const { return lin_v_heads > 0; }
   int gdn_key_dim() const { return lin_k_heads * lin_k_dim; }
   int gdn_value_dim() const { return lin_v_heads * lin_v_dim; }

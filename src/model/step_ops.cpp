@@ -18,22 +18,42 @@ class StepWriter {
   OpList write() {
     ops_.reserve(size_t(c_.n_layers) * 12 + 4);  // a layer writes at most 12 ops
     ops_.push_back(op::Embed{&w_.embed, b_.h});
-    for (int i = 0; i < c_.n_layers; ++i) layer(i);
-    const int64_t n = s_.logits.rows;
-    if (n > 0) {
-      const int64_t first = s_.rows - n;
-      const Tensor x = b_.x.rows_view(first, n);
-      ops_.push_back(op::RmsNorm{b_.h.rows_view(first, n), &w_.final_norm, c_.rms_eps, x});
-      ops_.push_back(op::Linear{x, &w_.lm_head, s_.logits});
-      if (s_.argmax) ops_.push_back(op::Argmax{s_.logits.rows_view(n - 1, 1)});
-    }
+    for (int i = 0; i < c_.n_layers; ++i) layer(w_.layers[i], i);
+    head(w_.final_norm);
+    return std::move(ops_);
+  }
+
+  // The MTP step, with b_.h already the head's own residual stream.
+  OpList write_mtp(const MtpBuffers& m, const MtpInput& in) {
+    const int64_t T = s_.rows, H = c_.hidden;
+    const MtpWeights& M = w_.mtp;
+    const Tensor cat = m.concat.rows_view(0, T);
+    ops_.reserve(M.layers.size() * 12 + 9);
+    ops_.push_back(op::Embed{&w_.embed, b_.x});
+    ops_.push_back(op::RmsNorm{b_.x, &M.embed_norm, c_.rms_eps, cat.cols_view(0, H)});
+    ops_.push_back(op::RmsNorm{in.hidden.rows_view(0, T), in.norm, c_.rms_eps, b_.x});
+    ops_.push_back(op::RmsNorm{b_.x, &M.hidden_norm, c_.rms_eps, cat.cols_view(H, H)});
+    ops_.push_back(op::Linear{cat, &M.fc, b_.h});
+    for (size_t j = 0; j < M.layers.size(); ++j) layer(M.layers[j], c_.n_layers + int(j));
+    head(M.norm);
     return std::move(ops_);
   }
 
  private:
-  // h += mixer(rms_norm(h)·input_norm) · outᵀ, then h += ffn(rms_norm(h)·post_norm).
-  void layer(int i) {
-    const LayerWeights& L = w_.layers[i];
+  // The logits rows the shape asks for: rms_norm(h)·norm, then the LM head (and its argmax).
+  void head(const std::vector<float>& norm) {
+    const int64_t n = s_.logits.rows;
+    if (n == 0) return;
+    const int64_t first = s_.rows - n;
+    const Tensor x = b_.x.rows_view(first, n);
+    ops_.push_back(op::RmsNorm{b_.h.rows_view(first, n), &norm, c_.rms_eps, x});
+    ops_.push_back(op::Linear{x, &w_.lm_head, s_.logits});
+    if (s_.argmax) ops_.push_back(op::Argmax{s_.logits.rows_view(n - 1, 1)});
+  }
+
+  // h += mixer(rms_norm(h)·input_norm) · outᵀ, then h += ffn(rms_norm(h)·post_norm). `i` is the
+  // layer's cache index in the sequence state.
+  void layer(const LayerWeights& L, int i) {
     ops_.push_back(op::RmsNorm{b_.h, &L.input_norm, c_.rms_eps, b_.x});
     if (L.kind == LayerKind::DeltaNet) deltanet(i, L.gdn);
     else attention(i, L.attn);
@@ -76,6 +96,13 @@ class StepWriter {
 OpList step_ops(const ModelConfig& config, const ModelWeights& weights, const StepBuffers& buffers,
                 const StepShape& shape) {
   return StepWriter(config, weights, buffers, shape).write();
+}
+
+OpList mtp_step_ops(const ModelConfig& config, const ModelWeights& weights, const StepBuffers& buffers,
+                    const MtpBuffers& mtp, const MtpInput& input, const StepShape& shape) {
+  StepBuffers b = buffers;
+  b.h = mtp.h;
+  return StepWriter(config, weights, b, shape).write_mtp(mtp, input);
 }
 
 }  // namespace petrel

@@ -33,4 +33,25 @@ struct StepShape {
 OpList step_ops(const ModelConfig& config, const ModelWeights& weights, const StepBuffers& buffers,
                 const StepShape& shape);
 
+// A step of the multi-token prediction head writes the trunk's scratch, except for these: its own
+// residual stream (so the trunk's rows it reads stay intact) and the fc input.
+struct MtpBuffers {
+  Tensor h;       // [rows, H] residual stream
+  Tensor concat;  // [rows, 2H] [normed embedding | normed hidden]
+};
+
+// The hidden rows an MTP step starts from: residual streams before their last norm, which the
+// step applies. Backends may fuse a norm into the LM head that follows it and never write the
+// normed rows, so the residual is the value every backend leaves behind.
+struct MtpInput {
+  Tensor hidden;                         // [rows, H]: the trunk's h, or a previous MTP step's
+  const std::vector<float>* norm = nullptr;  // final_norm for trunk rows, mtp.norm for the head's own
+};
+
+// The ops of one MTP step (model-spec §5): row t pairs the staged token x_{t+1} with hidden row t:
+// u = [RMSNorm(Embed x_{t+1}) | RMSNorm(norm(h_t))] · fcᵀ, the head's decoder layers (KV caches
+// n_layers + j of shape.states), then mtp.norm and the shared LM head for the logits rows asked.
+OpList mtp_step_ops(const ModelConfig& config, const ModelWeights& weights, const StepBuffers& buffers,
+                    const MtpBuffers& mtp, const MtpInput& input, const StepShape& shape);
+
 }  // namespace petrel

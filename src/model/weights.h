@@ -83,11 +83,22 @@ struct LayerWeights {
   FfnWeights ffn;
 };
 
+// The multi-token prediction head: from the trunk's final hidden state h_t and the embedding of
+// the token after it, predicts the token after that (model/step_ops.h mtp_step_ops). It shares the
+// trunk's embedding and LM head.
+struct MtpWeights {
+  std::vector<float> embed_norm, hidden_norm;  // pre_fc_norm_embedding, pre_fc_norm_hidden
+  Matrix fc;                                   // [H, 2H] over [normed embedding | normed hidden]
+  std::vector<LayerWeights> layers;            // full-attention decoder layers
+  std::vector<float> norm;                     // applied before the shared LM head
+};
+
 struct ModelWeights {
   Matrix embed;  // [V, H]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;
   Matrix lm_head;  // [V, H]
+  MtpWeights mtp;  // no layers when config.mtp_layers is 0
 };
 
 }  // namespace petrel

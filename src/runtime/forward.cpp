@@ -33,6 +33,11 @@ Model::Model(const ModelConfig& config, const ModelWeights& weights, Backend& ba
     b.gdn = backend_.alloc(T, c.gdn_value_dim());
   }
   logits_ = backend_.alloc(1, c.vocab, /*fp32=*/true);
+  if (has_mtp()) {
+    mtp_buffers_.h = backend_.alloc(T, c.hidden, /*fp32=*/true);
+    mtp_buffers_.concat = backend_.alloc(T, 2 * int64_t(c.hidden));
+    mtp_logits_ = backend_.alloc(1, c.vocab, /*fp32=*/true);
+  }
 }
 
 void Model::forward(const int32_t* ids, int n, SequenceState& st, float* last_logits, float* all_logits) {
@@ -91,6 +96,7 @@ void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool wan
 
 Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows) {
   backend_.begin_forward(ids, T, st);
+  trunk_rows_ = T;
   if (T == 1) {
     // A decode step always computes its logits into logits_ and queues their argmax (greedy
     // callers read it back): the step may be recorded once and replayed (CUDA graphs), so it must
@@ -133,9 +139,37 @@ Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seq
   if (B == 1) return forward_device(ids, 1, *seqs[0], KeepLogits::Last);
   Tensor out = all_logits_buffer().rows_view(0, B);
   backend_.begin_batch(ids, seqs, B);
+  trunk_rows_ = 0;  // rows of different sequences: no head step continues them as one
   backend_.run(step_ops(config_, weights_, buffers_, {B, {nullptr, seqs}, out, /*argmax=*/false}));
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
   return out;
+}
+
+std::unique_ptr<SequenceState> Model::new_mtp_sequence(int capacity) {
+  check(has_mtp(), "this checkpoint has no multi-token prediction head (mtp.* tensors)");
+  return backend_.new_mtp_sequence(capacity);
+}
+
+int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceState& mtp, float* all_logits) {
+  check(has_mtp(), "this checkpoint has no multi-token prediction head (mtp.* tensors)");
+  const int source_rows = from_trunk ? trunk_rows_ : mtp_rows_;
+  check(n >= 1 && n <= source_rows && (from_trunk || n == 1),
+        "mtp_forward: " + std::to_string(n) + " rows, but the " + (from_trunk ? "trunk" : "head") +
+            "'s last step left " + std::to_string(source_rows));
+  check(from_trunk || &mtp == mtp_last_,
+        "mtp_forward: a chained step continues the last head step, which continued another head state");
+  check(mtp.n_past + n <= mtp.capacity, "mtp_forward: the head's cache holds " + std::to_string(mtp.capacity) +
+                                            " tokens, " + std::to_string(mtp.n_past + n) + " needed");
+  const MtpInput input = from_trunk ? MtpInput{buffers_.h, &weights_.final_norm}
+                                    : MtpInput{mtp_buffers_.h.rows_view(mtp_rows_ - 1, 1), &weights_.mtp.norm};
+  const Tensor logits = all_logits ? all_logits_buffer().rows_view(0, n) : mtp_logits_;
+  backend_.begin_forward(ids, n, mtp);
+  backend_.run(mtp_step_ops(config_, weights_, buffers_, mtp_buffers_, input, {n, {&mtp, nullptr}, logits, true}));
+  mtp.n_past += n;
+  mtp_rows_ = n;
+  mtp_last_ = &mtp;
+  if (all_logits) backend_.to_host(logits, all_logits);
+  return backend_.greedy_token();
 }
 
 Tensor Model::all_logits_buffer() {

@@ -45,6 +45,18 @@ class Model {
   // until the next forward (a DeviceSampler reads them where they are).
   Tensor forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B);
   int max_batch() const { return options_.max_chunk; }
+
+  // Multi-token prediction (config().mtp_layers > 0): the checkpoint's draft head.
+  bool has_mtp() const { return config_.mtp_layers > 0; }
+  std::unique_ptr<SequenceState> new_mtp_sequence(int capacity);
+  // Runs the head over `n` rows continuing `mtp`: row t pairs token ids[t] with a hidden state,
+  // the last trunk step's row t (from_trunk; n at most that step's rows) or else, for n = 1, the
+  // last row of the previous head step, which must have continued `mtp` too. Returns the argmax of the last row's logits: the draft
+  // for the position after ids[n-1]. Every row's logits go to `all_logits` (n x vocab) when set.
+  int32_t mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceState& mtp, float* all_logits = nullptr);
+  // The residual stream of the last trunk step's rows, before the final norm: the hidden states
+  // the head reads (it applies the final norm itself), in backend memory until the next step.
+  Tensor last_hidden() const { return buffers_.h.rows_view(0, trunk_rows_); }
   // Allocates now the logits rows batched steps write, so that memory taken later (prefix cache
   // snapshots) cannot leave them without.
   void reserve_batch() { all_logits_buffer(); }
@@ -70,6 +82,11 @@ class Model {
   Tensor all_logits_;    // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
   OpList decode_ops_;
   const SequenceState* decode_ops_for_ = nullptr;
+  int trunk_rows_ = 0;  // rows of the last trunk step, whose residual rows buffers_.h holds
+  MtpBuffers mtp_buffers_;
+  Tensor mtp_logits_;   // [1, vocab]: the head's own, so a draft never overwrites logits a decoder kept
+  int mtp_rows_ = 0;    // rows of the last head step
+  const SequenceState* mtp_last_ = nullptr;  // the head state that step continued
 };
 
 }  // namespace petrel

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -217,6 +218,27 @@ TEST(RunCli, ShortFlagsAndAliases) {
   const std::string both = shell(kPetrel + " run " + kTiny + " -m " + kTiny + " -p hi 2>&1", &status);
   EXPECT_NE(status, 0) << both;
   EXPECT_NE(both.find("Exactly 1 option from [dir,-m,--model] is required and 2 were given"), std::string::npos) << both;
+}
+
+// The MTP fixture has no tokenizer: ids in, ids out, the statistics on stderr.
+TEST(RunCli, SpeculativeMtpGivesThePlainTokensAndReportsAcceptance) {
+  require_binary();
+  const std::string run = kPetrel + " run " + std::string(PETREL_FIXTURES_DIR) +
+                          "/models/qwen35moe-mtp --prompt-ids 47,211,38,53,204,116,152,249 -n 24 --temperature 0 "
+                          "--output-ids --threads 1";
+  int status = -1;
+  const std::string plain = shell(run + " 2>/dev/null", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), ' '), 23) << plain;
+  EXPECT_EQ(shell(run + " --speculative mtp --draft-tokens 3 2>/dev/null", &status), plain);
+  EXPECT_EQ(status, 0);
+  const std::string err = shell(run + " --speculative mtp --draft-tokens 3 2>&1 >/dev/null", &status);
+  EXPECT_NE(err.find("speculative mtp (draft 3)"), std::string::npos) << err;
+  EXPECT_NE(err.find("tokens per verify step"), std::string::npos) << err;
+  const std::string none = shell(kPetrel + " run " + kTiny + " -p hi --speculative mtp 2>&1", &status);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(none.find("--speculative mtp needs a checkpoint with a multi-token prediction head"), std::string::npos)
+      << none;
 }
 
 TEST(PetrelCli, AHubModelIdSaysHowToDownloadIt) {

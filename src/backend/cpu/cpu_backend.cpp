@@ -96,6 +96,16 @@ std::unique_ptr<SequenceState> CpuBackend::new_sequence(int capacity) {
   return s;
 }
 
+// KV caches grow as tokens arrive, so the head's state only needs slots for its layer indices.
+std::unique_ptr<SequenceState> CpuBackend::new_mtp_sequence(int capacity) {
+  auto s = std::make_unique<CpuSequence>();
+  const int layers = config_.n_layers + config_.mtp_layers;
+  s->capacity = capacity;
+  s->k.resize(layers);
+  s->v.resize(layers);
+  return s;
+}
+
 void CpuBackend::to_host(const Tensor& t, float* dst) {
   for (int64_t r = 0; r < t.rows; ++r) std::memcpy(dst + r * t.cols, row(t, r), sizeof(float) * t.cols);
 }

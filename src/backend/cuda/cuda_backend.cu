@@ -205,6 +205,24 @@ class CudaBackend final : public Backend {
     return s;
   }
 
+  std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) override {
+    const ModelConfig& c = c_;
+    auto s = std::make_unique<CudaSequence>(stream_);
+    s->capacity = capacity;
+    const int layers = c.n_layers + c.mtp_layers;
+    s->k.assign(layers, nullptr);
+    s->v.assign(layers, nullptr);
+    const size_t kv = size_t(capacity) * c.n_kv_heads * c.head_dim;
+    cuda::check_device_memory(size_t(c.mtp_layers) * 2 * kv * sizeof(bf16),
+                              "the draft head's cache of " + std::to_string(capacity) + " tokens");
+    const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
+    for (int i = c.n_layers; i < layers; ++i) {
+      s->k[i] = s->alloc<bf16>(kv, row);
+      s->v[i] = s->alloc<bf16>(kv, row);
+    }
+    return s;
+  }
+
   void to_host(const Tensor& t, float* dst) override {
     std::vector<uint16_t> tmp;
     if (t.elem_size == 4) {

@@ -23,11 +23,21 @@ size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
 int route_ld(const FfnWeights& f) { return (int(f.router.rows) + 1 + 7) / 8 * 8; }
 bool routes_beside(const LayerWeights& L) { return L.ffn.moe && L.ffn.router.rows > 0 && L.ffn.router.cols % 8 == 0; }
 
+// The trunk's decoder layers, then the multi-token prediction head's.
+std::vector<const LayerWeights*> every_layer(const ModelWeights& w) {
+  std::vector<const LayerWeights*> out;
+  for (const auto* layers : {&w.layers, &w.mtp.layers})
+    for (const LayerWeights& L : *layers) out.push_back(&L);
+  return out;
+}
+
 // Calls fn(matrix, router_like) for every non-expert matrix of the model.
 void for_each_matrix(const ModelWeights& w, const std::function<void(const Matrix&, bool)>& fn) {
   fn(w.embed, false);
   fn(w.lm_head, false);
-  for (const LayerWeights& L : w.layers) {
+  if (w.mtp.fc.rows > 0) fn(w.mtp.fc, false);
+  for (const LayerWeights* layer : every_layer(w)) {
+    const LayerWeights& L = *layer;
     for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b,
                             &L.gdn.a, &L.gdn.out, &L.ffn.dense.gate, &L.ffn.dense.up, &L.ffn.dense.down,
                             &L.ffn.shared.gate, &L.ffn.shared.up, &L.ffn.shared.down})
@@ -208,14 +218,14 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const ModelWeights& w, c
     const Plan p = plan(m, router_like);
     total += matrix_bytes(p.format, m.rows, m.cols, p.group);
   });
-  for (const LayerWeights& L : w.layers)
-    for (const MlpWeights& e : L.ffn.experts)
+  for (const LayerWeights* L : every_layer(w))
+    for (const MlpWeights& e : L->ffn.experts)
       for (const Matrix* m : {&e.gate, &e.up, &e.down}) {
         const Plan p = plan(*m, false);
         total += matrix_bytes(p.format, m->rows, m->cols, p.group);
       }
-  for (const LayerWeights& L : w.layers)
-    if (routes_beside(L)) total += size_t(L.ffn.router.cols) * route_ld(L.ffn) * 2;
+  for (const LayerWeights* L : every_layer(w))
+    if (routes_beside(*L)) total += size_t(L->ffn.router.cols) * route_ld(L->ffn) * 2;
   check_device_memory(total, "the model weights");
   planned_ = total;
   PETREL_CUDA(cudaMallocHost(&staging_, kStagingBytes));
@@ -223,15 +233,16 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const ModelWeights& w, c
   ProgressBar bar("uploading weights to the GPU");
   if (opt_.progress) progress_ = [&](size_t done, size_t all) { bar.update(done, all); };
   for_each_matrix(w, [&](const Matrix& m, bool router_like) { add_matrix(m, router_like); });
-  for (const LayerWeights& L : w.layers) {
+  for (const LayerWeights* layer : every_layer(w)) {
+    const LayerWeights& L = *layer;
     if (!L.ffn.experts.empty()) add_experts(L.ffn);
     for (const std::vector<float>* v : {&L.input_norm, &L.post_norm, &L.attn.q_norm, &L.attn.k_norm, &L.gdn.conv,
                                         &L.gdn.A_log, &L.gdn.dt_bias, &L.gdn.norm})
       add_vector(*v);
   }
-  add_vector(w.final_norm);
-  for (const LayerWeights& L : w.layers)
-    if (routes_beside(L)) add_route(L);
+  for (const std::vector<float>* v : {&w.final_norm, &w.mtp.embed_norm, &w.mtp.hidden_norm, &w.mtp.norm}) add_vector(*v);
+  for (const LayerWeights* L : every_layer(w))
+    if (routes_beside(*L)) add_route(*L);
   PETREL_CUDA(cudaStreamSynchronize(stream_));
   progress_ = nullptr;
   if (!opt_.progress) bar.update(bytes_, bytes_);
