@@ -102,8 +102,8 @@ void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
 
 // ---- linear_rows.cu: a batched decode step's rows on tensor cores, each weight read once ---------
 // Up to kRowsMaxTokens rows (one moe_plan tile) of 4-bit (groups a multiple of 32, width a multiple
-// of 512) or bf16 (width a multiple of 128) weights: linear() takes this path from kGemvMaxTokens + 1
-// rows on. An added output (the residual) must be fp32.
+// of 512) or bf16 (width a multiple of 128) weights: linear() takes this path for the rows the staged
+// GEMV does not take (more than 4). An added output (the residual) must be fp32.
 constexpr int kRowsMaxTokens = kGemmTileM;
 bool linear_rows_fits(const DeviceMatrix& w);
 void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,

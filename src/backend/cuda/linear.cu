@@ -484,6 +484,7 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
     PETREL_LAUNCHED("gemv");
     return;
   }
+  if (T <= kRowsMaxTokens && linear_rows_fits(w)) return linear_rows(w, x, x_stride, x_elem, T, {y, y_stride, y_elem}, s);
   if (T <= kGemvMaxTokens) {
     const dim3 grid(div_up(w.rows, kGemvWarps)), block(32 * kGemvWarps);
     if (T == 1) gemv_kernel<1><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
@@ -493,7 +494,6 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
     PETREL_LAUNCHED("gemv");
     return;
   }
-  if (T <= kRowsMaxTokens && linear_rows_fits(w)) return linear_rows(w, x, x_stride, x_elem, T, {y, y_stride, y_elem}, s);
   gemm(w, x, x_stride, x_elem, T, nullptr, nullptr, y, y_stride, y_elem, s);
   PETREL_LAUNCHED("gemm");
 }

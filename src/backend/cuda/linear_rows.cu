@@ -1,14 +1,23 @@
-// y = x · Wᵀ for a batched decode step's 9 to 64 token rows on tensor cores, each weight read once:
+// y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once:
 // the weights are the mma's A operand (16 rows a warp, 4-bit codes dequantised in registers, no
 // shared-memory weight tile, no block barrier per k-tile) and the token rows its B operand, staged
 // in shared memory. The grouped form runs a step's routed experts over moe_plan's tiles (an
 // expert's rows, up to 64 a tile): gate and up together with SiLU·mul, then down.
+//
+// Split K. A dense matrix of few row blocks (the 512-row shared expert, a 2048-row output
+// projection) would leave most multiprocessors idle, so its K is split over grid.z until about two
+// blocks run per multiprocessor: each block writes its partial sums to a slice of a workspace, and
+// the last of a row block's blocks to arrive adds the slices in split order (deterministic) and
+// stores the output.
 //
 // Fragment order. A lane of an m16n8k16 mma holds k columns {2t, 2t+1, 2t+8, 2t+9} (t = lane % 4)
 // of A and of B alike, so one bijection of k applied to both leaves the product unchanged. Per
 // iteration of KI physical columns lane t loads 16 consecutive bytes of each of its rows (32 4-bit
 // codes, or 8 bf16: columns [t·KI/4, (t+1)·KI/4)) and mma step s takes its values 4s..4s+3.
 // Staging writes the activations in that order, so ldmatrix reads B fragments as if k were natural.
+#include <algorithm>
+#include <string>
+
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 
@@ -17,6 +26,7 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kBlockRows = 16 * kWarps;  // weight rows a block
 constexpr int kSmemBudget = 96 * 1024;                                       // staged activations
+constexpr int kMaxSplits = 16;
 
 struct RowsArgs {
   DeviceMatrix w[2];  // one matrix, or gate and up
@@ -29,6 +39,9 @@ struct RowsArgs {
   bool x_by_tile_row;       // grouped: x holds a row per tile row (down) rather than per token
   GemvOut y;                // dense: a row per token; grouped: a row per tile row
   int kc;                   // columns staged at once
+  int split_its;            // iterations a split of K covers (all of K when grid.z is 1)
+  float* partials;          // split K: [split][token row][weight row] partial sums
+  unsigned* arrivals;       // split K: blocks of each row block done so far (left at zero)
 };
 
 template <WFormat F>
@@ -74,11 +87,11 @@ __device__ __forceinline__ void a_fragments(const Slice<F>& lo, const Slice<F>& 
   }
 }
 
-// Iteration i's slices of rows lo and hi of each matrix into one ring slot (none past the end).
+// Iteration i's slices of rows lo and hi of each matrix into one ring slot (none unless `valid`).
 template <WFormat F, int NM>
 __device__ __forceinline__ void load_slot(Slice<F> (&slot)[NM][2], const DeviceMatrix* w, int lo, int hi, int i,
-                                          int n_it, int t) {
-  if (i >= n_it) return;
+                                          bool valid, int t) {
+  if (!valid) return;
 #pragma unroll
   for (int m = 0; m < NM; ++m) {
     slot[m][0].load(w[m], lo, i, t);
@@ -87,38 +100,95 @@ __device__ __forceinline__ void load_slot(Slice<F> (&slot)[NM][2], const DeviceM
 }
 
 // Columns [k0, k0 + kn) of the tile's first `rows` rows (the rest zero) into xs in fragment order.
+// A thread takes 8 columns at a time and has kUnroll of them in flight: the rows come from L2, and
+// one load at a time would leave the staging latency-bound.
 template <int KI>
 __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, int rows, int padded, int k0, int kn) {
-  const int quads = kn / 4;
-  for (int q = threadIdx.x; q < padded * quads; q += kThreads) {
-    const int r = q / quads, p = (q % quads) * 4;
-    float v[4] = {0, 0, 0, 0};
-    if (r < rows) {
-      const int64_t at = int64_t(src[r]) * a.x_stride + k0 + p;
+  constexpr int kUnroll = 4;
+  const int octs = kn / 8, total = padded * octs;
+  for (int q0 = threadIdx.x; q0 < total; q0 += kUnroll * kThreads) {
+    uint4 raw[kUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = q0 + u * kThreads, r = q / octs;
+      raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
+      if (q >= total || r >= rows) continue;
+      const int64_t at = int64_t(src[r]) * a.x_stride + k0 + (q % octs) * 8;
       if (a.x_elem == 2) {
-        const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.x) + at);
-        const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-        const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-        v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
+        raw[u][0] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.x) + at);
       } else {
-        const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + at);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        raw[u][0] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at);
+        raw[u][1] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at + 4);
       }
     }
-    const int base = p / KI * KI, in = p % KI, t = in / (KI / 4), s = in % (KI / 4) / 4;
-    uint32_t* row = reinterpret_cast<uint32_t*>(xs + int64_t(r) * pitch + base + 16 * s + 2 * t);
-    row[0] = pack_bf16(v[0], v[1]);
-    row[4] = pack_bf16(v[2], v[3]);  // 8 columns on
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = q0 + u * kThreads, r = q / octs, p = (q % octs) * 8;
+      if (q >= total) break;
+      uint32_t packed[4];
+      if (a.x_elem == 2) {
+        packed[0] = raw[u][0].x, packed[1] = raw[u][0].y, packed[2] = raw[u][0].z, packed[3] = raw[u][0].w;
+      } else {
+        const float* f = reinterpret_cast<const float*>(raw[u]);
+        for (int j = 0; j < 4; ++j) packed[j] = pack_bf16(f[2 * j], f[2 * j + 1]);
+      }
+      // Columns p..p+3 and p+4..p+7 land in mma steps s and s + 1 of the same lane t.
+      const int base = p / KI * KI, in = p % KI, t = in / (KI / 4), s = in % (KI / 4) / 4;
+      uint32_t* row = reinterpret_cast<uint32_t*>(xs + int64_t(r) * pitch + base + 16 * s + 2 * t);
+      row[0] = packed[0];
+      row[4] = packed[1];  // 8 columns on
+      row[8] = packed[2];  // the next mma step
+      row[12] = packed[3];
+    }
   }
 }
 
-// grid (ceil(N / kBlockRows), tiles), kThreads: a warp owns 16 weight rows (of each matrix) for all
+// Split K (dense only): writes this block's partial sums and, in the last block of its row block to
+// arrive, replaces acc with the sum of every split's in split order. False in the other blocks.
+template <int NF>
+__device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int rows, int N, int f_lo, int t,
+                           bool& last) {
+  const size_t slice = size_t(a.T) * N;
+  float* mine = a.partials + blockIdx.z * slice;
+#pragma unroll
+  for (int n = 0; n < NF; ++n) {
+    if (n >= nf) break;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
+      if (r < rows && f < N) mine[size_t(r) * N + f] = acc[n][c];
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&a.arrivals[blockIdx.x], 1u) == gridDim.z - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+#pragma unroll
+  for (int n = 0; n < NF; ++n) {
+    if (n >= nf) break;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
+      if (r >= rows || f >= N) continue;
+      float v = 0;
+      for (unsigned z = 0; z < gridDim.z; ++z) v += __ldcg(a.partials + z * slice + size_t(r) * N + f);
+      acc[n][c] = v;
+    }
+  }
+  if (threadIdx.x == 0) a.arrivals[blockIdx.x] = 0;  // ready for the next launch
+  return true;
+}
+
+// grid (ceil(N / kBlockRows), tiles, K splits), kThreads: a warp owns 16 weight rows (of each matrix) for all
 // of its tile's token rows and the whole of K, its next PF - 1 iterations' weights in flight.
 template <WFormat F, int NF, bool kPair>
 __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
   __shared__ int src[kGemmTileM], n_rows;
+  __shared__ bool last;
   constexpr int KI = Format<F>::KI, NM = kPair ? 2 : 1, PF = kPair ? 2 : 4;
   const int tile = blockIdx.y;
   int e = 0;
@@ -139,23 +209,26 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int N = w[0].rows, K = w[0].cols, f0 = blockIdx.x * kBlockRows + warp * 16;
   const int row_lo = min(f0 + g, N - 1), row_hi = min(f0 + g + 8, N - 1);
-  const int pitch = a.kc + 8, n_it = K / KI, chunk_its = a.kc / KI;
+  const int pitch = a.kc + 8, chunk_its = a.kc / KI;
+  // This block's iterations of K: [i_begin, i_begin + n_its).
+  const int i_begin = blockIdx.z * a.split_its, n_its = min(K / KI - i_begin, a.split_its);
 
   Slice<F> ring[PF][NM][2];
   float acc[NM][NF][4] = {};
 #pragma unroll
-  for (int p = 0; p < PF - 1; ++p) load_slot<F, NM>(ring[p], w, row_lo, row_hi, p, n_it, t);
-  for (int i0 = 0; i0 < n_it; i0 += PF) {
+  for (int p = 0; p < PF - 1; ++p) load_slot<F, NM>(ring[p], w, row_lo, row_hi, i_begin + p, p < n_its, t);
+  for (int i0 = 0; i0 < n_its; i0 += PF) {
 #pragma unroll
     for (int p = 0; p < PF; ++p) {
       const int i = i0 + p;
+      if (i >= n_its) break;
       if (i % chunk_its == 0) {
         __syncthreads();
-        stage<KI>(xs, pitch, a, src, rows, nf * 8, i * KI, min(a.kc, K - i * KI));
+        stage<KI>(xs, pitch, a, src, rows, nf * 8, (i_begin + i) * KI, min(a.kc, (n_its - i) * KI));
         __syncthreads();
       }
       // The slot refilled here was computed one iteration ago (slots are compile-time indices).
-      load_slot<F, NM>(ring[(p + PF - 1) % PF], w, row_lo, row_hi, i + PF - 1, n_it, t);
+      load_slot<F, NM>(ring[(p + PF - 1) % PF], w, row_lo, row_hi, i_begin + i + PF - 1, i + PF - 1 < n_its, t);
       const int col0 = (i % chunk_its) * KI;
 #pragma unroll
       for (int sp = 0; sp < Format<F>::kSteps / 2; ++sp) {
@@ -178,6 +251,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   }
 
   // Accumulator c of fragment n: weight row f0 + g (+8 for c >= 2), token row 8n + 2t + c % 2.
+  if (gridDim.z > 1 && !sum_splits<NF>(a, acc[0], nf, rows, N, f0 + g, t, last)) return;
 #pragma unroll
   for (int n = 0; n < NF; ++n) {
     if (n >= nf) break;
@@ -202,7 +276,8 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   }
 }
 
-// Columns staged at once: the most a multiple of KI·PF allows within the budget, at most K.
+// Columns staged at once: the most a multiple of KI·PF allows within the budget, at most the K
+// columns one split covers.
 template <WFormat F>
 int staged_columns(int K, int nf_max, bool pair) {
   const int step = Format<F>::KI * (pair ? 2 : 4);
@@ -210,10 +285,52 @@ int staged_columns(int K, int nf_max, bool pair) {
   return std::min(K, std::max(step, fit));
 }
 
+// Splits of K for a dense matrix of `row_blocks` blocks: about two blocks a multiprocessor.
+int k_splits(int row_blocks, int n_its) {
+  return std::clamp(std::min(div_up(2 * sm_count(), row_blocks), n_its), 1, kMaxSplits);
+}
+
+// The split-K workspace, grown on demand outside stream capture; its counters start at zero and
+// every launch leaves them there. One stream at a time uses it (the backend has one).
+struct SplitWorkspace {
+  float* partials = nullptr;
+  unsigned* arrivals = nullptr;
+  size_t floats = 0;
+  int counters = 0;
+};
+
+const SplitWorkspace& split_workspace(size_t floats, int counters, cudaStream_t s) {
+  static SplitWorkspace ws;
+  if (floats <= ws.floats && counters <= ws.counters) return ws;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  PETREL_CUDA(cudaStreamIsCapturing(s, &capturing));
+  check(capturing == cudaStreamCaptureStatusNone,
+        "CUDA linear_rows: the split-K workspace must grow (to " + std::to_string(floats) +
+            " floats) while a graph is being captured; run the shape once before capturing it");
+  PETREL_CUDA(cudaStreamSynchronize(s));
+  PETREL_CUDA(cudaFree(ws.partials));
+  PETREL_CUDA(cudaFree(ws.arrivals));
+  ws.floats = std::max(floats, ws.floats);
+  ws.counters = std::max(counters, ws.counters);
+  PETREL_CUDA(cudaMalloc(&ws.partials, ws.floats * sizeof(float)));
+  PETREL_CUDA(cudaMalloc(&ws.arrivals, size_t(ws.counters) * sizeof(unsigned)));
+  PETREL_CUDA(cudaMemset(ws.arrivals, 0, size_t(ws.counters) * sizeof(unsigned)));
+  return ws;
+}
+
 template <WFormat F, int NF, bool kPair>
 void launch(const RowsArgs& args, int tiles, cudaStream_t s) {
   RowsArgs a = args;
-  a.kc = staged_columns<F>(a.w[0].cols, NF, kPair);
+  constexpr int KI = Format<F>::KI;
+  const int n_its = a.w[0].cols / KI, row_blocks = div_up(a.w[0].rows, kBlockRows);
+  a.split_its = div_up(n_its, a.tile_expert ? 1 : k_splits(row_blocks, n_its));
+  const int splits = div_up(n_its, a.split_its);
+  if (splits > 1) {
+    const SplitWorkspace& ws = split_workspace(size_t(splits) * size_t(a.T) * size_t(a.w[0].rows), row_blocks, s);
+    a.partials = ws.partials;
+    a.arrivals = ws.arrivals;
+  }
+  a.kc = staged_columns<F>(a.split_its * KI, NF, kPair);
   const size_t smem = size_t(NF) * 8 * (a.kc + 8) * 2;
   const auto kernel = linear_rows_kernel<F, NF, kPair>;
   static bool configured = false;  // one attribute call per instantiation
@@ -221,7 +338,7 @@ void launch(const RowsArgs& args, int tiles, cudaStream_t s) {
     PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget + 1024));
     configured = true;
   }
-  kernel<<<dim3(div_up(a.w[0].rows, kBlockRows), tiles), kThreads, smem, s>>>(a);
+  kernel<<<dim3(row_blocks, tiles, splits), kThreads, smem, s>>>(a);
 }
 
 // The instantiation for the tile's most rows (16, 32 or 64: two, four or eight n8 fragments).
