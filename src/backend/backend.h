@@ -75,6 +75,10 @@ class Backend {
     (void)recorded;
     for (const Op& o : ops) run_op(o);
   }
+  // Runs a batched step staged by begin_batch. For a given row count the list is the same ops on
+  // the same tensors every step, and its per-row ops read positions and states only through what
+  // begin_batch staged: a backend may record it once per row count and replay the recording.
+  virtual void run_batch(const OpList& ops) { run(ops); }
   // Waits for queued device work (a no-op where ops are synchronous).
   virtual void synchronize() {}
   // Per-op device time, for `petrel bench --breakdown`. While enabled, every op is timed on its

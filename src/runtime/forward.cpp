@@ -140,7 +140,7 @@ Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seq
   Tensor out = all_logits_buffer().rows_view(0, B);
   backend_.begin_batch(ids, seqs, B);
   trunk_rows_ = 0;  // rows of different sequences: no head step continues them as one
-  backend_.run(step_ops(config_, weights_, buffers_, {B, {nullptr, seqs}, out, /*argmax=*/false}));
+  backend_.run_batch(step_ops(config_, weights_, buffers_, {B, {nullptr, seqs}, out, /*argmax=*/false}));
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
   return out;
 }

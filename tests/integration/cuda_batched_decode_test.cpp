@@ -1,5 +1,7 @@
 // Model::forward_batch on the GPU against decoding each sequence alone (single-sequence steps,
-// CUDA graphs) on the same backend, interleaved, with sequences joining and leaving the batch. A
+// CUDA graphs) on the same backend, interleaved, with sequences joining and leaving the batch.
+// Eight steps batch 3, 3, 5, 3, 4, 2, 3 and 2 rows: steps of 2 and 3 rows replay a recorded
+// graph with other sequences than it was recorded with. A
 // batch may take other kernels than one row (GEMM instead of GEMV), so rows must agree within bf16
 // noise rather than bit for bit, and the greedy token must agree wherever the lone run's top-2
 // margin exceeds that row's difference. Skipped, with a message, where there is no GPU.
@@ -31,7 +33,7 @@ TEST_P(CudaBatchedDecode, RowsAgreeWithDecodingEachSequenceAlone) {
   Gpu g(GetParam());
   double worst_cosine = 1.0;
   int identical = 0;
-  const int rows = test::run_schedule(*g.model, 6, [&](const auto& batched, const auto& alone, int step, int seq) {
+  const int rows = test::run_schedule(*g.model, 8, [&](const auto& batched, const auto& alone, int step, int seq) {
     SCOPED_TRACE("step " + std::to_string(step) + ", sequence " + std::to_string(seq));
     const double cosine = test::row_cosines(batched, alone, 1, int(alone.size()))[0];
     float diff = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -91,6 +92,8 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [rows, g] : batch_graphs_)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
     weights_.reset();
     for (void* p : allocations_) cudaFree(p);
     if (h_ids_) cudaFreeHost(h_ids_);
@@ -261,8 +264,8 @@ class CudaBackend final : public Backend {
   }
 
   // Stages each row's position and the table of its sequence's states (embed copies both), which
-  // the per-sequence ops of the step read on the device: one launch per op for all rows, and no
-  // graph (batches change every step).
+  // the per-sequence ops of the step read on the device: one launch per op for all rows, the same
+  // launches for every step of B rows (run_batch replays them).
   void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override {
     stage_ids(ids, B);
     for (int b = 0; b < B; ++b) {
@@ -275,6 +278,7 @@ class CudaBackend final : public Backend {
       }
     }
     batch_ = true;
+    baked_rows_ = false;
   }
 
   // A recorded step replays its sequence's graph for the attention path its context takes,
@@ -299,6 +303,37 @@ class CudaBackend final : public Backend {
     }
     PETREL_CUDA(cudaGraphLaunch(graph_exec, stream_));
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
+  }
+
+  // A step of B rows replays its graph, recorded on the second step of B rows: the first runs
+  // directly, so that whatever its kernels allocate on first use exists before the capture. A
+  // step that baked a row's state into a launch (baked_rows_) is never recorded.
+  void run_batch(const OpList& ops) override {
+    if (!opt_.graphs || timer_.enabled()) return run_groups(ops);
+    BatchGraph& g = batch_graphs_[n_tokens_];
+    if (!g.exec && !g.seen) {
+      run_groups(ops);
+      g.seen = true;
+      g.replayable = !baked_rows_;
+      return;
+    }
+    if (!g.replayable) return run_groups(ops);
+    if (!g.exec) {
+      cudaGraph_t graph = nullptr;
+      PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        run_groups(ops);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
+      PETREL_CUDA(cudaGraphInstantiate(&g.exec, graph, 0));
+      PETREL_CUDA(cudaGraphDestroy(graph));
+    }
+    PETREL_CUDA(cudaGraphLaunch(g.exec, stream_));
+    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
   }
 
   void synchronize() override { PETREL_CUDA(cudaStreamSynchronize(stream_)); }
@@ -331,12 +366,14 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
 
-  // A recorded step has no copy nodes: embed reads the id and the position from mapped pinned memory
-  // and copies the position for the later kernels. Those read it before their PDL wait, so they
-  // start only once embed has ended (end_programmatic_chain). Other steps copy their inputs first.
+  // A recorded one-sequence step has no copy nodes: embed reads the id and the position from mapped
+  // pinned memory and copies the position for the later kernels. Those read it before their PDL
+  // wait, so they start only once embed has ended (end_programmatic_chain). Other steps copy their
+  // inputs first (a recorded batched step as copy nodes from the pinned inputs).
   void embed(const Matrix& table, Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "embed");
-    if (capturing()) {
+    const bool capture = capturing();
+    if (capture && !batch_) {
       cuda::embed(weights_->matrix(table), m_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_,
                   {m_pos_, d_pos_});
       end_programmatic_chain();
@@ -349,7 +386,7 @@ class CudaBackend final : public Backend {
       PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(n_tokens_),
                                   cudaMemcpyHostToDevice, stream_));
     }
-    PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
+    if (!capture) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // run_batch records it after a replay
     cuda::embed(weights_->matrix(table), d_ids_, int(out.rows), out.data, out.stride, out.elem_size, stream_);
   }
 
@@ -560,6 +597,7 @@ class CudaBackend final : public Backend {
                                      c_.rms_eps, bf(out), gdn_readers_, stream_))
         return;
     }
+    baked_rows_ = true;  // the per-sequence fallback launches with each row's own state pointers
     Backend::deltanet_batch(qkv, z, b, a, w, layer, seqs, out);  // shapes the fused kernel does not cover
   }
 
@@ -924,6 +962,13 @@ class CudaBackend final : public Backend {
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)
   bool batch_ = false;  // the staged step is a batch (begin_batch)
+  bool baked_rows_ = false;  // the staged batch ran an op that launched with one row's state pointers
+  struct BatchGraph {
+    bool seen = false;        // a step of this many rows has run
+    bool replayable = false;  // ... and read rows only through the staged table
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<int, BatchGraph> batch_graphs_;  // by row count
   int step_keys_ = 0;   // keys (its own included) of the staged one-token step's attention; 0 otherwise
   float* attn_partial_ = nullptr;
   unsigned long long* cluster_records_ = nullptr;  // the wide cluster attention's records, empty between launches

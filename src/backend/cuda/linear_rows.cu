@@ -290,8 +290,9 @@ int k_splits(int row_blocks, int n_its) {
   return std::clamp(std::min(div_up(2 * sm_count(), row_blocks), n_its), 1, kMaxSplits);
 }
 
-// The split-K workspace, grown on demand outside stream capture; its counters start at zero and
-// every launch leaves them there. One stream at a time uses it (the backend has one).
+// The split-K workspace, allocated once at its largest size so that recorded graphs may keep its
+// address: a split launch has fewer than 2·SMs row blocks, and splits·rows <= (2·SMs + row_blocks)·64.
+// Its counters start at zero and every launch leaves them there. One stream at a time uses it.
 struct SplitWorkspace {
   float* partials = nullptr;
   unsigned* arrivals = nullptr;
@@ -301,20 +302,21 @@ struct SplitWorkspace {
 
 const SplitWorkspace& split_workspace(size_t floats, int counters, cudaStream_t s) {
   static SplitWorkspace ws;
-  if (floats <= ws.floats && counters <= ws.counters) return ws;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  PETREL_CUDA(cudaStreamIsCapturing(s, &capturing));
-  check(capturing == cudaStreamCaptureStatusNone,
-        "CUDA linear_rows: the split-K workspace must grow (to " + std::to_string(floats) +
-            " floats) while a graph is being captured; run the shape once before capturing it");
-  PETREL_CUDA(cudaStreamSynchronize(s));
-  PETREL_CUDA(cudaFree(ws.partials));
-  PETREL_CUDA(cudaFree(ws.arrivals));
-  ws.floats = std::max(floats, ws.floats);
-  ws.counters = std::max(counters, ws.counters);
-  PETREL_CUDA(cudaMalloc(&ws.partials, ws.floats * sizeof(float)));
-  PETREL_CUDA(cudaMalloc(&ws.arrivals, size_t(ws.counters) * sizeof(unsigned)));
-  PETREL_CUDA(cudaMemset(ws.arrivals, 0, size_t(ws.counters) * sizeof(unsigned)));
+  if (!ws.partials) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    PETREL_CUDA(cudaStreamIsCapturing(s, &capturing));
+    check(capturing == cudaStreamCaptureStatusNone,
+          "CUDA linear_rows: the split-K workspace is allocated on first use, which must not be inside a graph "
+          "capture; run a split shape once before capturing");
+    ws.counters = 2 * sm_count();
+    ws.floats = size_t(4 * sm_count()) * kBlockRows * kRowsMaxTokens;
+    PETREL_CUDA(cudaMalloc(&ws.partials, ws.floats * sizeof(float)));
+    PETREL_CUDA(cudaMalloc(&ws.arrivals, size_t(ws.counters) * sizeof(unsigned)));
+    PETREL_CUDA(cudaMemset(ws.arrivals, 0, size_t(ws.counters) * sizeof(unsigned)));
+  }
+  check(floats <= ws.floats && counters <= ws.counters,
+        "CUDA linear_rows: a split needs " + std::to_string(floats) + " partial sums and " + std::to_string(counters) +
+            " counters, the workspace holds " + std::to_string(ws.floats) + " and " + std::to_string(ws.counters));
   return ws;
 }
 
