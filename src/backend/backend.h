@@ -62,10 +62,12 @@ class Backend {
   // Stages the inputs of one forward chunk: token ids and their positions st.n_past, st.n_past+1, ...
   // Host-side only; the ops that follow read the staged values.
   virtual void begin_forward(const int32_t* ids, int n, const SequenceState& st) = 0;
-  // Stages one decode step over B sequences with one new token each: row b is ids[b] at position
-  // seqs[b]->n_past. Row-wise ops then run over the B rows at once; QkNormRope uses each row's
-  // position, and Attention and DeltaNet each row's own state.
-  virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) = 0;
+  // Stages one decode step over B sequences with one new token each, after `piece_rows` tokens of
+  // `piece`'s prompt (none by default): ids holds the piece's ids, then row b's id ids[piece_rows
+  // + b] at position seqs[b]->n_past. Row-wise ops then run over all rows at once; QkNormRope uses
+  // each row's position, and Attention and DeltaNet each row's own state (StepStates).
+  virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece = nullptr,
+                           int piece_rows = 0) = 0;
   // Runs the ops of the staged step in order. A backend may run neighbouring ops as one (it then
   // leaves unwritten any tensor that no later op of the list reads before writing it). Where
   // `recorded` is set the list is a one-token step of that sequence, the same ops on the same
@@ -135,6 +137,10 @@ class Backend {
  protected:
   // Runs one op by the virtual above that computes it.
   void run_op(const Op& o);
+
+ private:
+  void run_attention(const op::Attention& a);
+  void run_deltanet(const op::DeltaNet& d);
 };
 
 }  // namespace petrel

@@ -161,8 +161,8 @@ void add(CLI::App& app) {
   cmd->callback([] {
     check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
           "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
-    // The model's chunk holds one prompt piece, or one decode row per sequence.
-    a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk, a.serve.scheduler.max_sequences);
+    // The model's chunk holds a prompt piece beside one decode row per sequence (Scheduler::step).
+    a.serve.load.max_chunk = a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences;
     a.serve.load.progress = false;
     serve(a);
   });

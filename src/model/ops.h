@@ -34,11 +34,13 @@ struct Tensor {
 
 class SequenceState;  // a sequence's caches and recurrent state, owned by the backend (backend/backend.h)
 
-// Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens), or
-// one sequence per row (a batched decode step: rows[b] for row b).
+// Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens), one
+// sequence per row (a batched decode step: rows[b] for row b), or both (a decode step carrying a
+// prompt piece): the first chunk_rows rows continue `chunk`, row chunk_rows + b continues rows[b].
 struct StepStates {
   SequenceState* chunk = nullptr;
   SequenceState* const* rows = nullptr;
+  int chunk_rows = 0;  // set only with both
 };
 
 namespace op {

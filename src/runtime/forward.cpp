@@ -125,9 +125,10 @@ void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B,
   backend_.to_host(forward_batch_device(ids, seqs, B), logits);
 }
 
-Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B) {
-  check(B >= 1 && B <= max_batch(), "forward_batch: " + std::to_string(B) + " sequences, expected 1.." +
-                                        std::to_string(max_batch()) + " (the prefill chunk length)");
+void Model::check_rows(SequenceState* const* seqs, int B, int piece_rows) const {
+  check(B >= 1 && B + piece_rows <= max_batch(),
+        "forward_batch: " + std::to_string(B) + " sequences and " + std::to_string(piece_rows) +
+            " prompt tokens, expected 1.." + std::to_string(max_batch()) + " rows in all (the prefill chunk length)");
   for (int b = 0; b < B; ++b) {
     check(seqs[b]->n_past < seqs[b]->capacity, "forward_batch: sequence " + std::to_string(b) + " is full (" +
                                                    std::to_string(seqs[b]->capacity) + " tokens)");
@@ -135,12 +136,34 @@ Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seq
       check(seqs[other] != seqs[b], "forward_batch: rows " + std::to_string(other) + " and " + std::to_string(b) +
                                         " continue the same sequence");
   }
+}
+
+Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B) {
+  check_rows(seqs, B, 0);
   // One row is a plain decode step: it can replay the sequence's recorded step (CUDA graphs).
   if (B == 1) return forward_device(ids, 1, *seqs[0], KeepLogits::Last);
   Tensor out = all_logits_buffer().rows_view(0, B);
   backend_.begin_batch(ids, seqs, B);
   trunk_rows_ = 0;  // rows of different sequences: no head step continues them as one
   backend_.run_batch(step_ops(config_, weights_, buffers_, {B, {nullptr, seqs}, out, /*argmax=*/false}));
+  for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
+  return out;
+}
+
+Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B, const PromptPiece& piece) {
+  if (piece.n == 0) return forward_batch_device(ids, seqs, B);
+  check_rows(seqs, B, piece.n);
+  check(piece.state != nullptr && std::find(seqs, seqs + B, piece.state) == seqs + B,
+        "forward_mixed: the prompt piece must continue a sequence of its own, not one of the decode rows");
+  check_fits(piece.n, *piece.state);
+  mixed_ids_.assign(piece.ids, piece.ids + piece.n);
+  mixed_ids_.insert(mixed_ids_.end(), ids, ids + B);
+  Tensor out = all_logits_buffer().rows_view(0, B + (piece.keep_last ? 1 : 0));
+  backend_.begin_batch(mixed_ids_.data(), seqs, B, piece.state, piece.n);
+  trunk_rows_ = 0;
+  const StepStates states{piece.state, seqs, piece.n};
+  backend_.run(step_ops(config_, weights_, buffers_, {piece.n + B, states, out, /*argmax=*/false}));
+  piece.state->n_past += piece.n;
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
   return out;
 }

@@ -44,6 +44,17 @@ class Model {
   // forward_batch with the logits left in backend memory: returns the [B, vocab] fp32 rows, valid
   // until the next forward (a DeviceSampler reads them where they are).
   Tensor forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B);
+  // A decode step that also feeds `piece` (a prompt piece of a sequence not among seqs), so that a
+  // prompt advances in the same weight reads as the decoding rows: the piece's rows are computed
+  // as forward() of it alone would compute them. Returns the decode rows' logits, preceded by the
+  // piece's last row when piece.keep_last. piece.n + B is at most max_batch().
+  struct PromptPiece {
+    const int32_t* ids = nullptr;
+    int n = 0;
+    SequenceState* state = nullptr;
+    bool keep_last = false;
+  };
+  Tensor forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B, const PromptPiece& piece);
   int max_batch() const { return options_.max_chunk; }
 
   // Multi-token prediction (config().mtp_layers > 0): the checkpoint's draft head.
@@ -63,6 +74,7 @@ class Model {
 
  private:
   void check_fits(int n, const SequenceState& st) const;
+  void check_rows(SequenceState* const* seqs, int B, int piece_rows) const;
   void run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits, float* all_logits);
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                      float* all_logits);
@@ -80,6 +92,7 @@ class Model {
   StepBuffers buffers_;  // scratch for max_chunk rows, allocated once
   Tensor logits_;        // [1, vocab]
   Tensor all_logits_;    // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
+  std::vector<int32_t> mixed_ids_;  // a mixed step's staged ids: the piece's, then the rows
   OpList decode_ops_;
   const SequenceState* decode_ops_for_ = nullptr;
   int trunk_rows_ = 0;  // rows of the last trunk step, whose residual rows buffers_.h holds

@@ -1,6 +1,7 @@
 // Continuous batching on one thread. Each turn of the loop: cancellations, admission of queued
-// requests into free state slots, one batched decode step for every sequence past its prompt, and
-// one prefill chunk of the oldest sequence still reading its prompt. Logits stay in backend memory:
+// requests into free state slots, then one step: a batched decode step for every sequence past its
+// prompt, carrying the next piece of the oldest sequence still reading its prompt (a piece that
+// does not fit beside the rows runs alone after them). Logits stay in backend memory:
 // each row is sampled there when the slot has a DeviceSampler, and copied to the host only when
 // the request reads it there (host sampling, logprobs).
 #include "runtime/scheduler.h"
@@ -9,7 +10,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "runtime/running_request.h"
@@ -72,8 +75,11 @@ struct Scheduler::Impl {
   void apply_cancels();
   void admit();
   void end_unadmitted(const QueuedRequest& q, const std::string& error = {});
-  void decode_step();
-  void prefill_step();
+  void step();
+  std::span<const int32_t> next_piece(const RunningRequest& r) const;
+  void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, std::span<const int32_t> piece);
+  void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
+  void piece_fed(RunningRequest& r, size_t tokens);
   void emit(RunningRequest& r, const Tensor& row);
   const float* host_copy(const RunningRequest& r, const Tensor& row);
   void fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error);
@@ -167,8 +173,7 @@ void Scheduler::Impl::run() {
   while (wait_for_work()) {
     apply_cancels();
     admit();
-    decode_step();
-    prefill_step();
+    step();
     publish();
   }
 }
@@ -242,11 +247,35 @@ void Scheduler::Impl::end_unadmitted(const QueuedRequest& q, const std::string& 
   ended();
 }
 
-void Scheduler::Impl::decode_step() {
+// Every decoding row, and the next piece of the oldest prompt being read: in the same step when
+// it fits beside the rows (its tokens then cost no weight reads of their own), else alone.
+void Scheduler::Impl::step() {
   std::vector<RunningRequest*> rows;
-  for (auto& r : running)
+  RunningRequest* reader = nullptr;
+  for (auto& r : running) {
     if (!r->prefilling()) rows.push_back(r.get());
-  if (rows.empty()) return;
+    else if (!reader) reader = r.get();
+  }
+  const std::span<const int32_t> piece = reader ? next_piece(*reader) : std::span<const int32_t>{};
+  const bool mixed = reader && !rows.empty() && rows.size() + piece.size() <= size_t(model.max_batch());
+  if (!rows.empty()) decode_step(rows, mixed ? reader : nullptr, mixed ? piece : std::span<const int32_t>{});
+  if (reader && !mixed) prefill_step(*reader, piece);
+}
+
+// A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there,
+// and at multiples of the chunk, as without a restore: a restored prompt's last piece is then
+// one token exactly where it is without the cache (a one-token piece rounds as a decode step).
+std::span<const int32_t> Scheduler::Impl::next_piece(const RunningRequest& r) const {
+  const int fed = r.state().n_past;
+  const int until = prefix_cache.next_snapshot(fed, r.prompt_size());
+  const int chunk_end = (fed / options.prefill_chunk + 1) * options.prefill_chunk;
+  return r.next_prompt_piece(std::min(chunk_end, until) - fed);
+}
+
+// One row for each of `rows`, after `piece` of `reader`'s prompt when reader is set. Every row's
+// draw is queued before the first is awaited.
+void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader,
+                                  std::span<const int32_t> piece) {
   const int B = int(rows.size());
   batch_ids.clear();
   batch_states.clear();
@@ -254,39 +283,38 @@ void Scheduler::Impl::decode_step() {
     batch_ids.push_back(r->pending_token());
     batch_states.push_back(&r->state());
   }
+  const bool reader_done = reader && reader->state().n_past + int(piece.size()) == reader->prompt_size();
+  const Model::PromptPiece p{piece.data(), int(piece.size()), reader ? &reader->state() : nullptr, reader_done};
   Tensor logits;
   try {
-    logits = model.forward_batch_device(batch_ids.data(), batch_states.data(), B);
+    logits = model.forward_mixed_device(batch_ids.data(), batch_states.data(), B, p);
   } catch (...) {
-    return fail(rows, std::current_exception());
+    std::vector<RunningRequest*> all = rows;
+    if (reader) all.push_back(reader);
+    return fail(all, std::current_exception());
   }
   ++counters.decode_steps;
   counters.last_batch_size = B;
-  std::vector<char> drawn(size_t(B), 0);  // rows whose device draw is queued (or sampled on the host)
-  for (int b = 0; b < B; ++b) {
+  if (reader) piece_fed(*reader, piece.size());
+  // Logits rows: the reader's last prompt token when it ends its prompt, then one per row.
+  std::vector<std::pair<RunningRequest*, Tensor>> draws;
+  if (reader_done) draws.emplace_back(reader, logits.rows_view(0, 1));
+  for (int b = 0; b < B; ++b) draws.emplace_back(rows[size_t(b)], logits.rows_view(b + (reader_done ? 1 : 0), 1));
+  std::vector<char> drawn(draws.size(), 0);  // rows whose device draw is queued (or sampled on the host)
+  for (size_t i = 0; i < draws.size(); ++i) {
     try {
-      rows[size_t(b)]->start_draw(logits.rows_view(b, 1));
-      drawn[size_t(b)] = 1;
+      draws[i].first->start_draw(draws[i].second);
+      drawn[i] = 1;
     } catch (...) {
-      fail({rows[size_t(b)]}, std::current_exception());
+      fail({draws[i].first}, std::current_exception());
     }
   }
-  for (int b = 0; b < B; ++b)
-    if (drawn[size_t(b)]) emit(*rows[size_t(b)], logits.rows_view(b, 1));
+  for (size_t i = 0; i < draws.size(); ++i)
+    if (drawn[i]) emit(*draws[i].first, draws[i].second);
 }
 
-void Scheduler::Impl::prefill_step() {
-  const auto it = std::find_if(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
-  if (it == running.end()) return;
-  RunningRequest& r = **it;
-  // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there,
-  // and at multiples of the chunk, as without a restore: a restored prompt's last piece is then
-  // one token exactly where it is without the cache (a one-token piece rounds as a decode step).
-  const int fed = r.state().n_past;
-  const int until = prefix_cache.next_snapshot(fed, r.prompt_size());
-  const int chunk_end = (fed / options.prefill_chunk + 1) * options.prefill_chunk;
-  const std::span<const int32_t> piece = r.next_prompt_piece(std::min(chunk_end, until) - fed);
-  const bool last = fed + int(piece.size()) == r.prompt_size();
+void Scheduler::Impl::prefill_step(RunningRequest& r, std::span<const int32_t> piece) {
+  const bool last = r.state().n_past + int(piece.size()) == r.prompt_size();
   Tensor logits;
   try {
     const KeepLogits keep = last ? KeepLogits::Last : KeepLogits::None;
@@ -294,12 +322,16 @@ void Scheduler::Impl::prefill_step() {
   } catch (...) {
     return fail({&r}, std::current_exception());
   }
-  counters.prompt_tokens += piece.size();
+  piece_fed(r, piece.size());
+  if (last) emit(r, logits);
+}
+
+void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
+  counters.prompt_tokens += tokens;
   try {
     prefix_cache.offer(r.prompt(), r.state());
   } catch (const Error&) {  // no memory for a snapshot: the request goes on without one
   }
-  if (last) emit(r, logits);
 }
 
 // Samples the request's next token and hands its event over; ends the request when a stop rule

@@ -1,6 +1,6 @@
 // Continuous batching: requests join and leave the running batch at every step. One scheduler
-// thread owns the model; each step runs one batched decode step for every running sequence and
-// then (if a prompt is waiting) one prefill chunk, so long prompts never stall running streams.
+// thread owns the model; each step is one batched decode step for every running sequence that
+// carries a piece of the oldest waiting prompt, so long prompts never stall running streams.
 // The HTTP layer (src/server) talks to the model only through this interface.
 #pragma once
 #include <cstdint>
@@ -23,7 +23,9 @@ struct SchedulerOptions {
   int max_sequences = 16;  // sequences decoding at once (state slots allocated up front)
   int max_queued = 64;     // requests waiting for a slot beyond that; submit() refuses more
   int context = 4096;      // tokens per sequence (prompt + output); longer prompts are refused
-  int prefill_chunk = 256; // prompt tokens fed between two decode steps
+  // Prompt tokens a step carries besides its decode rows. The piece rides in the decode step when
+  // both fit the model's rows (Model::max_batch), else it runs as a step of its own.
+  int prefill_chunk = 256;
   // Sample each row where the logits are when the backend offers a DeviceSampler (only the token
   // id, and the rows of requests that want logprobs, reach the host); false samples every row on
   // the host with the CPU Sampler.

@@ -90,6 +90,60 @@ inline int run_schedule(Model& model, int steps, const RowCheck& compare) {
   return rows;
 }
 
+// A prompt read in two pieces (37 tokens, then the last 17), each carried by a decode step of
+// three other sequences, then one step decoding all four; every logits row is compared with the
+// same pieces and steps run one sequence at a time on a second set of states:
+// compare(mixed_row, alone_row, step, seq), seq 3 being the prompt's sequence. Returns the rows
+// compared.
+inline int run_mixed(Model& model, const RowCheck& compare) {
+  constexpr int kDecoders = 3, kReader = 3, kFirstPiece = 37;
+  const int V = model.config().vocab;
+  std::vector<std::unique_ptr<SequenceState>> alone, mixed;
+  std::vector<int32_t> next;
+  std::vector<float> row(static_cast<size_t>(V));
+  for (int s = 0; s <= kDecoders; ++s) {
+    alone.push_back(model.new_sequence(kScheduleCapacity));
+    mixed.push_back(model.new_sequence(kScheduleCapacity));
+    if (s == kReader) break;
+    const std::vector<int32_t> p = schedule_prompt(s, V);
+    model.forward(p.data(), int(p.size()), *alone.back(), row.data());
+    model.forward(p.data(), int(p.size()), *mixed.back(), nullptr);
+    next.push_back(argmax_of(row));
+  }
+  const std::vector<int32_t> prompt = schedule_prompt(kReader, V);
+  const int pieces[2][2] = {{0, kFirstPiece}, {kFirstPiece, int(prompt.size()) - kFirstPiece}};
+  std::vector<float> logits(size_t(kDecoders + 1) * size_t(V));
+  int rows = 0;
+  const auto check_row = [&](int r, int step, int s, const std::vector<float>& want) {
+    compare(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V), want, step, s);
+    ++rows;
+  };
+  std::vector<SequenceState*> states;
+  for (int s = 0; s < kDecoders; ++s) states.push_back(mixed[size_t(s)].get());
+  for (int step = 0; step < 2; ++step) {
+    const bool last = step == 1;
+    const Model::PromptPiece piece{prompt.data() + pieces[step][0], pieces[step][1], mixed[kReader].get(), last};
+    const Tensor out = model.forward_mixed_device(next.data(), states.data(), kDecoders, piece);
+    model.backend().to_host(out, logits.data());
+    model.forward(piece.ids, piece.n, *alone[kReader], last ? row.data() : nullptr);
+    if (last) check_row(0, step, kReader, row);
+    for (int s = 0; s < kDecoders; ++s) {
+      model.forward(&next[size_t(s)], 1, *alone[size_t(s)], row.data());
+      check_row(s + (last ? 1 : 0), step, s, row);
+      next[size_t(s)] = argmax_of(row);
+    }
+  }
+  // The reader's first generated token: the argmax of its alone logits, read above as row 0.
+  next.push_back(argmax_of(std::vector<float>(logits.begin(), logits.begin() + V)));
+  states.push_back(mixed[kReader].get());
+  model.forward_batch(next.data(), states.data(), kDecoders + 1, logits.data());
+  for (int s = 0; s <= kDecoders; ++s) {
+    model.forward(&next[size_t(s)], 1, *alone[size_t(s)], row.data());
+    check_row(s, 2, s, row);
+  }
+  return rows;
+}
+
 // Logits of one prompt and of the decode step after it, on a state that served another sequence
 // (one decode step included) and was reset, then on a fresh state: {used prefill, used step,
 // fresh prefill, fresh step}. `used` and `fresh` are left holding the second sequence.

@@ -1,7 +1,8 @@
 // Model::forward_batch on the CPU: a row's logits do not depend on which other sequences share the
 // step. On every fixture model, sequences with different prompt lengths that join and leave the
 // batch between steps get, bit for bit, the logits of decoding each one alone. Also: a reset state
-// computes what a fresh one does.
+// computes what a fresh one does, and a prompt piece carried by a decode step leaves every row as
+// it is without the piece.
 #include <gtest/gtest.h>
 
 #include "batch_schedule.h"
@@ -19,6 +20,14 @@ TEST_P(BatchedDecode, EachRowEqualsDecodingItsSequenceAlone) {
     ASSERT_EQ(batched, alone) << "step " << step << ", sequence " << seq << ": not bit for bit";
   });
   EXPECT_EQ(rows, 20);
+}
+
+TEST_P(BatchedDecode, APromptPieceInADecodeStepChangesNoRow) {
+  test::CpuFixture m(GetParam());
+  const int rows = test::run_mixed(*m.model, [](const auto& mixed, const auto& alone, int step, int seq) {
+    ASSERT_EQ(mixed, alone) << "step " << step << ", sequence " << seq << ": not bit for bit";
+  });
+  EXPECT_EQ(rows, 11);
 }
 
 TEST_P(BatchedDecode, ResetStateComputesWhatAFreshOneDoes) {

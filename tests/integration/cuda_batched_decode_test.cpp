@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
@@ -28,12 +30,12 @@ using Gpu = test::CudaFixtureModel;
 
 class CudaBatchedDecode : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CudaBatchedDecode, RowsAgreeWithDecodingEachSequenceAlone) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
-  Gpu g(GetParam());
+// Rows within bf16 noise of the lone run's, with its argmax where its top-2 margin exceeds the
+// difference; counts what it saw for the note printed at the end.
+struct AgreeWithinNoise {
   double worst_cosine = 1.0;
   int identical = 0;
-  const int rows = test::run_schedule(*g.model, 8, [&](const auto& batched, const auto& alone, int step, int seq) {
+  void operator()(const std::vector<float>& batched, const std::vector<float>& alone, int step, int seq) {
     SCOPED_TRACE("step " + std::to_string(step) + ", sequence " + std::to_string(seq));
     const double cosine = test::row_cosines(batched, alone, 1, int(alone.size()))[0];
     float diff = 0;
@@ -44,9 +46,28 @@ TEST_P(CudaBatchedDecode, RowsAgreeWithDecodingEachSequenceAlone) {
     }
     worst_cosine = std::min(worst_cosine, cosine);
     identical += batched == alone;
-  });
-  std::printf("note: %s batched vs alone: %d of %d rows bit-identical, lowest cosine %.7f\n", GetParam().c_str(),
-              identical, rows, worst_cosine);
+  }
+  void note(const std::string& what, int rows) const {
+    std::printf("note: %s: %d of %d rows bit-identical, lowest cosine %.7f\n", what.c_str(), identical, rows,
+                worst_cosine);
+  }
+};
+
+TEST_P(CudaBatchedDecode, RowsAgreeWithDecodingEachSequenceAlone) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  Gpu g(GetParam());
+  AgreeWithinNoise agree;
+  const int rows = test::run_schedule(*g.model, 8, std::ref(agree));
+  agree.note(GetParam() + " batched vs alone", rows);
+}
+
+TEST_P(CudaBatchedDecode, APromptPieceInADecodeStepAgreesWithRunningItAlone) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  Gpu g(GetParam());
+  AgreeWithinNoise agree;
+  const int rows = test::run_mixed(*g.model, std::ref(agree));
+  EXPECT_EQ(rows, 11);
+  agree.note(GetParam() + " mixed vs alone", rows);
 }
 
 TEST_P(CudaBatchedDecode, ResetStateComputesWhatAFreshOneDoes) {

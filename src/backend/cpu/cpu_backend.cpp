@@ -121,11 +121,13 @@ void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& s
   std::iota(positions_.begin(), positions_.end(), st.n_past);
 }
 
-void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) {
+void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece,
+                             int piece_rows) {
   use_threads();
-  ids_.assign(ids, ids + B);
-  positions_.resize(size_t(B));
-  for (int b = 0; b < B; ++b) positions_[size_t(b)] = seqs[b]->n_past;
+  ids_.assign(ids, ids + piece_rows + B);
+  positions_.resize(size_t(piece_rows + B));
+  for (int t = 0; t < piece_rows; ++t) positions_[size_t(t)] = piece->n_past + t;
+  for (int b = 0; b < B; ++b) positions_[size_t(piece_rows + b)] = seqs[b]->n_past;
 }
 
 void CpuBackend::argmax(const Tensor& logits) {

@@ -265,12 +265,16 @@ class CudaBackend final : public Backend {
 
   // Stages each row's position and the table of its sequence's states (embed copies both), which
   // the per-sequence ops of the step read on the device: one launch per op for all rows, the same
-  // launches for every step of B rows (run_batch replays them).
-  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B) override {
-    stage_ids(ids, B);
+  // launches for every step of B rows (run_batch replays them). A prompt piece's rows come first;
+  // its ops run as a chunk of that sequence, from the position staged as a chunk's is.
+  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece,
+                   int piece_rows) override {
+    stage_ids(ids, piece_rows + B);
+    *h_pos_ = piece ? piece->n_past : 0;
+    for (int t = 0; t < piece_rows; ++t) h_row_pos_[t] = piece->n_past + t;
     for (int b = 0; b < B; ++b) {
       const auto& s = dynamic_cast<const CudaSequence&>(*seqs[b]);
-      h_row_pos_[b] = s.n_past;
+      h_row_pos_[piece_rows + b] = s.n_past;
       for (int layer = 0; layer < c_.n_layers; ++layer) {
         const bool attn = c_.layer_kinds[layer] == LayerKind::FullAttention;
         h_row_states_[row_state_slot(layer, 0, b, B)] = attn ? static_cast<void*>(s.k[layer]) : s.conv[layer];
@@ -278,6 +282,7 @@ class CudaBackend final : public Backend {
       }
     }
     batch_ = true;
+    batch_rows_ = B;
     baked_rows_ = false;
   }
 
@@ -310,6 +315,7 @@ class CudaBackend final : public Backend {
   // step that baked a row's state into a launch (baked_rows_) is never recorded.
   void run_batch(const OpList& ops) override {
     if (!opt_.graphs || timer_.enabled()) return run_groups(ops);
+    check(batch_rows_ == n_tokens_, "CUDA run_batch: a step carrying a prompt piece is not replayed");
     BatchGraph& g = batch_graphs_[n_tokens_];
     if (!g.exec && !g.seen) {
       run_groups(ops);
@@ -383,7 +389,7 @@ class CudaBackend final : public Backend {
     PETREL_CUDA(cudaMemcpyAsync(d_pos_, h_pos_, sizeof(int), cudaMemcpyHostToDevice, stream_));
     if (batch_) {
       PETREL_CUDA(cudaMemcpyAsync(d_row_pos_, h_row_pos_, sizeof(int) * n_tokens_, cudaMemcpyHostToDevice, stream_));
-      PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(n_tokens_),
+      PETREL_CUDA(cudaMemcpyAsync(d_row_states_, h_row_states_, sizeof(void*) * row_state_slots(batch_rows_),
                                   cudaMemcpyHostToDevice, stream_));
     }
     if (!capture) PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // run_batch records it after a replay
@@ -463,7 +469,7 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const cuda::TimedOp timed(timer_, stream_, "qk_norm_rope");
     if (!batch_) return qk_norm_rope_at(q, k, w, d_pos_);
-    check(q.rows == n_tokens_, "CUDA qk_norm_rope: a batched step's q must have one row per sequence");
+    check(q.rows == n_tokens_, "CUDA qk_norm_rope: a batched step's q must have every staged row");
     cuda::qk_norm_rope_rows(bf(q), q.stride, c.n_heads, weights_->vec(w.q_norm), bf(k), k.stride, c.n_kv_heads,
                             weights_->vec(w.k_norm), int(q.rows), c.head_dim, c.rms_eps, c.rotary_dim, c.rope_theta,
                             d_row_pos_, stream_);
@@ -524,13 +530,13 @@ class CudaBackend final : public Backend {
     const ModelConfig& c = c_;
     const int B = int(q.rows);
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    check(batch_ && B == n_tokens_,
+    check(batch_ && B == batch_rows_,
           "CUDA attention_batch: needs the step staged by begin_batch, one row per sequence");
     for (int r = 0; r < B; ++r)
       check(seqs[r]->n_past < seqs[r]->capacity, "context full: sequence " + std::to_string(r) + " holds " +
                                                      std::to_string(seqs[r]->capacity) + " tokens");
     check(k.stride == v.stride, "CUDA attention: k and v must share a row stride");
-    const cuda::KvRows rows{row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_};
+    const cuda::KvRows rows{row_states<bf16>(layer, 0), row_states<bf16>(layer, 1), d_row_pos_ + (n_tokens_ - B)};
     // Each row split as a lone decode step splits it (the same sums: the same result) where the
     // partial records hold that many.
     const int splits = attention_splits(B);
@@ -585,7 +591,7 @@ class CudaBackend final : public Backend {
 
   void deltanet_batch(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const DeltaNetWeights& w,
                       int layer, SequenceState* const* seqs, Tensor out) override {
-    check(batch_ && qkv.rows == n_tokens_,
+    check(batch_ && qkv.rows == batch_rows_,
           "CUDA deltanet_batch: needs the step staged by begin_batch, one row per sequence");
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
     {
@@ -911,7 +917,7 @@ class CudaBackend final : public Backend {
   // Row b's state `slot` of `layer` on the device, b = 0..B-1, as begin_batch staged them.
   template <typename T>
   T* const* row_states(int layer, int slot) const {
-    return reinterpret_cast<T* const*>(d_row_states_ + row_state_slot(layer, slot, 0, n_tokens_));
+    return reinterpret_cast<T* const*>(d_row_states_ + row_state_slot(layer, slot, 0, batch_rows_));
   }
 
   cuda::DeltaNetShape gdn_shape() const {
@@ -953,6 +959,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::vector<void*> allocations_;
   int max_tokens_ = 0, n_tokens_ = 0;
+  int batch_rows_ = 0;  // rows of a batched step with a state each (after the prompt piece's rows)
   int *h_ids_ = nullptr, *h_pos_ = nullptr;  // pinned, mapped: a recorded step's embed reads them in place
   int *m_ids_ = nullptr, *m_pos_ = nullptr;  // their device addresses
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs

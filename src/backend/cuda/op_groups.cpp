@@ -172,7 +172,7 @@ class Grouper {
   OpGroup norm_rope_attention(size_t i) const {
     const op::QkNormRope* r = at<op::QkNormRope>(ops_, i);
     const op::Attention* a = at<op::Attention>(ops_, i + 1);
-    if (!r || !a || !a->states.chunk || !same(a->q, r->q) || !same(a->k, r->k) ||
+    if (!r || !a || !a->states.chunk || a->states.rows || !same(a->q, r->q) || !same(a->k, r->k) ||
         !dead_after(i + 2, r->q) || !dead_after(i + 2, r->k))
       return none();
     return {Group::NormRopeAttention, int(i), 2};
