@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,9 @@ class Backend {
   // floats (logits) where the backend would otherwise use its activation type.
   virtual Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) = 0;
   virtual std::unique_ptr<SequenceState> new_sequence(int capacity) = 0;
+  // Bytes the backend could still allocate for states, where it manages a memory of its own (a
+  // GPU's); none on the host, where the operating system decides.
+  virtual std::optional<size_t> free_memory() const { return std::nullopt; }
   // The state of the multi-token prediction head for one sequence: the KV caches of its layers,
   // which ops address as layers n_layers + j, and nothing of the trunk.
   virtual std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) = 0;

@@ -125,13 +125,18 @@ void add(CLI::App& app) {
   cmd->add_option("--api-key", a.http.api_key, "Require \"Authorization: Bearer KEY\" (all routes but /health)")
       ->check(CLI::Validator([](std::string& key) { return key.empty() ? "an empty key would let anyone in" : ""; }, "KEY", "non-empty"));
   cmd->add_option("--model-name", a.serve.model_name, "Model id clients use (default: the folder's name)");
-  cmd->add_option("--max-sequences", a.serve.scheduler.max_sequences, "Sequences decoded together")
+  cmd->add_option("--max-sequences", a.serve.scheduler.max_sequences,
+                  "Sequences decoded together, at most (fewer when their states do not fit --gpu-memory-fraction)")
       ->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--gpu-memory-fraction", a.serve.scheduler.memory_fraction,
+                  "Share of the GPU memory free after loading that sequence states and the prefix cache may take "
+                  "(0: no limit)")
+      ->capture_default_str()->check(number_in(0.0, 1.0));
   cmd->add_option("--max-queued", a.serve.scheduler.max_queued, "Requests waiting for a slot before 429s")
       ->capture_default_str()->check(integer_in(0));
   cmd->add_option("-c,--context,--ctx-size", a.serve.scheduler.context, "Tokens per sequence, prompt and answer (at most the model's)")
       ->capture_default_str()->check(integer_in(1));
-  cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens fed between two decode steps")
+  cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens a decode step carries")
       ->capture_default_str()->check(integer_in(1));
   cmd->add_option_function<int>(
          "--prefix-cache-mb",

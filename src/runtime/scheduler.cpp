@@ -10,11 +10,13 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <utility>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "runtime/running_request.h"
 
 namespace petrel {
@@ -29,6 +31,18 @@ void check_options(const SchedulerOptions& o, int max_batch) {
   check(o.max_queued >= 0, "scheduler max_queued: expected >= 0, found " + std::to_string(o.max_queued));
   check(o.context >= 1, "scheduler context: expected >= 1 token, found " + std::to_string(o.context));
   check(o.prefill_chunk >= 1, "scheduler prefill_chunk: expected >= 1 token, found " + std::to_string(o.prefill_chunk));
+  check(o.memory_fraction >= 0 && o.memory_fraction <= 1,
+        "scheduler memory_fraction (--gpu-memory-fraction): expected 0..1, found " + std::to_string(o.memory_fraction));
+}
+
+// Bytes the state slots may take: the share of the backend's free memory less the prefix cache's
+// budget; none when there is no limit.
+std::optional<size_t> slot_budget(Backend& backend, const SchedulerOptions& o) {
+  if (o.memory_fraction <= 0) return std::nullopt;
+  const std::optional<size_t> free = backend.free_memory();
+  if (!free) return std::nullopt;
+  const double share = double(*free) * o.memory_fraction - double(o.prefix_cache.budget_bytes);
+  return size_t(std::max(0.0, share));
 }
 
 void check_request(const CompletionRequest& r, const StepCallback& callback, int vocab) {
@@ -68,6 +82,8 @@ struct Scheduler::Impl {
   void cancel(uint64_t id);
   void shutdown(bool drain);
   SchedulerMetrics metrics() const;
+
+  void allocate_slots();
 
   // The scheduler thread.
   void run();
@@ -123,15 +139,29 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
       vocab(m.config().vocab),
       prefix_cache(o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); }) {
   check_options(options, model.max_batch());
+  if (options.max_sequences > 1) model.reserve_batch();
+  allocate_slots();
+  counters.slots_total = published.slots_total = int(slots.size());
+  thread = std::thread([this] { run(); });
+}
+
+// max_sequences slots, or as many as the memory share holds (one at least).
+void Scheduler::Impl::allocate_slots() {
+  const std::optional<size_t> budget = slot_budget(model.backend(), options);
   slots.reserve(size_t(options.max_sequences));  // free_slots points into it
+  size_t used = 0;
   for (int i = 0; i < options.max_sequences; ++i) {
+    if (budget && i > 0 && used + slots.front().state->bytes() > *budget) break;
     slots.push_back({model.new_sequence(options.context),
                      options.device_sampling ? model.backend().make_sampler(vocab) : nullptr});
     free_slots.push_back(&slots.back());
+    used += slots.back().state->bytes();
+    check(!budget || used <= *budget,
+          "scheduler memory_fraction (--gpu-memory-fraction): one sequence of " + std::to_string(options.context) +
+              " tokens needs " + format_bytes(double(used)) + ", the share of free memory leaves " +
+              format_bytes(double(*budget)) + " after the prefix cache (raise the fraction, shorten the context or "
+              "shrink the prefix cache)");
   }
-  if (options.max_sequences > 1) model.reserve_batch();
-  counters.slots_total = published.slots_total = options.max_sequences;
-  thread = std::thread([this] { run(); });
 }
 
 SubmitStatus Scheduler::Impl::submit(CompletionRequest request, StepCallback callback, uint64_t* id) {
@@ -139,7 +169,7 @@ SubmitStatus Scheduler::Impl::submit(CompletionRequest request, StepCallback cal
   std::lock_guard lock(mu);
   if (!accepting) return SubmitStatus::ShuttingDown;
   if (int(request.prompt.size()) > options.context) return SubmitStatus::PromptTooLong;
-  if (in_flight >= options.max_sequences + options.max_queued) return SubmitStatus::QueueFull;
+  if (in_flight >= int(slots.size()) + options.max_queued) return SubmitStatus::QueueFull;
   ++in_flight;
   const uint64_t assigned = next_id++;
   if (id) *id = assigned;

@@ -21,6 +21,10 @@ namespace petrel {
 
 struct SchedulerOptions {
   int max_sequences = 16;  // sequences decoding at once (state slots allocated up front)
+  // Where the backend manages its own memory (Backend::free_memory): the share of what is free at
+  // start that state slots and the prefix cache may take; fewer than max_sequences slots are
+  // allocated when they do not fit (SchedulerMetrics::slots_total says how many). 0: no limit.
+  double memory_fraction = 0;
   int max_queued = 64;     // requests waiting for a slot beyond that; submit() refuses more
   int context = 4096;      // tokens per sequence (prompt + output); longer prompts are refused
   // Prompt tokens a step carries besides its decode rows. The piece rides in the decode step when
@@ -77,9 +81,10 @@ struct SchedulerMetrics {
 // Callbacks run on the scheduler thread and must not call shutdown() or destroy the scheduler.
 class Scheduler {
  public:
-  // Allocates options.max_sequences states of options.context tokens and starts the thread. Throws
-  // petrel::Error naming the option when one is out of range (max_sequences may not exceed the
-  // model's batch limit, Model::max_batch()).
+  // Allocates options.max_sequences states of options.context tokens (fewer under memory_fraction)
+  // and starts the thread. Throws petrel::Error naming the option when one is out of range
+  // (max_sequences may not exceed the model's batch limit, Model::max_batch()) or when not one
+  // state fits.
   Scheduler(Model& model, const SchedulerOptions& options);
   ~Scheduler();  // cancels everything still running or queued, then joins the thread
 

@@ -64,7 +64,8 @@ ServedModel::ServedModel(const ServeOptions& o)
 }
 
 std::string ServedModel::summary() const {
-  return loaded_.summary() + ", context " + std::to_string(context_) +
+  return loaded_.summary() + ", max " + std::to_string(scheduler_->metrics().slots_total) + " sequences of " +
+         std::to_string(context_) + " tokens" +
          (chat_template_ ? "" : ", no chat template (" + template_error_ + ")");
 }
 

@@ -27,7 +27,9 @@ struct ServeOptions {
   std::string dir;
   std::string model_name;  // "" : the folder's name
   LoadOptions load;
-  SchedulerOptions scheduler{.prefix_cache = {.budget_bytes = size_t(4096) << 20}};  // a prefix cache of 4 GiB
+  // 64 sequences, fewer where their states do not fit 90% of the GPU's free memory; a prefix cache
+  // of 4 GiB.
+  SchedulerOptions scheduler{.max_sequences = 64, .memory_fraction = 0.9, .prefix_cache = {.budget_bytes = size_t(4096) << 20}};
   int max_tokens = -1;     // default for requests without max_tokens; -1: until EOS or a full context
   ClientSpecialTokens special_tokens_in_content = ClientSpecialTokens::Text;
   int max_json_depth = kMaxJsonDepth;  // nesting of a request body (400 beyond)

@@ -10,9 +10,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "../unit/test_util.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
 #include "cuda_fixture.h"
 #include "io/checkpoint.h"
 #include "runtime/forward.h"
@@ -158,6 +161,29 @@ TEST(CudaScheduler, DeviceSamplingGivesWhatHostSamplingDoes) {
         EXPECT_EQ(device[i][t].top[k].logprob, host[i][t].top[k].logprob) << "token " << t << ", alternative " << k;
       }
     }
+  }
+}
+
+// memory_fraction sizes the slots from the GPU's free memory: a share that holds 3.5 states gets 3
+// of the 8 asked for; one that holds half a state is refused, naming the option.
+TEST(CudaScheduler, SlotsFitTheShareOfFreeMemory) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  GpuModel m("qwen35moe-vlm-fused");
+  const double state = double(m.model->new_sequence(kContext)->bytes());
+  const std::optional<size_t> free = m.backend->free_memory();
+  ASSERT_TRUE(free.has_value()) << "the CUDA backend reports its free memory";
+  SchedulerOptions o = options(8, true);
+  o.memory_fraction = 3.5 * state / double(*free);
+  {
+    Scheduler scheduler(*m.model, o);
+    EXPECT_EQ(scheduler.metrics().slots_total, 3);
+  }
+  o.memory_fraction = 0.5 * state / double(*free);
+  try {
+    Scheduler scheduler(*m.model, o);
+    ADD_FAILURE() << "a share smaller than one state was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory_fraction"), std::string::npos) << e.what();
   }
 }
 

@@ -327,6 +327,11 @@ TEST(Scheduler, MalformedRequestsAndOptionsNameTheField) {
   SchedulerOptions too_many = options(1);
   too_many.max_sequences = m.model->max_batch() + 1;
   refuses([&] { Scheduler s(*m.model, too_many); }, "max_sequences");
+  SchedulerOptions share = options(3);
+  share.memory_fraction = 1.5;
+  refuses([&] { Scheduler s(*m.model, share); }, "memory_fraction");
+  share.memory_fraction = 0.5;  // the CPU backend manages no memory of its own: no limit
+  EXPECT_EQ(Scheduler(*m.model, share).metrics().slots_total, 3);
   Scheduler scheduler(*m.model, options(2));
   const StepCallback ignore = [](const StepEvent&) { return true; };
   CompletionRequest r = request(1, m.vocab(), greedy());

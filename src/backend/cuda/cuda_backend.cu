@@ -208,6 +208,12 @@ class CudaBackend final : public Backend {
     return s;
   }
 
+  std::optional<size_t> free_memory() const override {
+    size_t free_b = 0, total_b = 0;
+    PETREL_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+  }
+
   std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) override {
     const ModelConfig& c = c_;
     auto s = std::make_unique<CudaSequence>(stream_);
