@@ -49,6 +49,7 @@ class RunningRequest {
   uint64_t id() const { return id_; }
   Slot& slot() { return slot_; }
   SequenceState& state() { return state_; }
+  const SequenceState& state() const { return state_; }
   std::span<const int32_t> prompt() const { return request_.prompt; }
   int prompt_size() const { return int(request_.prompt.size()); }
   // Says that the state came with the prompt's first n tokens (a prefix cache restored them).
