@@ -3,6 +3,8 @@
 // backend) or the CPU (the CPU backend, a checkpoint's weights as stored); or, with --multi-turn,
 // a chat's time to first token with and without the prefix cache (cli/bench_multi_turn.h).
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -64,9 +66,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // checkpoint's own tensors on the host (the CPU backend, whose KV cache is fp32).
 enum class WeightBytes { CudaInt4, CudaAsStored, Host };
 
-// Bytes one decode token reads and writes: every non-expert weight, top_k experts and the shared
-// expert per layer, the LM head, DeltaNet state (read + write) and the KV cache up to `ctx`.
-double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes where, int ctx) {
+// Bytes a decode step of `rows` sequences reads and writes: every non-expert weight, the distinct
+// experts its rows route to (expected, for uniform routing: each expert is missed by all rows with
+// probability (1 - top_k/experts)^rows; top_k for one row) and the shared expert per layer, the LM
+// head, and each row's DeltaNet state (read + write) and KV cache up to `ctx`.
+double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes where, int ctx, int rows = 1) {
   auto bytes = [&](const Matrix& m, bool router_like) -> double {
     if (!m.valid()) return 0;
     if (m.format == MatrixFormat::Affine || where == WeightBytes::Host) return double(m.bytes());
@@ -75,7 +79,7 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
     return 2.0 * double(m.rows * m.cols);
   };
   const double kv_elem = where == WeightBytes::Host ? 4.0 : 2.0;
-  double total = bytes(w.lm_head, false) + 2.0 * c.hidden;
+  double total = bytes(w.lm_head, false) + 2.0 * c.hidden * rows;
   for (const LayerWeights& L : w.layers) {
     for (const Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.v, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b,
                             &L.gdn.a, &L.gdn.out, &L.ffn.dense.gate, &L.ffn.dense.up, &L.ffn.dense.down,
@@ -84,12 +88,13 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
     total += bytes(L.ffn.router, true) + bytes(L.ffn.shared_gate, true);
     if (!L.ffn.experts.empty()) {
       const MlpWeights& e = L.ffn.experts[0];
-      total += c.top_k * (bytes(e.gate, false) + bytes(e.up, false) + bytes(e.down, false));
+      const double hit = 1.0 - std::pow(1.0 - double(c.top_k) / c.n_experts, rows);
+      total += c.n_experts * hit * (bytes(e.gate, false) + bytes(e.up, false) + bytes(e.down, false));
     }
     if (L.kind == LayerKind::DeltaNet)
-      total += 2.0 * 4.0 * c.lin_v_heads * c.lin_k_dim * c.lin_v_dim;
+      total += rows * 2.0 * 4.0 * c.lin_v_heads * c.lin_k_dim * c.lin_v_dim;
     else
-      total += 2.0 * kv_elem * double(ctx) * c.n_kv_heads * c.head_dim;
+      total += rows * 2.0 * kv_elem * double(ctx) * c.n_kv_heads * c.head_dim;
   }
   return total;
 }
@@ -229,10 +234,14 @@ void print_op_rows(const char* title, const nlohmann::json& rows) {
                 100.0 * r["us"].get<double>() / total);
 }
 
+constexpr int kServingPrompt = 128, kServingGenerated = 128;
+
 // Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, 128
-// tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up.
-nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs) {
-  constexpr int kPrompt = 128, kGenerated = 128;
+// tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up, and
+// its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens.
+nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs,
+                                  const std::function<double(int)>& step_bytes, double bandwidth) {
+  constexpr int kPrompt = kServingPrompt, kGenerated = kServingGenerated;
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
     SchedulerOptions so;
@@ -271,8 +280,14 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
       if (r > 0) tps.push_back(double(n) * kGenerated / seconds_since(t0));
     }
     const Stat st = stats(tps);
-    rows.push_back(
-        {{"concurrency", n}, {"tok_per_s", st.median}, {"min", st.min}, {"max", st.max}, {"runs_tok_per_s", st.runs}});
+    const double bytes = step_bytes(n);
+    rows.push_back({{"concurrency", n},
+                    {"tok_per_s", st.median},
+                    {"min", st.min},
+                    {"max", st.max},
+                    {"runs_tok_per_s", st.runs},
+                    {"bytes_per_step", bytes},
+                    {"fraction_of_bandwidth", bytes * st.median / n / bandwidth}});
   }
   return rows;
 }
@@ -388,7 +403,10 @@ void run(Args a) {
     }
   }
   if (!a.concurrency.empty())
-    out["serving"] = serving_throughput(model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs);
+    out["serving"] = serving_throughput(
+        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs,
+        [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
+        bandwidth);
   if (a.breakdown) {
     const std::vector<int> sizes = parse_ids(a.prefill, "--prefill");
     const int T = sizes.empty() ? 2048 : *std::max_element(sizes.begin(), sizes.end());
@@ -427,9 +445,11 @@ void run(Args a) {
                 100.0 * d["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
   if (out.contains("serving"))
     for (const auto& r : out["serving"])
-      std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams\n",
+      std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams; %s/step, %.1f%% of %s "
+                  "bandwidth\n",
                   r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
-                  r["max"].get<double>());
+                  r["max"].get<double>(), format_bytes(r["bytes_per_step"].get<double>()).c_str(),
+                  100.0 * r["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
   if (a.breakdown) {
     print_op_rows("decode step", out["breakdown"]["decode"]);
     const std::string batch = "batched step of " + std::to_string(out["breakdown"]["batch_size"].get<int>());
