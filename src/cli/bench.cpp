@@ -16,6 +16,7 @@
 #include "backend/cpu/host_memory.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernel_trace.h"
+#include "cli/bench_arrivals.h"
 #include "cli/bench_multi_turn.h"
 #include "cli/common.h"
 #include "cli/registry.h"
@@ -37,6 +38,8 @@ struct Args {
   int breakdown_batch = 32;
   bool multi_turn = false;
   MultiTurnOptions turns;
+  int serving_chunk = 512;  // prompt tokens a serving step carries
+  ArrivalOptions arrival{.prompt_tokens = 0};  // --arrivals: off unless given a prompt length
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -240,7 +243,8 @@ constexpr int kServingPrompt = 128, kServingGenerated = 128;
 // tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up, and
 // its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens.
 nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs,
-                                  const std::function<double(int)>& step_bytes, double bandwidth) {
+                                  int prefill_chunk, const std::function<double(int)>& step_bytes,
+                                  double bandwidth) {
   constexpr int kPrompt = kServingPrompt, kGenerated = kServingGenerated;
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
@@ -248,7 +252,7 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
     so.max_sequences = n;
     so.max_queued = n;
     so.context = kPrompt + kGenerated + 8;
-    so.prefill_chunk = 512;
+    so.prefill_chunk = prefill_chunk;
     Scheduler scheduler(model, so);
     std::vector<double> tps;
     for (int r = 0; r <= runs; ++r) {
@@ -314,6 +318,8 @@ void check_multi_turn_args(const Args& a) {
 void run(Args a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
   if (a.multi_turn) check_multi_turn_args(a);
+  check(a.arrival.prompt_tokens == 0 || !a.concurrency.empty(),
+        "--arrivals needs --concurrency: the streams that decode while the prompts arrive");
   const bool cpu = resolve_device(a.device) == "cpu";
   if (cpu) {
     check_cpu_args(a);
@@ -340,6 +346,7 @@ void run(Args a) {
   a.turns.runs = a.runs;
   a.turns.prefill_chunk = a.chunk;
   if (a.multi_turn) check_multi_turn(a.turns, config);
+  a.arrival.prefill_chunk = a.serving_chunk;
   const ModelWeights& weights = ck ? ck->weights() : *synth;
   const double bandwidth = cpu ? cpu_copy_bandwidth(a.threads) : cuda_copy_bandwidth();
   std::unique_ptr<Backend> backend;
@@ -354,6 +361,7 @@ void run(Args a) {
   ForwardOptions fo;
   fo.max_chunk = a.chunk;
   Model model(config, weights, *backend, fo);
+  if (a.arrival.prompt_tokens > 0) check_arrivals(a.arrival, model);
 
   nlohmann::json out;
   out["model"] = ck ? a.dir : a.synthetic + " (synthetic)";
@@ -404,9 +412,12 @@ void run(Args a) {
   }
   if (!a.concurrency.empty())
     out["serving"] = serving_throughput(
-        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs,
+        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, a.serving_chunk,
         [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
         bandwidth);
+  if (a.arrival.prompt_tokens > 0)
+    for (int n : parse_ids(a.concurrency, "--concurrency"))
+      out["arrivals"].push_back(serving_with_arrivals(model, n, a.arrival));
   if (a.breakdown) {
     const std::vector<int> sizes = parse_ids(a.prefill, "--prefill");
     const int T = sizes.empty() ? 2048 : *std::max_element(sizes.begin(), sizes.end());
@@ -450,6 +461,7 @@ void run(Args a) {
                   r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
                   r["max"].get<double>(), format_bytes(r["bytes_per_step"].get<double>()).c_str(),
                   100.0 * r["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
+  if (out.contains("arrivals")) print_arrivals(out["arrivals"]);
   if (a.breakdown) {
     print_op_rows("decode step", out["breakdown"]["decode"]);
     const std::string batch = "batched step of " + std::to_string(out["breakdown"]["batch_size"].get<int>());
@@ -489,6 +501,21 @@ void add(CLI::App& app) {
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "
                   "(128-token prompts, 128 tokens each)");
+  cmd->add_option("--serving-chunk", a.serving_chunk,
+                  "Prompt tokens a serving step carries beside its decode rows (--concurrency, --arrivals)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--arrivals", a.arrival.prompt_tokens,
+                  "With --concurrency: while the streams decode, a prompt of this many tokens arrives every "
+                  "--arrival-every seconds; reports the streams' inter-token latency with and without, and the "
+                  "arrivals' time to first token")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--arrival-every", a.arrival.every_s, "Seconds between two --arrivals")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--arrival-count", a.arrival.count, "Prompts that arrive per --arrivals run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--breakdown", a.breakdown,
                 "Device time per op of one decode step and of the longest prefill (ops timed one by one), "
                 "and a replayed decode step's kernels at each decode context");

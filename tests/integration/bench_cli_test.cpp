@@ -65,6 +65,37 @@ TEST(BenchCli, CpuPrefillAndDecodeFigures) {
                    kv);
 }
 
+// Serving figures with their share of the bandwidth bound, and streams decoding while prompts
+// arrive: both windows' inter-token latencies and the arrivals' times to first token.
+TEST(BenchCli, CpuServingWithArrivals) {
+  const test::CliResult r = test::run_petrel("bench -m " + kTiny +
+                                                 " --device cpu -t 2 --prefill 16 --decode-context 0 --decode-tokens 2 "
+                                                 "--runs 1 --concurrency 2 --serving-chunk 64 --arrivals 200 "
+                                                 "--arrival-every 0.3 --arrival-count 2 --json",
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  ASSERT_EQ(d["serving"].size(), 1u);
+  expect_timed(d["serving"][0], 1);
+  EXPECT_GT(d["serving"][0]["bytes_per_step"].get<double>(), 0.0);
+  EXPECT_GT(d["serving"][0]["fraction_of_bandwidth"].get<double>(), 0.0);
+  ASSERT_EQ(d["arrivals"].size(), 1u);
+  const nlohmann::json& a = d["arrivals"][0];
+  EXPECT_EQ(a["streams"], 2);
+  EXPECT_EQ(a["arrivals"], 2);
+  EXPECT_EQ(a["arrival_tokens"], 200);
+  for (const char* w : {"quiet", "with_arrivals"}) {
+    EXPECT_GT(a[w]["itl_p50_ms"].get<double>(), 0.0) << a;
+    EXPECT_GE(a[w]["itl_p99_ms"].get<double>(), a[w]["itl_p50_ms"].get<double>()) << a;
+    EXPECT_GT(a[w]["tok_per_s"].get<double>(), 0.0) << a;
+  }
+  EXPECT_GT(a["ttft_p50_ms"].get<double>(), 0.0) << a;
+  EXPECT_GE(a["ttft_p99_ms"].get<double>(), a["ttft_p50_ms"].get<double>()) << a;
+  const test::CliResult alone = test::run_petrel("bench -m " + kTiny + " --device cpu --arrivals 200", "2>&1");
+  EXPECT_EQ(alone.status, 1);
+  EXPECT_NE(alone.out.find("--arrivals needs --concurrency"), std::string::npos) << alone.out;
+}
+
 TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
   const test::CliResult synthetic = test::run_petrel("bench --synthetic qwen3.5-35b-a3b --device cpu", "2>&1");
   EXPECT_EQ(synthetic.status, 1);
