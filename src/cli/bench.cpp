@@ -348,6 +348,8 @@ void run(Args a) {
     config = ck->config();
   } else {
     config = synthetic_config(a.synthetic);
+    // The draft head only where it drafts: its memory would otherwise be taken from the rest.
+    if (a.speculative != "mtp") config.mtp_layers = 0;
     synth = synthetic_weights(config);
   }
   const SpeculativeBench spec = speculative_bench(a, config);
