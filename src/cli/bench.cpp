@@ -105,6 +105,17 @@ std::vector<int32_t> tokens(int n, int vocab) {
   return ids;
 }
 
+// The prompt of a speculative decode row: for prompt lookup, a 64-token motif said at least twice,
+// so that there is something to draft (random weights never repeat on their own).
+std::vector<int32_t> speculative_prompt(const std::string& source, int context, int vocab) {
+  if (source != "ngram") return tokens(std::max(context, 1), vocab);
+  constexpr int kMotif = 64;
+  const std::vector<int32_t> motif = tokens(kMotif, vocab);
+  std::vector<int32_t> ids(size_t(std::max(context, 2 * kMotif)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = motif[i % kMotif];
+  return ids;
+}
+
 // Device time per op label, sorted by time, from the timer's totals over `steps` forward calls.
 nlohmann::json op_rows(std::vector<std::pair<std::string, double>> times, int steps) {
   std::sort(times.begin(), times.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
@@ -402,7 +413,8 @@ void run(Args a) {
     }
     for (int ctx : parse_ids(a.contexts, "--decode-context")) {
       if (!a.speculative.empty()) {
-        out["speculative_decode"].push_back(speculative_decode(model, spec, ctx, tokens(std::max(ctx, 1), config.vocab)));
+        out["speculative_decode"].push_back(
+            speculative_decode(model, spec, ctx, speculative_prompt(a.speculative, ctx, config.vocab)));
         continue;
       }
       std::vector<double> tps;

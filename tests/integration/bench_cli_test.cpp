@@ -174,6 +174,21 @@ TEST(BenchCli, CpuSpeculativeMtpWithForcedAcceptance) {
   }
 }
 
+// Prompt lookup on a prompt that repeats a motif: every step finds a draft, all of it taken.
+TEST(BenchCli, CpuSpeculativeNgramDraftsFromTheRepeatedPrompt) {
+  const test::CliResult r = test::run_petrel("bench " + kTiny +
+                                                 " --device cpu -t 1 --prefill 16 --decode-context 0 "
+                                                 "--decode-tokens 16 --runs 2 --speculative ngram --draft-tokens 3 "
+                                                 "--draft-accept-rate 1 --json",
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json row = nlohmann::json::parse(r.out)["speculative_decode"][0];
+  EXPECT_EQ(row["speculative"]["runs_tok_per_s"].size(), 2u) << row;
+  EXPECT_GT(row["drafted"].get<int>(), 0) << row;
+  EXPECT_EQ(row["accepted"], row["drafted"]) << row;
+  EXPECT_GT(row["mean_accepted_length"].get<double>(), 3.0) << row;
+}
+
 TEST(BenchCli, SpeculativeRefusals) {
   const test::CliResult no_head = test::run_petrel("bench " + kTiny + " --device cpu --speculative mtp", "2>&1");
   EXPECT_EQ(no_head.status, 1);
