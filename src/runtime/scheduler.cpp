@@ -143,11 +143,11 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
                      options.device_sampling ? model.backend().make_sampler(vocab) : nullptr});
     free_slots.push_back(&slots.back());
   }
-  if (options.max_sequences > 1) model.reserve_batch();
   if (options.speculative.draft > 0) {
     drafter = std::make_unique<MtpDrafter>(model, options.context);
     scratch = model.new_sequence(options.context);
   }
+  if (options.max_sequences > 1 || drafter) model.reserve_batch();  // verify steps keep every row too
   counters.slots_total = published.slots_total = options.max_sequences;
   thread = std::thread([this] { run(); });
 }
