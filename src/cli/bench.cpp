@@ -1,7 +1,8 @@
 // `petrel bench`: prefill and batch-1 decode throughput (median of several runs), bytes moved per
 // decode token and the fraction of the measured memory bandwidth it represents, on the GPU (CUDA
 // backend) or the CPU (the CPU backend, a checkpoint's weights as stored); or, with --multi-turn,
-// a chat's time to first token with and without the prefix cache (cli/bench_multi_turn.h).
+// a chat's time to first token with and without the prefix cache (cli/bench_multi_turn.h); with
+// --speculative, decode through the generation loop with and without drafts (cli/bench_speculative.h).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "backend/cuda/kernel_trace.h"
 #include "cli/bench_arrivals.h"
 #include "cli/bench_multi_turn.h"
+#include "cli/bench_speculative.h"
 #include "cli/common.h"
 #include "cli/registry.h"
 #include "core/error.h"
@@ -40,6 +42,9 @@ struct Args {
   MultiTurnOptions turns;
   int serving_chunk = 512;  // prompt tokens a serving step carries
   ArrivalOptions arrival{.prompt_tokens = 0};  // --arrivals: off unless given a prompt length
+  std::string speculative;  // "", "mtp" or "ngram"
+  int draft = 0;            // 0: the source's default
+  double accept_rate = -1;  // < 0: drafts verified as sampled
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -105,6 +110,17 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
 std::vector<int32_t> tokens(int n, int vocab) {
   std::vector<int32_t> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = int32_t((1103515245u * uint32_t(i) + 12345u) % uint32_t(vocab));
+  return ids;
+}
+
+// The prompt of a speculative decode row: for prompt lookup, a 64-token motif said at least twice,
+// so that there is something to draft (random weights never repeat on their own).
+std::vector<int32_t> speculative_prompt(const std::string& source, int context, int vocab) {
+  if (source != "ngram") return tokens(std::max(context, 1), vocab);
+  constexpr int kMotif = 64;
+  const std::vector<int32_t> motif = tokens(kMotif, vocab);
+  std::vector<int32_t> ids(size_t(std::max(context, 2 * kMotif)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = motif[i % kMotif];
   return ids;
 }
 
@@ -241,10 +257,11 @@ constexpr int kServingPrompt = 128, kServingGenerated = 128;
 
 // Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, 128
 // tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up, and
-// its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens.
+// its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens; with the
+// scheduler's speculative decoding when `speculative` drafts.
 nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs,
-                                  int prefill_chunk, const std::function<double(int)>& step_bytes,
-                                  double bandwidth) {
+                                  int prefill_chunk, const SpeculativeOptions& speculative,
+                                  const std::function<double(int)>& step_bytes, double bandwidth) {
   constexpr int kPrompt = kServingPrompt, kGenerated = kServingGenerated;
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
@@ -253,6 +270,7 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
     so.max_queued = n;
     so.context = kPrompt + kGenerated + 8;
     so.prefill_chunk = prefill_chunk;
+    so.speculative = speculative;
     Scheduler scheduler(model, so);
     std::vector<double> tps;
     for (int r = 0; r <= runs; ++r) {
@@ -310,9 +328,29 @@ void check_cpu_args(const Args& a) {
 
 // --multi-turn times only the conversation: the flags of the other measurements would be ignored.
 void check_multi_turn_args(const Args& a) {
-  check(!a.prefill_set && !a.contexts_set && !a.decode_tokens_set && a.concurrency.empty() && !a.breakdown,
-        "--multi-turn runs on its own: leave out --prefill, --decode-context, --decode-tokens, --concurrency and "
-        "--breakdown");
+  check(!a.prefill_set && !a.contexts_set && !a.decode_tokens_set && a.concurrency.empty() && !a.breakdown &&
+            a.speculative.empty(),
+        "--multi-turn runs on its own: leave out --prefill, --decode-context, --decode-tokens, --concurrency, "
+        "--breakdown and --speculative");
+}
+
+// --speculative's options; refuses --draft-tokens and --draft-accept-rate without it.
+SpeculativeBench speculative_bench(const Args& a, const ModelConfig& config) {
+  check(!a.speculative.empty() || (a.draft == 0 && a.accept_rate < 0),
+        "--draft-tokens and --draft-accept-rate: only with --speculative");
+  SpeculativeBench o;
+  const bool mtp = a.speculative == "mtp";
+  check(!mtp || config.mtp_layers > 0,
+        "--speculative mtp needs a checkpoint with a multi-token prediction head (mtp.* tensors); this one has none");
+  o.speculative.source = mtp ? DraftSource::Mtp : DraftSource::Ngram;
+  o.speculative.draft = a.draft > 0 ? a.draft : mtp ? kMtpDraft : kNgramDraft;
+  if (a.accept_rate >= 0) o.speculative.forced_acceptance = a.accept_rate;
+  check(a.concurrency.empty() || a.speculative.empty() || (mtp && a.accept_rate < 0),
+        "--concurrency with --speculative: the scheduler drafts with the MTP head only and verifies every draft; "
+        "leave out --draft-accept-rate (or --concurrency)");
+  o.decode_tokens = a.decode_tokens;
+  o.runs = a.runs;
+  return o;
 }
 
 void run(Args a) {
@@ -341,8 +379,11 @@ void run(Args a) {
     config = ck->config();
   } else {
     config = synthetic_config(a.synthetic);
+    // The draft head only where it drafts: its memory would otherwise be taken from the rest.
+    if (a.speculative != "mtp") config.mtp_layers = 0;
     synth = synthetic_weights(config);
   }
+  const SpeculativeBench spec = speculative_bench(a, config);
   a.turns.runs = a.runs;
   a.turns.prefill_chunk = a.chunk;
   if (a.multi_turn) check_multi_turn(a.turns, config);
@@ -370,6 +411,10 @@ void run(Args a) {
   out["memory_copy_bandwidth_GBps"] = bandwidth / 1e9;
   out["cuda_graphs"] = !cpu && a.graphs;
   out["runs"] = a.runs;
+  if (!a.speculative.empty())
+    out["speculative"] = {{"source", a.speculative},
+                          {"draft_tokens", spec.speculative.draft},
+                          {"forced_acceptance", a.accept_rate >= 0 ? nlohmann::json(a.accept_rate) : nullptr}};
 
   if (a.multi_turn) {  // only the conversation is timed
     out["multi_turn"] = multi_turn(model, a.turns);
@@ -389,6 +434,11 @@ void run(Args a) {
           {{"tokens", T}, {"tok_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"runs_tok_per_s", s.runs}});
     }
     for (int ctx : parse_ids(a.contexts, "--decode-context")) {
+      if (!a.speculative.empty()) {
+        out["speculative_decode"].push_back(
+            speculative_decode(model, spec, ctx, speculative_prompt(a.speculative, ctx, config.vocab)));
+        continue;
+      }
       std::vector<double> tps;
       const std::vector<int32_t> prompt = tokens(std::max(ctx, 1), config.vocab);
       for (int r = 0; r <= a.runs; ++r) {
@@ -413,6 +463,7 @@ void run(Args a) {
   if (!a.concurrency.empty())
     out["serving"] = serving_throughput(
         model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, a.serving_chunk,
+        a.speculative.empty() ? SpeculativeOptions{} : spec.speculative,
         [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
         bandwidth);
   if (a.arrival.prompt_tokens > 0)
@@ -454,6 +505,12 @@ void run(Args a) {
                 d["context"].get<int>(), d["tok_per_s"].get<double>(), d["min"].get<double>(), d["max"].get<double>(),
                 format_bytes(d["bytes_per_token"].get<double>()).c_str(),
                 100.0 * d["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
+  if (out.contains("speculative_decode")) {
+    std::printf("speculative %s, draft %d", a.speculative.c_str(), spec.speculative.draft);
+    if (a.accept_rate >= 0) std::printf(", acceptance forced to %.2f", a.accept_rate);
+    std::printf("\n");
+    for (const auto& row : out["speculative_decode"]) print_speculative_decode(row);
+  }
   if (out.contains("serving"))
     for (const auto& r : out["serving"])
       std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams; %s/step, %.1f%% of %s "
@@ -500,7 +557,7 @@ void add(CLI::App& app) {
   cmd->add_flag("--json", a.json, "Machine-readable output");
   cmd->add_option("--concurrency", a.concurrency,
                   "Concurrent greedy requests through the continuous-batching scheduler, e.g. 1,8,32 "
-                  "(128-token prompts, 128 tokens each)");
+                  "(128-token prompts, 128 tokens each; with --speculative mtp, as petrel serve --speculative mtp)");
   cmd->add_option("--serving-chunk", a.serving_chunk,
                   "Prompt tokens a serving step carries beside its decode rows (--concurrency, --arrivals)")
       ->capture_default_str()
@@ -522,6 +579,18 @@ void add(CLI::App& app) {
   cmd->add_option("--breakdown-batch", a.breakdown_batch, "Sequences in the batched step --breakdown times")
       ->check(CLI::Range(2, 256))
       ->capture_default_str();
+  cmd->add_option("--speculative", a.speculative,
+                  "Decode through the generation loop plainly and with speculative decoding: mtp (the checkpoint's "
+                  "draft head) or ngram (prompt lookup); acceptance rate and mean accepted length")
+      ->check(CLI::IsMember({"ngram", "mtp"}));
+  cmd->add_option("--draft-tokens", a.draft,
+                  "--speculative: most tokens drafted per step (default " + std::to_string(kMtpDraft) + " for mtp, " +
+                      std::to_string(kNgramDraft) + " for ngram)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-accept-rate", a.accept_rate,
+                  "--speculative: take each drafted token with this probability (up to the first refused) instead of "
+                  "verifying it, for random weights whose drafts are never right; the device work is unchanged")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--multi-turn", a.multi_turn,
                 "Instead of the above: a chat resending its whole history each turn, through the scheduler with "
                 "and without the prefix cache; time to first token per turn and the share of the history cached");

@@ -119,11 +119,13 @@ ConversationOptions resolve_generation(const CLI::App& cmd, const GenerationFlag
   check(!given(cmd, "--draft") || !f.speculative.empty(), "--draft / --draft-tokens: only with --speculative");
   check((!given(cmd, "--ngram-min") && !given(cmd, "--ngram-max")) || f.speculative == "ngram",
         "--ngram-min / --ngram-max: only with --speculative ngram");
-  if (f.speculative == "ngram") o.speculative = {f.draft, f.ngram_min, f.ngram_max};
-  // Each further MTP draft costs a step of the head and is right less often than the one before.
-  constexpr int kMtpDraft = 3;
-  if (f.speculative == "mtp")
-    o.speculative = {given(cmd, "--draft") ? f.draft : kMtpDraft, f.ngram_min, f.ngram_max, DraftSource::Mtp};
+  if (!f.speculative.empty()) {
+    const bool mtp = f.speculative == "mtp";
+    o.speculative.source = mtp ? DraftSource::Mtp : DraftSource::Ngram;
+    o.speculative.draft = mtp && !given(cmd, "--draft") ? kMtpDraft : f.draft;
+    o.speculative.ngram_min = f.ngram_min;
+    o.speculative.ngram_max = f.ngram_max;
+  }
   check(f.ngram_min <= f.ngram_max, "--ngram-min (" + std::to_string(f.ngram_min) + ") must not exceed --ngram-max (" +
                                         std::to_string(f.ngram_max) + ")");
   o.system = f.system;

@@ -22,7 +22,7 @@ struct GenerationFlags {
   std::vector<std::string> stops;
   bool ignore_eos = false;
   std::string speculative;  // "", "ngram" or "mtp"
-  int draft = 6, ngram_min = 2, ngram_max = 4;  // draft: the n-gram default (MTP's is kMtpDraft)
+  int draft = kNgramDraft, ngram_min = 2, ngram_max = 4;  // draft: the n-gram default (MTP's is kMtpDraft)
   int context = 0;
   std::string system;
   bool no_think = false, show_thinking = false;

@@ -27,6 +27,8 @@ struct Args {
   server::ServeOptions serve;
   server::HttpOptions http;
   double shutdown_timeout_s = 10.0;
+  std::string speculative;  // "" or "mtp"
+  int draft = 0;            // 0: kMtpDraft
 };
 
 // SIGINT and SIGTERM are blocked in every thread (threads inherit the mask of their creator) and
@@ -162,12 +164,26 @@ void add(CLI::App& app) {
                 "No line per request on stderr (default: time, method, path, status, tokens, duration, client)");
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(number_in(0.0));
+  cmd->add_option("--speculative", a.speculative,
+                  "Speculative decoding with the checkpoint's draft head while one request runs alone (off when "
+                  "more run; docs/serving.md)")
+      ->check(CLI::IsMember({"mtp"}));
+  cmd->add_option("--draft-tokens", a.draft, "Most tokens drafted per step with --speculative (default " +
+                                                 std::to_string(kMtpDraft) + ")")
+      ->check(integer_in(1, 64));
   add_device_flags(cmd, a.serve.load);
   cmd->callback([] {
+    check(a.draft == 0 || !a.speculative.empty(), "--draft-tokens: only with --speculative");
+    if (!a.speculative.empty()) {
+      a.serve.scheduler.speculative.source = DraftSource::Mtp;
+      a.serve.scheduler.speculative.draft = a.draft > 0 ? a.draft : kMtpDraft;
+    }
     check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
           "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
-    // The model's chunk holds a prompt piece beside one decode row per sequence (Scheduler::step).
-    a.serve.load.max_chunk = a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences;
+    // The model's chunk holds a prompt piece beside one decode row per sequence (Scheduler::step),
+    // or a verify step: the pending token and the draft.
+    a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences,
+                                      a.serve.scheduler.speculative.draft + 1);
     a.serve.load.progress = false;
     serve(a);
   });

@@ -1,12 +1,14 @@
 #include "generate/generator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <string>
 
 #include "core/error.h"
 #include "generate/draft_policy.h"
 #include "generate/ngram_draft.h"
+#include "generate/rng.h"
 #include "generate/speculative.h"
 #include "grammar/matcher.h"
 
@@ -27,6 +29,20 @@ void check_request(const SequenceState& st, const GenerateRequest& r) {
                               std::to_string(st.capacity));
   check(r.speculative.draft >= 0, "draft length: expected >= 0, found " + std::to_string(r.speculative.draft));
   check(!r.grammar || r.speculative.draft == 0, "structured output does not combine with speculative decoding");
+  const std::optional<double>& rate = r.speculative.forced_acceptance;
+  if (rate && !(*rate >= 0.0 && *rate <= 1.0)) {
+    char found[32];
+    std::snprintf(found, sizeof found, "%g", *rate);
+    throw Error(std::string("forced draft acceptance rate: expected a probability in [0, 1], found ") + found);
+  }
+}
+
+// Acceptance drawn per verified row with the request's seed, so that a benchmark repeats.
+ForcedAcceptance forced_acceptance(const GenerateRequest& r, uint64_t* draws) {
+  if (!r.speculative.forced_acceptance) return nullptr;
+  const double rate = *r.speculative.forced_acceptance;
+  const uint64_t seed = r.sampling.seed;
+  return [rate, seed, draws](int) { return uniform01(seed, (*draws)++) < rate; };
 }
 
 }  // namespace
@@ -85,6 +101,9 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
     for (int32_t t : req.tokens) drafter->append(t);
   }
 
+  uint64_t forced_draws = 0;
+  const ForcedAcceptance forced = forced_acceptance(req, &forced_draws);
+
   Clock::time_point first, last;
   // Every stop rule, in order, for each sampled token; false when the answer ends with it.
   const EmitToken emit = [&](int32_t t) {
@@ -141,7 +160,7 @@ GenerateResult Generator::generate(std::unique_ptr<SequenceState>& st, const Gen
       continue;
     }
     if (!scratch_ || scratch_->capacity != st->capacity) scratch_ = decoder_.new_sequence(st->capacity);
-    const VerifyOutcome v = verify_draft(decoder_, st, scratch_, pending, draft, emit);
+    const VerifyOutcome v = verify_draft(decoder_, st, scratch_, pending, draft, emit, forced);
     policy.update(int(draft.size()), v.accepted);
     stats.drafted += int(draft.size());
     stats.accepted += v.accepted;

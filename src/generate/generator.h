@@ -14,20 +14,11 @@
 #include "generate/decoder.h"
 #include "generate/mtp_draft.h"
 #include "generate/sampling_params.h"
+#include "generate/speculative_options.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
 
 namespace petrel {
-
-// Where drafts come from: prompt lookup, or the checkpoint's multi-token prediction head.
-enum class DraftSource { Ngram, Mtp };
-
-struct SpeculativeOptions {
-  int draft = 0;      // most tokens drafted per step; 0: no speculation
-  int ngram_min = 2;  // shortest suffix n-gram the drafter looks up
-  int ngram_max = 4;  // longest (tried first)
-  DraftSource source = DraftSource::Ngram;
-};
 
 struct GenerateRequest {
   // The whole sequence so far. The state passed to generate() already holds its first n_past

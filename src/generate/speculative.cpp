@@ -4,8 +4,12 @@
 //    the same randomness (uniform01(seed, position)) as plain decoding would use at that position,
 //    so the sampled token is the one plain decoding would produce. Drafted tokens only decide how
 //    far the rows can be trusted: while the sample equals the draft, the next row's prefix is
-//    still correct. (For a deterministic draft, "sample x ~ p, accept iff x == d" is the standard
-//    speculative-sampling rule: accept with probability p(d), otherwise draw from p without d.)
+//    still correct. Both drafters are deterministic (prompt lookup; the head's argmax), so the
+//    draft distribution q is one-hot, and "sample x ~ p, accept iff x == d" is the standard
+//    speculative-sampling rule (accept d with probability min(1, p(d) / q(d)) = p(d), else draw
+//    from normalize(max(0, p - q)), which is p without d). p is the sampler's processed
+//    distribution: penalties see the accepted drafts, which were emitted before the next row is
+//    sampled. A drafter that samples its drafts would need the general rule and its q.
 //  * Rejected tokens leave no trace: the DeltaNet recurrent and conv state cannot be rewound, so
 //    the verify forward runs on `scratch`, a copy of the state. If every drafted token was
 //    accepted, scratch holds exactly the fed sequence and simply becomes the state (pointer swap).
@@ -19,7 +23,8 @@
 namespace petrel {
 
 VerifyOutcome verify_draft(Decoder& decoder, std::unique_ptr<SequenceState>& st, std::unique_ptr<SequenceState>& scratch,
-                           int32_t pending, const std::vector<int32_t>& draft, const EmitToken& emit) {
+                           int32_t pending, const std::vector<int32_t>& draft, const EmitToken& emit,
+                           const ForcedAcceptance& forced) {
   const int d = int(draft.size());
   std::vector<int32_t> fed;
   fed.reserve(size_t(d) + 1);
@@ -34,8 +39,11 @@ VerifyOutcome verify_draft(Decoder& decoder, std::unique_ptr<SequenceState>& st,
   int m = 0;  // index of the last emitted token among the rows
   for (;; ++m) {
     out.last = decoder.sample(m, base + uint64_t(m));
-    const bool agrees = m < d && out.last == draft[size_t(m)];
-    if (agrees) ++out.accepted;
+    const bool agrees = m < d && (forced ? forced(m) : out.last == draft[size_t(m)]);
+    if (agrees) {
+      out.last = draft[size_t(m)];
+      ++out.accepted;
+    }
     out.finished = !emit(out.last);
     if (out.finished || !agrees) break;
   }

@@ -30,6 +30,7 @@ ModelConfig hybrid_moe(Arch arch, int layers, int vocab, int experts, int top_k)
   for (int i = 0; i < layers; ++i)
     c.layer_kinds.push_back((i + 1) % 4 == 0 ? LayerKind::FullAttention : LayerKind::DeltaNet);
   c.layer_is_moe.assign(layers, true);
+  c.mtp_layers = 1;  // both ship a one-layer multi-token prediction head
   return c;
 }
 
@@ -45,6 +46,49 @@ Matrix shape(const std::string& name, int64_t rows, int64_t cols) {
 MlpWeights mlp(const std::string& name, int64_t hidden, int64_t inter) {
   return {shape(name + ".gate_proj", inter, hidden), shape(name + ".up_proj", inter, hidden),
           shape(name + ".down_proj", hidden, inter)};
+}
+
+LayerWeights layer(const ModelConfig& c, LayerKind kind, bool moe, const std::string& p) {
+  const int64_t H = c.hidden;
+  LayerWeights L;
+  L.kind = kind;
+  L.input_norm.assign(H, 1.0f);
+  L.post_norm.assign(H, 1.0f);
+  if (L.kind == LayerKind::FullAttention) {
+    const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+    L.attn.q = shape(p + "q", q, H);
+    if (c.attn_output_gate) L.attn.gate = shape(p + "gate", q, H);
+    L.attn.k = shape(p + "k", kv, H);
+    L.attn.v = shape(p + "v", kv, H);
+    L.attn.o = shape(p + "o", H, q);
+    L.attn.q_norm.assign(c.head_dim, 1.0f);
+    L.attn.k_norm.assign(c.head_dim, 1.0f);
+  } else {
+    DeltaNetWeights& G = L.gdn;
+    G.qkv = shape(p + "in_proj_qkv", c.gdn_conv_channels(), H);
+    G.z = shape(p + "in_proj_z", c.gdn_value_dim(), H);
+    G.b = shape(p + "in_proj_b", c.lin_v_heads, H);
+    G.a = shape(p + "in_proj_a", c.lin_v_heads, H);
+    G.out = shape(p + "out_proj", H, c.gdn_value_dim());
+    G.conv.assign(size_t(c.gdn_conv_channels()) * c.conv_kernel, 0.25f);
+    G.A_log.assign(c.lin_v_heads, 0.5f);
+    G.dt_bias.assign(c.lin_v_heads, 0.0f);
+    G.norm.assign(c.lin_v_dim, 1.0f);
+  }
+  FfnWeights& F = L.ffn;
+  F.moe = moe;
+  if (!F.moe) {
+    F.dense = mlp(p + "mlp", H, c.intermediate);
+    return L;
+  }
+  F.router = shape(p + "router", c.n_experts, H);
+  for (int e = 0; e < c.n_experts; ++e) F.experts.push_back(mlp(p + "expert" + std::to_string(e), H, c.moe_intermediate));
+  F.has_shared = c.shared_intermediate > 0;
+  if (F.has_shared) {
+    F.shared = mlp(p + "shared", H, c.shared_intermediate);
+    F.shared_gate = shape(p + "shared_gate", 1, H);
+  }
+  return L;
 }
 
 }  // namespace
@@ -84,48 +128,16 @@ std::unique_ptr<ModelWeights> synthetic_weights(const ModelConfig& c) {
   w->embed = shape("embed_tokens", c.vocab, H);
   w->lm_head = shape("lm_head", c.vocab, H);
   w->final_norm.assign(H, 1.0f);
-  w->layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    LayerWeights& L = w->layers[i];
-    const std::string p = "layers." + std::to_string(i) + ".";
-    L.kind = c.layer_kinds[i];
-    L.input_norm.assign(H, 1.0f);
-    L.post_norm.assign(H, 1.0f);
-    if (L.kind == LayerKind::FullAttention) {
-      const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
-      L.attn.q = shape(p + "q", q, H);
-      if (c.attn_output_gate) L.attn.gate = shape(p + "gate", q, H);
-      L.attn.k = shape(p + "k", kv, H);
-      L.attn.v = shape(p + "v", kv, H);
-      L.attn.o = shape(p + "o", H, q);
-      L.attn.q_norm.assign(c.head_dim, 1.0f);
-      L.attn.k_norm.assign(c.head_dim, 1.0f);
-    } else {
-      DeltaNetWeights& G = L.gdn;
-      G.qkv = shape(p + "in_proj_qkv", c.gdn_conv_channels(), H);
-      G.z = shape(p + "in_proj_z", c.gdn_value_dim(), H);
-      G.b = shape(p + "in_proj_b", c.lin_v_heads, H);
-      G.a = shape(p + "in_proj_a", c.lin_v_heads, H);
-      G.out = shape(p + "out_proj", H, c.gdn_value_dim());
-      G.conv.assign(size_t(c.gdn_conv_channels()) * c.conv_kernel, 0.25f);
-      G.A_log.assign(c.lin_v_heads, 0.5f);
-      G.dt_bias.assign(c.lin_v_heads, 0.0f);
-      G.norm.assign(c.lin_v_dim, 1.0f);
-    }
-    FfnWeights& F = L.ffn;
-    F.moe = c.layer_is_moe[i];
-    if (!F.moe) {
-      F.dense = mlp(p + "mlp", H, c.intermediate);
-      continue;
-    }
-    F.router = shape(p + "router", c.n_experts, H);
-    for (int e = 0; e < c.n_experts; ++e) F.experts.push_back(mlp(p + "expert" + std::to_string(e), H, c.moe_intermediate));
-    F.has_shared = c.shared_intermediate > 0;
-    if (F.has_shared) {
-      F.shared = mlp(p + "shared", H, c.shared_intermediate);
-      F.shared_gate = shape(p + "shared_gate", 1, H);
-    }
-  }
+  for (int i = 0; i < c.n_layers; ++i)
+    w->layers.push_back(layer(c, c.layer_kinds[i], c.layer_is_moe[i], "layers." + std::to_string(i) + "."));
+  if (c.mtp_layers == 0) return w;
+  MtpWeights& M = w->mtp;
+  M.embed_norm.assign(H, 1.0f);
+  M.hidden_norm.assign(H, 1.0f);
+  M.norm.assign(H, 1.0f);
+  M.fc = shape("mtp.fc", H, 2 * H);
+  for (int j = 0; j < c.mtp_layers; ++j)
+    M.layers.push_back(layer(c, LayerKind::FullAttention, true, "mtp.layers." + std::to_string(j) + "."));
   return w;
 }
 

@@ -35,11 +35,10 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
       request_(std::move(queued.request)),
       callback_(std::move(queued.callback)),
       slot_(slot),
-      state_(*slot.state),
       vocab_(vocab),
       device_(request_.grammar ? nullptr : slot.sampler.get()),
       submitted_(queued.submitted) {
-  check(state_.n_past == 0, "RunningRequest: the state slot was not reset");
+  check(state().n_past == 0, "RunningRequest: the state slot was not reset");
 }
 
 void RunningRequest::start_sampler() {
@@ -56,16 +55,27 @@ void RunningRequest::observe(int32_t token, bool generated) {
 }
 
 std::span<const int32_t> RunningRequest::next_prompt_piece(int max) const {
-  const int fed = state_.n_past;
+  const int fed = state().n_past;
   return std::span<const int32_t>(request_.prompt).subspan(size_t(fed), size_t(std::min(max, prompt_size() - fed)));
 }
 
-StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
+int RunningRequest::draft_budget() const {
+  int k = state().capacity - state().n_past - 1;
+  if (request_.max_tokens > 0) k = std::min(k, request_.max_tokens - generated_ - 1);
+  return k;
+}
+
+void RunningRequest::start_verify(int drafted) {
+  drafted_ += drafted;
+  ++verify_steps_;
+}
+
+StepEvent RunningRequest::sample(const Tensor& row, const float* host_row, int unfed, int32_t drafted) {
   check(host_row || !needs_host_row(), "RunningRequest::sample: the logits row is needed on the host");
   // The position is the sequence's length after the fed token, as in Generator::generate.
-  const uint64_t position = uint64_t(state_.n_past);
+  const uint64_t position = uint64_t(state().n_past + unfed);
   if (matcher_) sampler_->set_mask(matcher_->mask());
-  if (device_ && !draw_started_) start_draw(row);
+  if (device_ && !draw_started_) start_draw(row, unfed);
   if (device_) draw_started_ = false;
   const int32_t t = device_ ? device_->finish() : sampler_->sample(host_row, position);
   observe(t, true);
@@ -73,19 +83,20 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row) {
   last_token_ = SchedulerClock::now();
   if (generated_ == 0) first_token_ = last_token_;
   ++generated_;
+  if (t == drafted) ++accepted_;
   pending_ = t;
 
   StepEvent e;
   e.token = t;
   if (request_.top_logprobs >= 0) add_logprobs(host_row, e);
-  e.done = finished_by(t, e.reason);
+  e.done = finished_by(t, position, e.reason);
   if (e.done) e.stats = stats();
   return e;
 }
 
-void RunningRequest::start_draw(const Tensor& row) {
+void RunningRequest::start_draw(const Tensor& row, int unfed) {
   if (!device_ || draw_started_) return;
-  device_->start(row, uint64_t(state_.n_past));
+  device_->start(row, uint64_t(state().n_past + unfed));
   draw_started_ = true;
 }
 
@@ -97,11 +108,11 @@ void RunningRequest::add_logprobs(const float* logits, StepEvent& event) const {
 
 // The order of Generator::generate: EOS, then the token budget, then the context (the next step
 // would have to feed this token).
-bool RunningRequest::finished_by(int32_t t, FinishReason& reason) const {
+bool RunningRequest::finished_by(int32_t t, uint64_t position, FinishReason& reason) const {
   const auto& eos = request_.eos_ids;
   if (std::find(eos.begin(), eos.end(), t) != eos.end()) reason = FinishReason::Eos;
   else if (request_.max_tokens > 0 && generated_ >= request_.max_tokens) reason = FinishReason::MaxTokens;
-  else if (state_.n_past >= state_.capacity) reason = FinishReason::ContextFull;
+  else if (position >= uint64_t(state().capacity)) reason = FinishReason::ContextFull;
   else return false;
   return true;
 }
@@ -109,7 +120,10 @@ bool RunningRequest::finished_by(int32_t t, FinishReason& reason) const {
 GenerationStats RunningRequest::stats() const {
   GenerationStats s;
   s.prompt_tokens = prompt_size();
-  s.prefilled = std::min(state_.n_past, prompt_size()) - restored_;
+  s.prefilled = std::min(state().n_past, prompt_size()) - restored_;
+  s.drafted = drafted_;
+  s.accepted = accepted_;
+  s.verify_steps = verify_steps_;
   s.generated = generated_;
   if (generated_ > 0) {
     s.ttft_s = seconds(submitted_, first_token_);

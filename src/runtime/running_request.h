@@ -48,17 +48,23 @@ class RunningRequest {
 
   uint64_t id() const { return id_; }
   Slot& slot() { return slot_; }
-  SequenceState& state() { return state_; }
-  const SequenceState& state() const { return state_; }
+  // The slot's state (the slot may swap it for an equal one: a verify step's copy).
+  SequenceState& state() { return *slot_.state; }
+  const SequenceState& state() const { return *slot_.state; }
   std::span<const int32_t> prompt() const { return request_.prompt; }
   int prompt_size() const { return int(request_.prompt.size()); }
   // Says that the state came with the prompt's first n tokens (a prefix cache restored them).
   void restored(int n) { restored_ = n; }
-  bool prefilling() const { return state_.n_past < prompt_size(); }
+  bool prefilling() const { return state().n_past < prompt_size(); }
   // The prompt tokens not fed yet, at most `max` of them.
   std::span<const int32_t> next_prompt_piece(int max) const;
   // The last sampled token: what the next decode step feeds.
   int32_t pending_token() const { return pending_; }
+  // Most tokens a verify step may draft: its forward must fit the context, and the token after a
+  // fully accepted draft should still be wanted.
+  int draft_budget() const;
+  // A verify step of `drafted` tokens starts (for the statistics).
+  void start_verify(int drafted);
 
   // Sets the sampler to the request's parameters with the prompt as penalty history. Apart from the
   // constructor: the device sampler's calls can fail, and the scheduler then ends the request.
@@ -68,10 +74,12 @@ class RunningRequest {
   // Samples the token after the sequence's last fed token from its logits row (`row`: one fp32 row
   // in backend memory; `host_row`: its vocab floats copied to the host when needs_host_row(), else
   // null) and returns its event; done when EOS, max_tokens or a full context ends the request.
-  StepEvent sample(const Tensor& row, const float* host_row);
+  // A verify step's row m follows `unfed` = m + 1 tokens the state does not hold yet (it ran on a
+  // copy); `drafted` is the token drafted for the row (-1: none), counted when sampled.
+  StepEvent sample(const Tensor& row, const float* host_row, int unfed = 0, int32_t drafted = -1);
   // Queues the device draw of sample() ahead of it where the row stays in backend memory (a no-op
   // otherwise), so a batched step's draws run back to back and the host waits once.
-  void start_draw(const Tensor& row);
+  void start_draw(const Tensor& row, int unfed = 0);
   // The final event when the request ends without a new token (see ending_event).
   StepEvent ending(const std::string& error = {}) const { return ending_event(stats(), error); }
   bool deliver(const StepEvent& event) const { return petrel::deliver(callback_, event); }
@@ -80,14 +88,14 @@ class RunningRequest {
   void observe(int32_t token, bool generated);
   void add_logprobs(const float* logits, StepEvent& event) const;
   // The reason the request ends with token `t`, or none.
-  bool finished_by(int32_t t, FinishReason& reason) const;
+  // `position`: the sequence's length with the token's predecessor fed.
+  bool finished_by(int32_t t, uint64_t position, FinishReason& reason) const;
   GenerationStats stats() const;
 
   uint64_t id_;
   CompletionRequest request_;
   StepCallback callback_;
   Slot& slot_;
-  SequenceState& state_;
   int vocab_;
   // The slot's sampler, or null; null also for a request held to a grammar, whose mask is
   // applied on the host.
@@ -97,6 +105,7 @@ class RunningRequest {
   std::optional<grammar::Matcher> matcher_;  // structured output
   int32_t pending_ = -1;
   int generated_ = 0;
+  int drafted_ = 0, accepted_ = 0, verify_steps_ = 0;
   int restored_ = 0;  // prompt tokens the state came with
   SchedulerClock::time_point submitted_, first_token_, last_token_;
 };

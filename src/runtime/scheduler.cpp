@@ -17,6 +17,8 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "generate/draft_policy.h"
+#include "generate/mtp_draft.h"
 #include "runtime/running_request.h"
 
 namespace petrel {
@@ -24,7 +26,8 @@ namespace {
 
 constexpr int kMaxTopLogprobs = 20;  // the OpenAI API's limit
 
-void check_options(const SchedulerOptions& o, int max_batch) {
+void check_options(const SchedulerOptions& o, const Model& model) {
+  const int max_batch = model.max_batch();
   check(o.max_sequences >= 1 && o.max_sequences <= max_batch,
         "scheduler max_sequences: expected 1.." + std::to_string(max_batch) +
             " (at most the model's prefill chunk length), found " + std::to_string(o.max_sequences));
@@ -33,6 +36,15 @@ void check_options(const SchedulerOptions& o, int max_batch) {
   check(o.prefill_chunk >= 1, "scheduler prefill_chunk: expected >= 1 token, found " + std::to_string(o.prefill_chunk));
   check(o.memory_fraction >= 0 && o.memory_fraction <= 1,
         "scheduler memory_fraction (--gpu-memory-fraction): expected 0..1, found " + std::to_string(o.memory_fraction));
+  const SpeculativeOptions& spec = o.speculative;
+  if (spec.draft == 0) return;
+  check(spec.draft > 0 && spec.draft < max_batch, "scheduler speculative draft: expected 0 (off) or 1.." +
+                                                      std::to_string(max_batch - 1) + ", found " +
+                                                      std::to_string(spec.draft));
+  check(spec.source == DraftSource::Mtp && !spec.forced_acceptance,
+        "scheduler speculative: only drafts of the MTP head, verified, are served");
+  check(model.has_mtp(),
+        "--speculative mtp needs a checkpoint with a multi-token prediction head (mtp.* tensors); this one has none");
 }
 
 // Bytes the state slots may take: the share of the backend's free memory less the prefix cache's
@@ -96,7 +108,10 @@ struct Scheduler::Impl {
   void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, std::span<const int32_t> piece);
   void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
   void piece_fed(RunningRequest& r, size_t tokens);
-  void emit(RunningRequest& r, const Tensor& row);
+  bool emit(RunningRequest& r, const Tensor& row);
+  void follow(RunningRequest& r, const int32_t* next, int n);
+  bool speculate(RunningRequest& r);
+  void verify(RunningRequest& r, const std::vector<int32_t>& draft);
   const float* host_copy(const RunningRequest& r, const Tensor& row);
   void fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error);
   void finish(RunningRequest& r, const StepEvent& final_event);
@@ -129,6 +144,11 @@ struct Scheduler::Impl {
   std::vector<int32_t> batch_ids;
   std::vector<SequenceState*> batch_states;
   std::vector<float> host_row;  // the latest logits row copied to the host (vocab floats)
+  // Speculative decoding of a sequence running alone (options.speculative).
+  std::unique_ptr<MtpDrafter> drafter;
+  std::unique_ptr<SequenceState> scratch;  // the verify step's copy of the state
+  std::optional<DraftPolicy> policy;
+  const RunningRequest* followed = nullptr;  // the sequence whose trunk steps the head has read
 
   std::thread thread;  // last: starts once everything above exists
 };
@@ -138,8 +158,12 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
       options(o),
       vocab(m.config().vocab),
       prefix_cache(o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); }) {
-  check_options(options, model.max_batch());
-  if (options.max_sequences > 1) model.reserve_batch();
+  check_options(options, model);
+  if (options.speculative.draft > 0) {
+    drafter = std::make_unique<MtpDrafter>(model, options.context);
+    scratch = model.new_sequence(options.context);
+  }
+  if (options.max_sequences > 1 || drafter) model.reserve_batch();  // verify steps keep every row too
   allocate_slots();
   counters.slots_total = published.slots_total = int(slots.size());
   thread = std::thread([this] { run(); });
@@ -286,6 +310,7 @@ void Scheduler::Impl::step() {
     if (!r->prefilling()) rows.push_back(r.get());
     else if (!reader) reader = r.get();
   }
+  if (rows.size() == 1 && !reader && speculate(*rows[0])) return;
   const std::span<const int32_t> piece = reader ? next_piece(*reader) : std::span<const int32_t>{};
   const bool mixed = reader && !rows.empty() && rows.size() + piece.size() <= size_t(model.max_batch());
   if (!rows.empty()) decode_step(rows, mixed ? reader : nullptr, mixed ? piece : std::span<const int32_t>{});
@@ -339,12 +364,19 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, Runn
       fail({draws[i].first}, std::current_exception());
     }
   }
+  const bool alone = B == 1 && !reader;
+  if (!alone) followed = nullptr;  // the head reads no batched step
   for (size_t i = 0; i < draws.size(); ++i)
-    if (drawn[i]) emit(*draws[i].first, draws[i].second);
+    if (drawn[i] && emit(*draws[i].first, draws[i].second) && alone) {
+      const int32_t next = rows[0]->pending_token();
+      follow(*rows[0], &next, 1);
+    }
 }
 
+// A piece alone; the draft head follows it while its request runs alone.
 void Scheduler::Impl::prefill_step(RunningRequest& r, std::span<const int32_t> piece) {
-  const bool last = r.state().n_past + int(piece.size()) == r.prompt_size();
+  const int fed = r.state().n_past;
+  const bool last = fed + int(piece.size()) == r.prompt_size();
   Tensor logits;
   try {
     const KeepLogits keep = last ? KeepLogits::Last : KeepLogits::None;
@@ -353,7 +385,12 @@ void Scheduler::Impl::prefill_step(RunningRequest& r, std::span<const int32_t> p
     return fail({&r}, std::current_exception());
   }
   piece_fed(r, piece.size());
-  if (last) emit(r, logits);
+  const std::span<const int32_t> prompt = r.prompt();
+  if (!last) return follow(r, prompt.data() + fed + 1, int(piece.size()));
+  if (!emit(r, logits)) return;
+  std::vector<int32_t> next(prompt.begin() + fed + 1, prompt.end());
+  next.push_back(r.pending_token());
+  follow(r, next.data(), int(next.size()));
 }
 
 void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
@@ -364,21 +401,117 @@ void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
   }
 }
 
+// After a trunk step of r that fed n tokens (next[i]: the token after its i-th): the head reads
+// the step's rows while r runs alone, restarting from this step when it followed none or another.
+void Scheduler::Impl::follow(RunningRequest& r, const int32_t* next, int n) {
+  if (!drafter) return;
+  if (running.size() != 1 || n > drafter->max_rows()) {
+    followed = nullptr;
+    return;
+  }
+  if (followed != &r) {
+    drafter->reset();
+    policy.emplace(options.speculative.draft);
+    followed = &r;
+  }
+  try {
+    drafter->advance(next, n);
+  } catch (...) {
+    followed = nullptr;
+    fail({&r}, std::current_exception());
+  }
+}
+
+// A verify step in place of r's decode step, when r runs alone and the head read its last step;
+// false when there is nothing to verify (the draft policy pauses, or the budget is spent).
+bool Scheduler::Impl::speculate(RunningRequest& r) {
+  if (!drafter || followed != &r || running.size() != 1) return false;
+  const int k = std::min(policy->length(), r.draft_budget());
+  std::vector<int32_t> draft;
+  try {
+    if (k > 0) draft = drafter->draft(k);
+  } catch (...) {
+    fail({&r}, std::current_exception());
+    return true;
+  }
+  if (draft.empty()) return false;
+  verify(r, draft);
+  return true;
+}
+
+// Feeds the pending token and the draft in one forward on a copy of the state, samples each row in
+// order and emits it while it equals the drafted token (generate/speculative.cpp says why this is
+// exact), then brings the state to the last emitted token: the copy when all were accepted, else
+// the untouched state re-fed the accepted part.
+void Scheduler::Impl::verify(RunningRequest& r, const std::vector<int32_t>& draft) {
+  const int d = int(draft.size());
+  std::vector<int32_t> fed{r.pending_token()};
+  fed.insert(fed.end(), draft.begin(), draft.end());
+  Tensor logits;
+  try {
+    scratch->copy_from(r.state());
+    logits = model.forward_device(fed.data(), d + 1, *scratch, KeepLogits::All);
+  } catch (...) {
+    return fail({&r}, std::current_exception());
+  }
+  ++counters.decode_steps;
+  ++counters.verify_steps;
+  counters.drafted_tokens += uint64_t(d);
+  counters.last_batch_size = 1;
+  r.start_verify(d);
+  int m = 0;
+  for (;; ++m) {
+    const Tensor row = logits.rows_view(m, 1);
+    StepEvent e;
+    try {
+      e = r.sample(row, host_copy(r, row), m + 1, m < d ? draft[size_t(m)] : -1);
+    } catch (...) {
+      return fail({&r}, std::current_exception());
+    }
+    ++counters.generated_tokens;
+    const bool agrees = m < d && e.token == draft[size_t(m)];
+    counters.accepted_tokens += agrees;
+    if (e.done) return finish(r, e);
+    if (!r.deliver(e)) {
+      release(r);
+      return ended();
+    }
+    if (!agrees) break;
+  }
+  if (m == d) {
+    std::swap(r.slot().state, scratch);
+  } else {
+    try {
+      model.forward_device(fed.data(), m + 1, r.state(), KeepLogits::None);
+    } catch (...) {
+      return fail({&r}, std::current_exception());
+    }
+  }
+  policy->update(d, m);
+  std::vector<int32_t> next(draft.begin(), draft.begin() + m);
+  next.push_back(r.pending_token());
+  follow(r, next.data(), m + 1);
+}
+
 // Samples the request's next token and hands its event over; ends the request when a stop rule
-// fires or the callback declines.
-void Scheduler::Impl::emit(RunningRequest& r, const Tensor& row) {
+// fires or the callback declines. True when the request goes on.
+bool Scheduler::Impl::emit(RunningRequest& r, const Tensor& row) {
   StepEvent e;
   try {
     e = r.sample(row, host_copy(r, row));
   } catch (...) {
-    return fail({&r}, std::current_exception());
+    fail({&r}, std::current_exception());
+    return false;
   }
   ++counters.generated_tokens;
-  if (e.done) return finish(r, e);
-  if (!r.deliver(e)) {
-    release(r);
-    ended();
+  if (e.done) {
+    finish(r, e);
+    return false;
   }
+  if (r.deliver(e)) return true;
+  release(r);
+  ended();
+  return false;
 }
 
 // The row on the host when the request reads it there, else null (it stays in backend memory).
@@ -406,6 +539,7 @@ std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
   const auto it = std::find_if(running.begin(), running.end(), [&](const auto& p) { return p.get() == &r; });
   std::unique_ptr<RunningRequest> owned = std::move(*it);
   running.erase(it);
+  if (followed == &r) followed = nullptr;
   free_slots.push_back(&owned->slot());
   ++counters.requests_finished;
   publish();

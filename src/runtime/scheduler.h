@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "generate/sampling_params.h"
+#include "generate/speculative_options.h"
 #include "generate/stats.h"
 #include "grammar/matcher.h"
 #include "runtime/forward.h"
@@ -34,6 +35,10 @@ struct SchedulerOptions {
   // id, and the rows of requests that want logprobs, reach the host); false samples every row on
   // the host with the CPU Sampler.
   bool device_sampling = true;
+  // Speculative decoding with the model's MTP head (source Mtp; draft 0: off) while one sequence
+  // runs alone. A second sequence turns it off: a batched step already shares each weight read
+  // among its rows, where verify rows would add work; it resumes once a sequence is alone again.
+  SpeculativeOptions speculative{};
   // Snapshots of prefilled prompt prefixes that later requests restore (runtime/prefix_cache.h);
   // off unless given a budget.
   PrefixCacheOptions prefix_cache{.budget_bytes = 0};
@@ -75,6 +80,7 @@ struct SchedulerMetrics {
   int64_t kv_tokens_in_use = 0;  // tokens held in the KV caches of slots in use
   int last_batch_size = 0;       // sequences in the most recent decode step
   uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
+  uint64_t verify_steps = 0, drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding
   PrefixCacheStats prefix_cache;  // prompt_tokens counts only the tokens prefilled, not those restored
 };
 

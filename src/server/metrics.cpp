@@ -43,6 +43,10 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   counter("petrel_prompt_tokens_total", "Prompt tokens prefilled.", double(s.prompt_tokens));
   counter("petrel_generation_tokens_total", "Tokens generated.", double(s.generated_tokens));
   counter("petrel_decode_steps_total", "Batched decode steps run.", double(s.decode_steps));
+  counter("petrel_speculative_verify_steps_total", "Decode steps that verified a draft (serve --speculative).",
+          double(s.verify_steps));
+  counter("petrel_speculative_drafted_tokens_total", "Tokens drafted for verification.", double(s.drafted_tokens));
+  counter("petrel_speculative_accepted_tokens_total", "Drafted tokens accepted.", double(s.accepted_tokens));
   gauge("petrel_sequences_running", "Sequences holding a slot.", s.running);
   gauge("petrel_sequences_queued", "Requests waiting for a slot.", s.queued);
   gauge("petrel_slots_total", "Sequence slots allocated.", s.slots_total);

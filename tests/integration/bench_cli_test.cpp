@@ -168,5 +168,73 @@ TEST(BenchCli, MultiTurnRefusesWhatCannotBeLaidOut) {
   EXPECT_NE(mixed.out.find("--multi-turn runs on its own"), std::string::npos) << mixed.out;
 }
 
+// Speculative decode on the MTP fixture: forced acceptance of every draft, then of none, each
+// beside plain decoding through the same loop, with the drafts' totals in the JSON.
+TEST(BenchCli, CpuSpeculativeMtpWithForcedAcceptance) {
+  const std::string mtp = test::fixture_model("qwen35moe-mtp");
+  for (double rate : {1.0, 0.0}) {
+    SCOPED_TRACE("rate " + std::to_string(rate));
+    const test::CliResult r = test::run_petrel("bench " + mtp +
+                                                   " --device cpu -t 1 --prefill 16 --decode-context 0,24 "
+                                                   "--decode-tokens 24 --runs 2 --speculative mtp --draft-tokens 2 "
+                                                   "--draft-accept-rate " + std::to_string(rate) + " --json",
+                                               "2>/dev/null");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const nlohmann::json d = nlohmann::json::parse(r.out);
+    EXPECT_EQ(d["speculative"]["source"], "mtp");
+    EXPECT_EQ(d["speculative"]["draft_tokens"], 2);
+    EXPECT_EQ(d["speculative"]["forced_acceptance"].get<double>(), rate);
+    EXPECT_FALSE(d.contains("decode"));
+    ASSERT_EQ(d["speculative_decode"].size(), 2u);
+    for (const auto& row : d["speculative_decode"]) {
+      expect_timed(row["plain"], 2);
+      expect_timed(row["speculative"], 2);
+      const int drafted = row["drafted"].get<int>(), accepted = row["accepted"].get<int>();
+      const int steps = row["verify_steps"].get<int>();
+      ASSERT_GT(drafted, 0) << row;
+      EXPECT_EQ(accepted, rate == 1.0 ? drafted : 0) << row;
+      EXPECT_DOUBLE_EQ(row["acceptance_rate"].get<double>(), double(accepted) / drafted) << row;
+      EXPECT_DOUBLE_EQ(row["mean_accepted_length"].get<double>(), double(accepted + steps) / steps) << row;
+      // Every step drafts 2 when all are taken (the last may be cut by the token budget).
+      if (rate == 1.0) {
+        EXPECT_GT(row["mean_accepted_length"].get<double>(), 2.5) << row;
+      }
+      EXPECT_DOUBLE_EQ(row["speedup"].get<double>(), row["speculative"]["tok_per_s"].get<double>() /
+                                                         row["plain"]["tok_per_s"].get<double>());
+    }
+  }
+}
+
+// Prompt lookup on a prompt that repeats a motif: every step finds a draft, all of it taken.
+TEST(BenchCli, CpuSpeculativeNgramDraftsFromTheRepeatedPrompt) {
+  const test::CliResult r = test::run_petrel("bench " + kTiny +
+                                                 " --device cpu -t 1 --prefill 16 --decode-context 0 "
+                                                 "--decode-tokens 16 --runs 2 --speculative ngram --draft-tokens 3 "
+                                                 "--draft-accept-rate 1 --json",
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json row = nlohmann::json::parse(r.out)["speculative_decode"][0];
+  EXPECT_EQ(row["speculative"]["runs_tok_per_s"].size(), 2u) << row;
+  EXPECT_GT(row["drafted"].get<int>(), 0) << row;
+  EXPECT_EQ(row["accepted"], row["drafted"]) << row;
+  EXPECT_GT(row["mean_accepted_length"].get<double>(), 3.0) << row;
+}
+
+TEST(BenchCli, SpeculativeRefusals) {
+  const test::CliResult no_head = test::run_petrel("bench " + kTiny + " --device cpu --speculative mtp", "2>&1");
+  EXPECT_EQ(no_head.status, 1);
+  EXPECT_NE(no_head.out.find("--speculative mtp needs a checkpoint with a multi-token prediction head"),
+            std::string::npos)
+      << no_head.out;
+  const test::CliResult alone = test::run_petrel("bench " + kTiny + " --device cpu --draft-accept-rate 0.5", "2>&1");
+  EXPECT_EQ(alone.status, 1);
+  EXPECT_NE(alone.out.find("--draft-tokens and --draft-accept-rate: only with --speculative"), std::string::npos)
+      << alone.out;
+  const test::CliResult range =
+      test::run_petrel("bench " + kTiny + " --device cpu --speculative ngram --draft-accept-rate 2", "2>&1");
+  EXPECT_NE(range.status, 0);
+  EXPECT_NE(range.out.find("--draft-accept-rate: Value 2 not in range"), std::string::npos) << range.out;
+}
+
 }  // namespace
 }  // namespace petrel

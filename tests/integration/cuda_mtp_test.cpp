@@ -1,0 +1,124 @@
+// The MTP head on the GPU: its logits against the CPU backend's (cosine >= 0.999 per row, as for the
+// trunk), and speculative decoding with its drafts on the device decoder against plain decoding of
+// the same GPU model, verified and with forced acceptance (whose state must still be the emitted
+// sequence). Skipped, with a message, where there is no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "cpu_fixture.h"
+#include "cuda_fixture.h"
+#include "generate/generator.h"
+#include "generate/make_decoder.h"
+
+namespace petrel {
+namespace {
+
+std::vector<int32_t> reference_prompt(const std::string& name) {
+  const auto j = nlohmann::json::parse(std::ifstream(test::fixture_model(name) + "/reference.json"));
+  return j["prompt_ids"].get<std::vector<int32_t>>();
+}
+
+double cosine(const float* a, const float* b, int n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+// Every row of the head over the prompt's trunk rows, on `model`.
+std::vector<float> head_logits(Model& model, const std::vector<int32_t>& ids) {
+  const int T = int(ids.size());
+  auto st = model.new_sequence(T);
+  model.forward(ids.data(), T, *st, nullptr);
+  auto mtp = model.new_mtp_sequence(T);
+  std::vector<float> logits(size_t(T - 1) * size_t(model.config().vocab));
+  model.mtp_forward(ids.data() + 1, T - 1, /*from_trunk=*/true, *mtp, logits.data());
+  return logits;
+}
+
+class CudaMtp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaMtp, HeadLogitsAgreeWithCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  test::CudaFixtureModel gpu(GetParam());
+  test::CpuFixture cpu(GetParam());
+  const std::vector<int32_t> ids = reference_prompt(GetParam());
+  const std::vector<float> g = head_logits(*gpu.model, ids), c = head_logits(*cpu.model, ids);
+  const int V = cpu.vocab();
+  for (size_t t = 0; t + 1 < ids.size(); ++t)
+    EXPECT_GE(cosine(&g[t * size_t(V)], &c[t * size_t(V)], V), 0.999) << "row " << t;
+}
+
+GenerateResult generate(Decoder& decoder, const std::vector<int32_t>& prompt, int draft,
+                        std::optional<double> forced, std::unique_ptr<SequenceState>* state = nullptr) {
+  constexpr int kTokens = 64;
+  Generator generator(decoder);
+  auto st = decoder.new_sequence(int(prompt.size()) + kTokens + 1);
+  GenerateRequest req;
+  req.tokens = prompt;
+  req.sampling.temperature = 0.0f;
+  req.sampling.repetition_penalty = 0.3f;  // the model loops, so drafts are sometimes right
+  req.max_tokens = kTokens;
+  req.speculative.draft = draft;
+  req.speculative.source = DraftSource::Mtp;
+  req.speculative.forced_acceptance = forced;
+  GenerateResult r = generator.generate(st, req, [](int32_t) { return true; });
+  if (state) *state = std::move(st);
+  return r;
+}
+
+// The verify rows come from a multi-token forward, the plain ones from the one-token step: bf16
+// rounding may part them at a near tie, so the count of equal tokens is reported and bounded.
+TEST_P(CudaMtp, SpeculativeGreedyFollowsPlainGreedy) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  test::CudaFixtureModel gpu(GetParam());
+  const auto decoder = make_decoder(*gpu.model);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 3; ++i) prompt.insert(prompt.end(), {5, 200, 17, 93, 41});
+  const std::vector<int32_t> plain = generate(*decoder, prompt, 0, std::nullopt).tokens;
+  for (int k = 1; k <= 3; ++k) {
+    const GenerateResult spec = generate(*decoder, prompt, k, std::nullopt);
+    size_t same = 0;
+    while (same < plain.size() && same < spec.tokens.size() && plain[same] == spec.tokens[same]) ++same;
+    std::printf("note: %s draft %d: first %zu of %zu tokens as plain, drafts %d/%d accepted\n", GetParam().c_str(),
+                k, same, plain.size(), spec.stats.accepted, spec.stats.drafted);
+    EXPECT_GE(same, plain.size() / 2) << "draft " << k;
+    EXPECT_GT(spec.stats.verify_steps, 0);
+  }
+}
+
+// Forced acceptance (bench --draft-accept-rate): afterwards the state is the emitted sequence, so
+// the next step's logits equal those of a fresh state fed the same tokens.
+TEST_P(CudaMtp, ForcedAcceptanceLeavesTheEmittedSequence) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  test::CudaFixtureModel gpu(GetParam());
+  const auto decoder = make_decoder(*gpu.model);
+  const std::vector<int32_t> prompt = reference_prompt(GetParam());
+  std::unique_ptr<SequenceState> st;
+  const GenerateResult r = generate(*decoder, prompt, 2, 0.7, &st);
+  ASSERT_GT(r.stats.accepted, 0);
+  std::vector<int32_t> fed = prompt;
+  fed.insert(fed.end(), r.tokens.begin(), r.tokens.end() - 1);
+  ASSERT_EQ(st->n_past, int(fed.size()));
+  auto ref = gpu.model->new_sequence(int(fed.size()) + 1);
+  gpu.model->forward(fed.data(), int(fed.size()), *ref, nullptr);
+  const int V = gpu.vocab();
+  std::vector<float> want(static_cast<size_t>(V)), got(static_cast<size_t>(V));
+  gpu.model->forward(&r.tokens.back(), 1, *ref, want.data());
+  gpu.model->forward(&r.tokens.back(), 1, *st, got.data());
+  EXPECT_GE(cosine(got.data(), want.data(), V), 0.999);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMtp, ::testing::Values("qwen35moe-mtp", "qwen3next-mtp"),
+                         [](const auto& info) { return test::param_name(info.param); });
+
+}  // namespace
+}  // namespace petrel
