@@ -1,0 +1,106 @@
+// The fine-grained FP8 fixture (qwen35moe-vlm-fp8: e4m3 weights, 128x128 block scales, partial
+// edge blocks, one tensor per expert, VLM names) on the CPU backend, against the logits of its
+// dequantized weights (reference.json says how they were made), and a greedy continuation where
+// the reference has one.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../unit/checkpoint_logits.h"
+#include "core/npy.h"
+#include "model/fp8_quantize.h"
+
+namespace petrel {
+namespace {
+
+const char* kFixture = "qwen35moe-vlm-fp8";
+
+nlohmann::json reference() {
+  return nlohmann::json::parse(std::ifstream(test::fixture_model(kFixture) + "/reference.json"));
+}
+
+TEST(Fp8Model, LoadsAsBlockScaledFp8WithUnconvertedModulesDense) {
+  const auto ck = Checkpoint::open(test::fixture_model(kFixture));
+  EXPECT_EQ(ck->info().format_name, "hf-fp8");
+  for (const std::string& s : ck->info().skipped)
+    EXPECT_EQ(s.find("scale_inv"), std::string::npos) << s << " was not used";
+  const ModelWeights& w = ck->weights();
+  const LayerWeights& gdn = w.layers[0];
+  const LayerWeights& attn = w.layers[1];
+  for (const Matrix* m : {&gdn.gdn.qkv, &gdn.gdn.z, &gdn.gdn.a, &gdn.gdn.out, &attn.attn.q, &attn.attn.gate, &attn.attn.o,
+                          &gdn.ffn.experts[5].down, &gdn.ffn.shared.up}) {
+    EXPECT_EQ(m->format, MatrixFormat::Fp8) << m->name;
+    EXPECT_EQ(m->fp8.block_rows, 128);
+    EXPECT_EQ(m->fp8.block_cols, 128);
+  }
+  // modules_to_not_convert (routers, the shared-expert gate, lm_head) and the embedding stay bf16.
+  for (const Matrix* m : {&gdn.ffn.router, &gdn.ffn.shared_gate, &w.lm_head, &w.embed}) {
+    EXPECT_EQ(m->format, MatrixFormat::Dense) << m->name;
+    EXPECT_EQ(m->dtype, DType::BF16) << m->name;
+  }
+}
+
+TEST(Fp8Model, LogitsMatchTheDequantizedReferenceAtEveryPosition) {
+  const auto ck = Checkpoint::open(test::fixture_model(kFixture));
+  const std::vector<int32_t> prompt = reference()["prompt_ids"].get<std::vector<int32_t>>();
+  const NpyArray want = read_npy_f32(test::fixture_model(kFixture) + "/logits.npy");
+  ASSERT_EQ(want.shape, (std::vector<int64_t>{int64_t(prompt.size()), ck->config().vocab}));
+  test::expect_logits_within(want.data, test::prompt_logits(*ck, prompt), 1e-4f);
+}
+
+TEST(Fp8Model, StaysCloseToTheBf16ModelItWasMadeFrom) {
+  // Quantization moves the logits, but a decoding error (a wrong block's scale, a wrong code
+  // table) moves them far more than e4m3 rounding does. This tiny random model is ill-conditioned
+  // at a few positions (cosine ~0.75 there), so the bound is on the bulk.
+  const auto ck = Checkpoint::open(test::fixture_model(kFixture));
+  const std::vector<int32_t> prompt = reference()["prompt_ids"].get<std::vector<int32_t>>();
+  const NpyArray bf16 = read_npy_f32(test::fixture_model("qwen35moe-vlm-fused") + "/logits.npy");
+  const std::vector<float> got = test::prompt_logits(*ck, prompt);
+  const int V = ck->config().vocab;
+  std::vector<double> cosines = test::row_cosines(bf16.data, got, int(prompt.size()), V);
+  std::sort(cosines.begin(), cosines.end());
+  EXPECT_GT(cosines[cosines.size() / 2], 0.99) << "median cosine";
+  EXPECT_GT(cosines[cosines.size() / 10], 0.9) << "10th percentile";
+}
+
+TEST(Fp8Model, QuantizingTheBf16ModelAtLoadGivesTheFp8Checkpoint) {
+  // --quantize fp8 of the bf16 fixture the FP8 one was made from computes what that checkpoint does:
+  // the same blocks (q_proj quantized whole, then split into query and gate rows), codes and scales.
+  const auto bf16 = Checkpoint::open(test::fixture_model("qwen35moe-vlm-fused"));
+  const Fp8Copy copy(bf16->weights());
+  EXPECT_EQ(copy.weights().layers[1].attn.q.format, MatrixFormat::Fp8);
+  EXPECT_EQ(copy.weights().layers[1].ffn.router.format, MatrixFormat::Dense);
+  const std::vector<int32_t> prompt = reference()["prompt_ids"].get<std::vector<int32_t>>();
+  CpuBackend backend{CpuOptions{1}};
+  Model model(bf16->config(), copy.weights(), backend, ForwardOptions{});
+  auto seq = model.new_sequence(int(prompt.size()));
+  std::vector<float> got(prompt.size() * size_t(bf16->config().vocab));
+  model.forward(prompt.data(), int(prompt.size()), *seq, nullptr, got.data());
+  const auto fp8 = Checkpoint::open(test::fixture_model(kFixture));
+  test::expect_logits_within(test::prompt_logits(*fp8, prompt), got, 0.0f);  // bit for bit
+}
+
+TEST(Fp8Model, GreedyContinuationMatchesWhereTheReferenceHasOne) {
+  const nlohmann::json ref = reference();
+  if (!ref.contains("greedy_ids")) GTEST_SKIP() << "reference.json has no greedy continuation";
+  const auto ck = Checkpoint::open(test::fixture_model(kFixture));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> greedy = ref["greedy_ids"].get<std::vector<int32_t>>();
+  CpuBackend backend{CpuOptions{1}};
+  Model model(ck->config(), ck->weights(), backend, ForwardOptions{});
+  auto seq = model.new_sequence(int(prompt.size() + greedy.size()));
+  const int V = ck->config().vocab;
+  std::vector<float> logits(static_cast<size_t>(V));
+  model.forward(prompt.data(), int(prompt.size()), *seq, logits.data());
+  std::vector<int32_t> got;
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    got.push_back(next);
+    model.forward(&next, 1, *seq, logits.data());
+  }
+  EXPECT_EQ(got, greedy);
+}
+
+}  // namespace
+}  // namespace petrel
