@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../unit/checkpoint_logits.h"
+#include "core/fp8.h"
 #include "core/npy.h"
 #include "model/fp8_quantize.h"
 
@@ -100,6 +101,52 @@ TEST(Fp8Model, GreedyContinuationMatchesWhereTheReferenceHasOne) {
     model.forward(&next, 1, *seq, logits.data());
   }
   EXPECT_EQ(got, greedy);
+}
+
+// transformers' own layout of fused experts: gate_up_proj [E, 2I, H] codes with a scale grid per
+// expert in gate_up_proj_scale_inv. Blocks of 24 x 40 split the 64-row slab at rows 24 and 48, so
+// one block holds gate and up rows, and the 64 columns end in a partial block.
+TEST(Fp8Model, FusedExpertStacksReadEachSlabsScales) {
+  constexpr int kBr = 24, kBc = 40;
+  const std::string src = test::fixture_model("qwen35moe-vlm-fused");
+  auto fp8 = test::read_all(src + "/model.safetensors");
+  auto plain = fp8;  // the same weights dequantized, as F32
+  int stacks = 0;
+  for (auto& [name, t] : fp8) {
+    if (!name.ends_with("mlp.experts.gate_up_proj") && !name.ends_with("mlp.experts.down_proj")) continue;
+    ++stacks;
+    const int64_t E = t.shape[0], R = t.shape[1], C = t.shape[2], gr = (R + kBr - 1) / kBr, gc = (C + kBc - 1) / kBc;
+    std::vector<float> w(size_t(E * R * C)), deq(w.size()), scales(size_t(E * gr * gc));
+    std::vector<uint8_t> codes(w.size());
+    convert_to_f32(t.bytes.data(), DType::BF16, w.size(), w.data());
+    for (int64_t e = 0; e < E; ++e) {
+      quantize_fp8_blocks(w.data() + e * R * C, R, C, kBr, kBc, codes.data() + e * R * C, scales.data() + e * gr * gc);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t i = (e * R + r) * C + c;
+          deq[size_t(i)] = kE4m3Values[codes[size_t(i)]] * scales[size_t((e * gr + r / kBr) * gc + c / kBc)];
+        }
+    }
+    auto bytes = [](const auto& v) {
+      const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+      return std::vector<uint8_t>(p, p + v.size() * sizeof(v[0]));
+    };
+    plain[name] = {"F32", t.shape, bytes(deq)};
+    fp8[name + "_scale_inv"] = {"F32", {E, gr, gc}, bytes(scales)};
+    t = {"F8_E4M3", t.shape, codes};
+  }
+  ASSERT_EQ(stacks, 8);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  test::TempDir a, b;
+  std::ofstream(a.str("config.json")) << cfg.dump();
+  test::write_safetensors(a.str("model.safetensors"), plain);
+  cfg["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {kBr, kBc}}};
+  std::ofstream(b.str("config.json")) << cfg.dump();
+  test::write_safetensors(b.str("model.safetensors"), fp8);
+  const std::vector<int32_t> prompt = reference()["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = Checkpoint::open(a.str()), got = Checkpoint::open(b.str());
+  EXPECT_EQ(got->weights().layers[0].ffn.experts[3].up.format, MatrixFormat::Fp8);
+  test::expect_logits_within(test::prompt_logits(*want, prompt), test::prompt_logits(*got, prompt), 0.0f);
 }
 
 TEST(Fp8Model, CommandLineQuantizesOnTheCpuOnly) {
