@@ -193,8 +193,8 @@ def make_weights(src, dst, block):
     with open(os.path.join(src, "reference.json")) as f:
         prompt = json.load(f)["prompt_ids"]
     ref = {"prompt_ids": prompt,
-           "reference": "petrel CPU logits of the dequantized weights as a plain F32 checkpoint "
-                        "(tools/fp8_fixture.py dequantized, then petrel dump-logits)"}
+           "reference": "petrel CPU (its HF-verified F32 path) on the dequantized weights as a plain "
+                        "checkpoint: tools/fp8_fixture.py reference (dump-logits; run --temperature 0)"}
     with open(os.path.join(dst, "reference.json"), "w") as f:
         json.dump(ref, f)
     n = sum(1 for d, _ in out.values() if d == "F8_E4M3")

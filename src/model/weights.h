@@ -36,7 +36,7 @@ struct Matrix {
   int64_t rows = 0, cols = 0;
   MatrixFormat format = MatrixFormat::Dense;
   DType dtype = DType::F32;  // Dense: element type; Affine, Fp8: type of the scales (and biases)
-  const void* data = nullptr;  // Dense elements or packed words
+  const void* data = nullptr;  // Dense elements, packed words or fp8 codes
   const void* scales = nullptr;
   const void* biases = nullptr;
   int bits = 0, group = 0;

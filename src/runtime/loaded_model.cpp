@@ -53,7 +53,8 @@ std::string LoadedModel::summary() const {
   const ModelConfig& c = config();
   const CheckpointInfo& info = checkpoint->info();
   return std::string(arch_name(c.arch)) + ", " + std::to_string(c.n_layers) + " layers, " + info.format_name +
-         (fp8 ? " quantized to fp8" : "") + ", " + format_bytes(double(info.weight_bytes)) + " of weights, device " + backend->name();
+         (fp8 ? " quantized to fp8" : "") + ", " + format_bytes(double(info.weight_bytes)) + " of weights, device " +
+         backend->name();
 }
 
 }  // namespace petrel

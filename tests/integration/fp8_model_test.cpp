@@ -29,8 +29,8 @@ TEST(Fp8Model, LoadsAsBlockScaledFp8WithUnconvertedModulesDense) {
   const ModelWeights& w = ck->weights();
   const LayerWeights& gdn = w.layers[0];
   const LayerWeights& attn = w.layers[1];
-  for (const Matrix* m : {&gdn.gdn.qkv, &gdn.gdn.z, &gdn.gdn.a, &gdn.gdn.out, &attn.attn.q, &attn.attn.gate, &attn.attn.o,
-                          &gdn.ffn.experts[5].down, &gdn.ffn.shared.up}) {
+  for (const Matrix* m : {&gdn.gdn.qkv, &gdn.gdn.z, &gdn.gdn.a, &gdn.gdn.out, &attn.attn.q, &attn.attn.gate,
+                          &attn.attn.o, &gdn.ffn.experts[5].down, &gdn.ffn.shared.up}) {
     EXPECT_EQ(m->format, MatrixFormat::Fp8) << m->name;
     EXPECT_EQ(m->fp8.block_rows, 128);
     EXPECT_EQ(m->fp8.block_cols, 128);
@@ -161,11 +161,13 @@ TEST(Fp8Model, CommandLineQuantizesOnTheCpuOnly) {
   EXPECT_NE(run.out.find("hf-bf16 quantized to fp8"), std::string::npos) << run.out;
   test::expect_logits_within(read_npy_f32(test::fixture_model(kFixture) + "/logits.npy").data,
                              read_npy_f32(tmp.str("logits.npy")).data, 1e-4f);
-  const auto cuda = test::run_petrel("dump-logits " + bf16 + " --device cuda --quantize fp8 --prompt-ids 1 --out x.npy");
+  const auto cuda =
+      test::run_petrel("dump-logits " + bf16 + " --device cuda --quantize fp8 --prompt-ids 1 --out x.npy");
   EXPECT_NE(cuda.status, 0);
   EXPECT_NE(cuda.out.find("--quantize fp8 applies to --device cpu: the GPU does not compute in FP8 yet"),
             std::string::npos) << cuda.out;
-  const auto other = test::run_petrel("dump-logits " + bf16 + " --device cpu --quantize int8 --prompt-ids 1 --out x.npy");
+  const auto other =
+      test::run_petrel("dump-logits " + bf16 + " --device cpu --quantize int8 --prompt-ids 1 --out x.npy");
   EXPECT_NE(other.out.find("--quantize 'int8' is not supported (expected none, int4 or fp8)"), std::string::npos)
       << other.out;
 }
