@@ -522,6 +522,7 @@ void Checkpoint::open_files() {
         continue;
       }
       if (ends_with(name, ".scales")) info_.format = CheckpointFormat::Mlx;
+      refuse_foreign_quant_tensor(f->path(), name);
       const std::string canon = canonical_name(name);
       check(!tensors_.count(canon), f->path() + ": tensor '" + name + "' appears twice (also as '" +
                                         original_name_[canon] + "')");

@@ -48,6 +48,17 @@ QuantConfig parse_fp8(const json& q, const std::string& where) {
 
 }  // namespace
 
+void refuse_foreign_quant_tensor(const std::string& file, const std::string& name) {
+  static const struct { const char* suffix; const char* method; } kForeign[] = {
+      {".qweight", "GPTQ or AWQ"}, {".qzeros", "GPTQ or AWQ"}, {".absmax", "bitsandbytes"}};
+  for (const auto& f : kForeign) {
+    const std::string suffix = f.suffix;
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      throw Error(file + ": tensor '" + name + "' holds " + f.method + "-quantized weights, which petrel cannot read (" +
+                  kSupported + ")");
+  }
+}
+
 QuantConfig parse_quant_config(const json& root, const std::string& cfg_path) {
   const std::string where = cfg_path + ": quantization_config";
   if (root.contains("quantization_config") && root["quantization_config"].is_object()) {

@@ -20,4 +20,9 @@ struct QuantConfig {
 // method or a malformed value.
 QuantConfig parse_quant_config(const nlohmann::json& root, const std::string& cfg_path);
 
+// Throws petrel::Error when tensor `name` of `file` is a part only another method's files have
+// (GPTQ/AWQ ".qweight", bitsandbytes ".absmax"): such folders may declare their method outside
+// config.json, and would otherwise fail later on a missing ".weight".
+void refuse_foreign_quant_tensor(const std::string& file, const std::string& name);
+
 }  // namespace petrel

@@ -69,6 +69,17 @@ TEST(QuantLoader, MethodThatIsNoStringIsNamed) {
   EXPECT_EQ(msg, ck.config_path() + ": quantization_config.quant_method is 3; expected a string " + kSupported);
 }
 
+TEST(QuantLoader, PackedTensorsOfOtherMethodsAreRefusedWithoutAConfig) {
+  // Older GPTQ folders declare the method in quantize_config.json only; the tensors still say it.
+  for (const auto& [suffix, method] : {std::pair{".qweight", "GPTQ or AWQ"}, std::pair{".absmax", "bitsandbytes"}}) {
+    Copy ck("qwen3-dense-f32");
+    const std::string name = "model.layers.0.self_attn.k_proj" + std::string(suffix);
+    const std::string msg = ck.tensor_error([&](auto& t) { t[name] = {"I32", {16, 64}, std::vector<uint8_t>(4096)}; });
+    EXPECT_EQ(msg, ck.weights() + ": tensor '" + name + "' holds " + method + "-quantized weights, which petrel cannot "
+                   "read " + kSupported);
+  }
+}
+
 TEST(QuantLoader, MlxCopyWithoutMethodStillLoads) {
   Copy ck("mlx-qwen35moe-4bit");  // MLX writes "quantization" and the same object as "quantization_config"
   EXPECT_EQ(ck.config_error([](nlohmann::json&) {}), "");
