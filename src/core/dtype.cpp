@@ -8,7 +8,7 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::F32: case DType::U32: case DType::I32: return 4;
     case DType::F16: case DType::BF16: return 2;
-    case DType::I8: case DType::U8: return 1;
+    case DType::I8: case DType::U8: case DType::F8_E4M3: return 1;
     case DType::I64: return 8;
   }
   return 0;
@@ -24,6 +24,7 @@ const char* dtype_name(DType t) {
     case DType::U8: return "U8";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::F8_E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -31,7 +32,8 @@ const char* dtype_name(DType t) {
 bool parse_safetensors_dtype(const std::string& s, DType* out) {
   static const struct { const char* name; DType t; } table[] = {
       {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"U32", DType::U32},
-      {"I8", DType::I8},   {"U8", DType::U8},   {"I32", DType::I32},   {"I64", DType::I64}};
+      {"I8", DType::I8},   {"U8", DType::U8},   {"I32", DType::I32},   {"I64", DType::I64},
+      {"F8_E4M3", DType::F8_E4M3}};
   for (const auto& e : table) {
     if (s == e.name) {
       *out = e.t;

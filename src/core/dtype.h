@@ -7,7 +7,8 @@
 
 namespace petrel {
 
-enum class DType { F32, F16, BF16, U32, I8, U8, I32, I64 };
+// F8_E4M3: fp8 weight codes (core/fp8.h), only ever read with their block scales.
+enum class DType { F32, F16, BF16, U32, I8, U8, I32, I64, F8_E4M3 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

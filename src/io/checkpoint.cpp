@@ -10,6 +10,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "core/fp8.h"
 #include "io/hf_config.h"
 #include "io/json_file.h"
 #include "io/model_folder.h"
@@ -83,6 +84,12 @@ class WeightMapper {
   bool has(const std::string& name) const { return find(name) != nullptr; }
   void expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape, const std::string& role) const;
   void quant_params(const std::string& module, int* bits, int* group) const;
+  // The block scales of fp8 codes `w`, checked against their `grid` shape.
+  const TensorInfo& fp8_scales(const TensorInfo& w, const std::string& module, const std::vector<int64_t>& grid,
+                               const std::string& role);
+  // Fills `m` from fp8 codes `w` and their block scales, the codes' shape already checked.
+  void fp8_matrix(Matrix& m, const TensorInfo& w, const std::string& module, std::vector<int64_t> lead,
+                  int64_t rows, int64_t cols, const std::string& role);
   // A [rows, cols] matrix, or a stack [lead..., rows, cols] viewed as one tall matrix.
   Matrix matrix(const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols,
                 const std::string& role);
@@ -123,7 +130,7 @@ void WeightMapper::expect_shape(const TensorInfo& t, const std::vector<int64_t>&
 }
 
 void WeightMapper::quant_params(const std::string& module, int* bits, int* group) const {
-  const json& q = ck_.quantization_;
+  const json& q = ck_.quant_.mlx;
   const std::string where = (fs::path(ck_.dir_) / "config.json").string() + ": quantization";
   *bits = quant_field(q, "bits", 4, where);
   *group = quant_field(q, "group_size", 64, where);
@@ -156,6 +163,11 @@ Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead
   };
   if (!has(module + ".scales")) {
     const TensorInfo& w = tensor(module + ".weight", role);
+    if (w.dtype == DType::F8_E4M3) {
+      expect_shape(w, dims(cols), role);
+      fp8_matrix(m, w, module, lead, rows, cols, role);
+      return m;
+    }
     check(is_float_dtype(w.dtype), w.file + ": tensor '" + w.name + "' (" + role +
                                        ") has dtype " + dtype_name(w.dtype) + ", expected F32, F16 or BF16");
     expect_shape(w, dims(cols), role);
@@ -192,6 +204,54 @@ Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead
   m.bits = bits;
   m.group = group;
   return m;
+}
+
+// transformers names a Linear's scales "<module>.weight_scale_inv"; a fused expert stack, which has
+// no ".weight" suffix, "<stack>_scale_inv" (older versions "<stack>_scales_inv").
+const TensorInfo& WeightMapper::fp8_scales(const TensorInfo& w, const std::string& module,
+                                           const std::vector<int64_t>& grid, const std::string& role) {
+  const bool plain = ends_with(w.name, ".weight");
+  std::string name = plain ? module + ".weight_scale_inv" : module + "_scale_inv";
+  if (!plain && !has(name) && has(module + "_scales_inv")) name = module + "_scales_inv";
+  check(has(name), w.file + ": tensor '" + w.name + "' (" + role + ") holds F8_E4M3 codes, but its block scales '" +
+                       w.name + "_scale_inv' are missing");
+  const TensorInfo& s = tensor(name, role + " block scales");
+  const std::string what = s.file + ": tensor '" + s.name + "' (" + role + " block scales)";
+  check(is_float_dtype(s.dtype), what + " has dtype " + dtype_name(s.dtype) + ", expected F32, BF16 or F16");
+  const QuantConfig& q = ck_.quant_;
+  check(s.shape == grid, what + " has shape " + s.shape_str() + ", expected " + shape_str(grid) + ": one scale per " +
+                             std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols) +
+                             " block (weight_block_size) of the " + shape_str(w.shape) + " weight");
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const float v = load_as_f32(s.data, s.dtype, size_t(i));
+    check(std::isfinite(v), what + ": scale " + std::to_string(i) + " is " + std::to_string(v) +
+                                ", expected a finite number");
+  }
+  return s;
+}
+
+void WeightMapper::fp8_matrix(Matrix& m, const TensorInfo& w, const std::string& module, std::vector<int64_t> lead,
+                              int64_t rows, int64_t cols, const std::string& role) {
+  const QuantConfig& q = ck_.quant_;
+  const std::string what = w.file + ": tensor '" + w.name + "' (" + role + ")";
+  check(q.method == QuantMethod::Fp8, what + " holds F8_E4M3 codes, but " +
+                                          (fs::path(ck_.dir_) / "config.json").string() +
+                                          " has no quantization_config with quant_method \"fp8\" giving their "
+                                          "weight_block_size");
+  m.fp8 = Fp8Blocks{q.block_rows, q.block_cols, rows, 0};
+  std::vector<int64_t> grid = std::move(lead);
+  grid.push_back(m.fp8.grid_rows());
+  grid.push_back(m.fp8.grid_cols(cols));
+  const TensorInfo& s = fp8_scales(w, module, grid, role);
+  // A NaN code would turn every output it touches into NaN; refuse the file instead.
+  const size_t nan_at = find_e4m3_nan(w.data, w.nbytes);
+  check(nan_at == w.nbytes, what + ": weight " + std::to_string(nan_at) + " (row " +
+                                std::to_string(int64_t(nan_at) / cols) + ", column " +
+                                std::to_string(int64_t(nan_at) % cols) + ") is an e4m3 NaN code; the file is damaged");
+  m.format = MatrixFormat::Fp8;
+  m.dtype = s.dtype;
+  m.data = w.data;
+  m.scales = s.data;
 }
 
 std::vector<float> WeightMapper::vector(const std::string& name, int64_t n, const std::string& role) {
@@ -462,6 +522,7 @@ void Checkpoint::open_files() {
         continue;
       }
       if (ends_with(name, ".scales")) info_.format = CheckpointFormat::Mlx;
+      refuse_foreign_quant_tensor(f->path(), name);
       const std::string canon = canonical_name(name);
       check(!tensors_.count(canon), f->path() + ": tensor '" + name + "' appears twice (also as '" +
                                         original_name_[canon] + "')");
@@ -530,16 +591,15 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json root = read_hf_config_json(cfg_path);
   ck->config_ = parse_hf_config(root, cfg_path);
-  if (root.contains("quantization") && root["quantization"].is_object()) ck->quantization_ = root["quantization"];
-  else if (root.contains("quantization_config") && root["quantization_config"].is_object())
-    ck->quantization_ = root["quantization_config"];
+  ck->quant_ = parse_quant_config(root, cfg_path);
   ck->open_files();
   ck->choose_mtp_layers(cfg_path);
   int quant_bits = 0;
   if (ck->info_.format == CheckpointFormat::Mlx) {
-    check(ck->quantization_.is_object(), cfg_path + ": tensors carry .scales (MLX quantized) but config.json has "
-                                                    "no 'quantization' field giving bits and group_size");
-    quant_bits = quant_field(ck->quantization_, "bits", 4, cfg_path + ": quantization");
+    check(ck->quant_.method == QuantMethod::MlxAffine,
+          cfg_path + ": tensors carry .scales (MLX quantized) but config.json has no 'quantization' field giving bits "
+                     "and group_size");
+    quant_bits = quant_field(ck->quant_.mlx, "bits", 4, cfg_path + ": quantization");
   }
   WeightMapper(*ck).run();
   ck->page_in(progress);
@@ -549,6 +609,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
   const ModelWeights& W = ck->weights_;
   if (info.format == CheckpointFormat::Mlx) {
     info.format_name = "mlx-" + std::to_string(quant_bits) + "bit";
+  } else if (ck->quant_.method == QuantMethod::Fp8) {
+    info.format_name = "hf-fp8";
   } else if (W.embed.dtype == DType::F32) {
     info.format_name = "hf-f32";
   } else if (W.embed.dtype == DType::F16) {

@@ -5,11 +5,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "io/gguf.h"
+#include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -20,7 +20,7 @@ enum class CheckpointFormat { HuggingFace, Mlx, Gguf };
 
 struct CheckpointInfo {
   CheckpointFormat format = CheckpointFormat::HuggingFace;
-  std::string format_name;   // "hf-bf16", "mlx-4bit", "gguf Q4_K/Q6_K", ...
+  std::string format_name;   // "hf-bf16", "hf-fp8", "mlx-4bit", "gguf Q4_K/Q6_K", ...
   bool norms_preshifted = false;
   size_t weight_bytes = 0;   // bytes of all tensors used by the model
   int64_t parameters = 0;    // logical parameter count of the tensors used
@@ -56,7 +56,7 @@ class Checkpoint {
   ModelConfig config_;
   ModelWeights weights_;
   CheckpointInfo info_;
-  nlohmann::json quantization_;  // MLX "quantization" field, or null
+  QuantConfig quant_;  // what config.json declares
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*> tensors_;  // canonical name -> tensor
   std::map<std::string, std::string> original_name_;  // canonical name -> name in the file

@@ -43,7 +43,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   t.file = path;
   const json& dt = entry["dtype"];
   check(dt.is_string() && parse_safetensors_dtype(dt.get<std::string>(), &t.dtype),
-        where + ": unsupported dtype " + dt.dump() + " (expected F32, F16, BF16, U32, I8, U8, I32 or I64)");
+        where + ": unsupported dtype " + dt.dump() + " (expected F32, F16, BF16, F8_E4M3, U32, I8, U8, I32 or I64)");
   t.shape = parse_shape(entry["shape"], where);
   const json& off = entry["data_offsets"];
   check(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),

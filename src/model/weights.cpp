@@ -1,6 +1,28 @@
 #include "model/weights.h"
 
+#include <algorithm>
+
+#include "core/fp8.h"
+
 namespace petrel {
+namespace {
+
+// Row sr of an Fp8 matrix: each code's value times the scale of its block.
+void dequant_fp8_row(const Matrix& m, int64_t sr, float* out) {
+  const Fp8Blocks& b = m.fp8;
+  const int64_t row = b.first_row + sr;
+  const int64_t slab = row / b.slab_rows, in_slab = row % b.slab_rows;
+  const int64_t grid_cols = b.grid_cols(m.cols);
+  const int64_t scale0 = (slab * b.grid_rows() + in_slab / b.block_rows) * grid_cols;
+  const uint8_t* codes = static_cast<const uint8_t*>(m.data) + sr * m.cols;
+  for (int64_t g = 0; g < grid_cols; ++g) {
+    const float s = load_as_f32(m.scales, m.dtype, scale0 + g);
+    const int64_t end = std::min(m.cols, (g + 1) * b.block_cols);
+    for (int64_t i = g * b.block_cols; i < end; ++i) out[i] = kE4m3Values[codes[i]] * s;
+  }
+}
+
+}  // namespace
 
 void Matrix::dequant_row(int64_t r, float* out) const {
   const int64_t sr = stored_row(r);
@@ -11,6 +33,10 @@ void Matrix::dequant_row(int64_t r, float* out) const {
   }
   if (format == MatrixFormat::Gguf) {
     ggml_dequantize_row(ggml, static_cast<const uint8_t*>(data) + sr * ggml_row_bytes(ggml, cols), cols, out);
+    return;
+  }
+  if (format == MatrixFormat::Fp8) {
+    dequant_fp8_row(*this, sr, out);
     return;
   }
   const int64_t words_per_row = cols * bits / 32;
@@ -31,6 +57,10 @@ void Matrix::dequant_row(int64_t r, float* out) const {
 size_t Matrix::bytes() const {
   if (format == MatrixFormat::Dense) return size_t(rows * cols) * dtype_size(dtype);
   if (format == MatrixFormat::Gguf) return size_t(rows * ggml_row_bytes(ggml, cols));
+  if (format == MatrixFormat::Fp8) {
+    const int64_t block_rows_spanned = (rows + fp8.block_rows - 1) / fp8.block_rows;
+    return size_t(rows * cols) + size_t(block_rows_spanned * fp8.grid_cols(cols)) * dtype_size(dtype);
+  }
   return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * dtype_size(dtype);
 }
 
@@ -43,6 +73,10 @@ Matrix Matrix::slice_rows(int64_t row0, int64_t nrows) const {
       break;
     case MatrixFormat::Gguf:
       s.data = static_cast<const uint8_t*>(data) + size_t(row0 * ggml_row_bytes(ggml, cols));
+      break;
+    case MatrixFormat::Fp8:
+      s.data = static_cast<const uint8_t*>(data) + size_t(row0 * cols);
+      s.fp8.first_row = fp8.first_row + row0;
       break;
     case MatrixFormat::Affine: {
       s.data = static_cast<const uint32_t*>(data) + row0 * (cols * bits / 32);

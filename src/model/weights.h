@@ -12,23 +12,36 @@
 
 namespace petrel {
 
-enum class MatrixFormat { Dense, Affine, Gguf };
+enum class MatrixFormat { Dense, Affine, Gguf, Fp8 };
 
 // A [rows, cols] weight used as y = x · Wᵀ, viewed in place (usually inside the mmapped checkpoint).
 // Affine: MLX scheme, `bits`-bit unsigned codes packed little-endian into u32 words along a row,
 // w = scale·q + bias per group of `group` consecutive columns.
 // Gguf: each row is ggml blocks of type `ggml` (a block-quantized type such as Q4_K; GGUF's float
 // types are viewed as Dense), rows back to back, decoded as gguf-py decodes them.
+// Fp8: e4m3 codes (core/fp8.h), one byte a weight, rows back to back; w = code value · scale of its
+// block of `fp8.block_rows` x `fp8.block_cols` weights. Each [slab_rows, cols] slab of a stacked
+// tensor has its own scale grid of [ceil(slab_rows / block_rows), ceil(cols / block_cols)]; edge
+// blocks are partial.
+struct Fp8Blocks {
+  int block_rows = 0, block_cols = 0;
+  int64_t slab_rows = 0;
+  int64_t first_row = 0;  // the tensor row that stored row 0 is (a slice keeps its place in the grid)
+  int64_t grid_cols(int64_t cols) const { return (cols + block_cols - 1) / block_cols; }
+  int64_t grid_rows() const { return (slab_rows + block_rows - 1) / block_rows; }
+};
+
 struct Matrix {
   std::string name;  // source tensor, for messages
   int64_t rows = 0, cols = 0;
   MatrixFormat format = MatrixFormat::Dense;
-  DType dtype = DType::F32;  // Dense: element type; Affine: type of scales and biases
-  const void* data = nullptr;  // Dense elements or packed words
+  DType dtype = DType::F32;  // Dense: element type; Affine, Fp8: type of the scales (and biases)
+  const void* data = nullptr;  // Dense elements, packed words or fp8 codes
   const void* scales = nullptr;
   const void* biases = nullptr;
   int bits = 0, group = 0;
   GgmlType ggml = GgmlType::F32;  // Gguf: the block type of every row
+  Fp8Blocks fp8;
   // Optional row gather: logical row r reads stored row row_map[r] (de-interleaves without copying).
   std::shared_ptr<const std::vector<int32_t>> row_map;
 

@@ -16,9 +16,10 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
     m.checkpoint = Checkpoint::open(dir);
   }
   m.backend = make_backend(options);
+  if (options.quantize == "fp8") m.fp8 = std::make_unique<Fp8Copy>(m.checkpoint->weights());
   ForwardOptions fwd;
   fwd.max_chunk = options.max_chunk;
-  m.model = std::make_unique<Model>(m.checkpoint->config(), m.checkpoint->weights(), *m.backend, fwd);
+  m.model = std::make_unique<Model>(m.checkpoint->config(), m.weights(), *m.backend, fwd);
   return m;
 }
 
@@ -30,16 +31,19 @@ std::string resolve_device(const std::string& device) {
 
 std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
   const std::string device = resolve_device(options.device);
-  check(options.quantize == "none" || options.quantize == "int4",
-        "--quantize '" + options.quantize + "' is not supported (expected none or int4)");
+  check(options.quantize == "none" || options.quantize == "int4" || options.quantize == "fp8",
+        "--quantize '" + options.quantize + "' is not supported (expected none, int4 or fp8)");
   if (device == "cuda") {
+    check(options.quantize != "fp8", "--quantize fp8 applies to --device cpu: the GPU does not compute in FP8 yet "
+                                     "(--quantize int4 quantises there)");
     CudaOptions cuda;
     cuda.weights = options.quantize == "int4" ? DeviceWeights::Int4 : DeviceWeights::AsStored;
     cuda.graphs = options.cuda_graphs;
     cuda.progress = options.progress;
     return make_cuda_backend(cuda);
   }
-  check(options.quantize == "none", "--quantize int4 applies to --device cuda; the CPU reads weights as stored");
+  check(options.quantize != "int4", "--quantize int4 applies to --device cuda; the CPU reads weights as stored "
+                                    "(or as fp8 with --quantize fp8)");
   CpuOptions cpu;
   cpu.threads = options.threads;
   return std::make_unique<CpuBackend>(cpu);
@@ -49,7 +53,8 @@ std::string LoadedModel::summary() const {
   const ModelConfig& c = config();
   const CheckpointInfo& info = checkpoint->info();
   return std::string(arch_name(c.arch)) + ", " + std::to_string(c.n_layers) + " layers, " + info.format_name +
-         ", " + format_bytes(double(info.weight_bytes)) + " of weights, device " + backend->name();
+         (fp8 ? " quantized to fp8" : "") + ", " + format_bytes(double(info.weight_bytes)) + " of weights, device " +
+         backend->name();
 }
 
 }  // namespace petrel

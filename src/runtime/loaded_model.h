@@ -5,13 +5,16 @@
 
 #include "backend/backend.h"
 #include "io/checkpoint.h"
+#include "model/fp8_quantize.h"
 #include "runtime/forward.h"
 
 namespace petrel {
 
 struct LoadOptions {
   std::string device = "auto";  // auto (cuda when a GPU is present), cuda or cpu
-  std::string quantize = "none";  // none or int4 (CUDA: quantise bf16 weights at load)
+  // none; int4 (CUDA: float weights quantised at upload); fp8 (CPU: float weights to block-scaled
+  // e4m3 at load, model/fp8_quantize.h)
+  std::string quantize = "none";
   bool cuda_graphs = true;
   int threads = 0;        // CPU threads; 0 = all cores
   int max_chunk = 512;    // prefill chunk length
@@ -20,10 +23,12 @@ struct LoadOptions {
 
 struct LoadedModel {
   std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<Fp8Copy> fp8;  // with --quantize fp8: the weights the model reads
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
 
   const ModelConfig& config() const { return checkpoint->config(); }
+  const ModelWeights& weights() const { return fp8 ? fp8->weights() : checkpoint->weights(); }
   // One line: architecture, format, device, memory.
   std::string summary() const;
 };

@@ -19,7 +19,7 @@ namespace {
 
 const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
                                             "qwen3next-sharded",   "qwen3moe",                  "qwen3-dense-f32",
-                                            "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit"};
+                                            "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen35moe-vlm-fp8"};
 
 class CudaFixture : public ::testing::TestWithParam<std::string> {};
 
