@@ -298,22 +298,25 @@ class CudaBackend final : public Backend {
     if (!recorded || !opt_.graphs || timer_.enabled()) return run_groups(ops);
     auto& s = dynamic_cast<CudaSequence&>(*recorded);
     cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(*recorded, 1))];
-    if (!graph_exec) {
-      cudaGraph_t graph = nullptr;
-      PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        run_groups(ops);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
-      PETREL_CUDA(cudaGraphInstantiate(&graph_exec, graph, 0));
-      PETREL_CUDA(cudaGraphDestroy(graph));
-    }
+    if (!graph_exec) record(ops, graph_exec);
     PETREL_CUDA(cudaGraphLaunch(graph_exec, stream_));
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
+  }
+
+  // Captures the ops into a graph, instantiated into `exec`.
+  void record(const OpList& ops, cudaGraphExec_t& exec) {
+    cudaGraph_t graph = nullptr;
+    PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      run_groups(ops);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
+    PETREL_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    PETREL_CUDA(cudaGraphDestroy(graph));
   }
 
   // A step of B rows replays its graph, recorded on the second step of B rows: the first runs
@@ -330,20 +333,7 @@ class CudaBackend final : public Backend {
       return;
     }
     if (!g.replayable) return run_groups(ops);
-    if (!g.exec) {
-      cudaGraph_t graph = nullptr;
-      PETREL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        run_groups(ops);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      PETREL_CUDA(cudaStreamEndCapture(stream_, &graph));
-      PETREL_CUDA(cudaGraphInstantiate(&g.exec, graph, 0));
-      PETREL_CUDA(cudaGraphDestroy(graph));
-    }
+    if (!g.exec) record(ops, g.exec);
     PETREL_CUDA(cudaGraphLaunch(g.exec, stream_));
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));
   }
