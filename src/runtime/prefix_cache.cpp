@@ -47,26 +47,41 @@ PrefixCache::Entry* PrefixCache::find(std::span<const int32_t> prefix, uint64_t 
   return nullptr;
 }
 
+std::pair<PrefixCache::Entry*, size_t> PrefixCache::longest(std::span<const int32_t> tokens, size_t blocks) {
+  const std::vector<uint64_t> hashes = block_hashes(tokens, blocks);
+  for (size_t b = blocks; b > 0; --b) {
+    const size_t n = b * size_t(options_.block);
+    if (Entry* e = find(tokens.first(n), hashes[b - 1])) return {e, n};
+  }
+  return {nullptr, 0};
+}
+
 int PrefixCache::restore(std::span<const int32_t> prompt, SequenceState& state) {
   if (!enabled()) return 0;
   stats_.queried_tokens += prompt.size();
   const size_t blocks = prompt.size() < 2 ? 0 : (prompt.size() - 2) / size_t(options_.block);
-  const std::vector<uint64_t> hashes = block_hashes(prompt, blocks);
-  for (size_t b = blocks; b > 0; --b) {
-    const size_t n = b * size_t(options_.block);
-    Entry* e = find(prompt.first(n), hashes[b - 1]);
-    if (!e) continue;
-    state.copy_from(*e->state);
-    e->last_used = ++clock_;
-    stats_.hit_tokens += n;
-    return int(n);
-  }
-  return 0;
+  const int n = resume(prompt.first(blocks * size_t(options_.block)), state);
+  stats_.hit_tokens += uint64_t(n);
+  return n;
+}
+
+int PrefixCache::resume(std::span<const int32_t> tokens, SequenceState& state) {
+  if (!enabled()) return 0;
+  const auto [e, n] = longest(tokens, tokens.size() / size_t(options_.block));
+  if (!e) return 0;
+  state.copy_from(*e->state);
+  e->last_used = ++clock_;
+  return int(n);
 }
 
 int PrefixCache::last_snapshot(int size) const {
   const int block = options_.block;
   return size % block == 0 ? size : std::max(size - 2, 0) / block * block;
+}
+
+int PrefixCache::reply_snapshot(int prompt, int fed) const {
+  const int end = fed / options_.block * options_.block;
+  return enabled() && end > last_snapshot(prompt) ? end : 0;
 }
 
 int PrefixCache::next_snapshot(int fed, int size) const {

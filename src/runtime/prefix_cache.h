@@ -2,8 +2,10 @@
 // request repeating one (a chat's next turn, an agent's next step, a shared system prompt) restores
 // it and prefills only the rest. A hybrid model's DeltaNet state cannot be cut back to an earlier
 // position, so a snapshot is taken exactly at a block boundary while the prompt is fed: at the last
-// boundary of every prompt and every `interval` tokens of long ones. Entries are keyed by chained
-// hashes of their token blocks and evicted least recently used under a byte budget.
+// boundary of every prompt and every `interval` tokens of long ones. A request that ended with a
+// reply is snapshotted at the last block boundary of its reply too (reply_snapshot): a chat's next
+// turn resends it. Entries are keyed by chained hashes of their token blocks and evicted least
+// recently used under a byte budget.
 // Neither a restore nor a snapshot leaves exactly one prompt token to feed: a one-token piece runs
 // as a decode step, which rounds differently from the prefill piece it would be part of without
 // the cache.
@@ -14,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -43,12 +46,22 @@ class PrefixCache {
   // Restores into `state` (empty) the longest snapshot that is a prefix of `prompt` and leaves at
   // least two of its tokens to feed; returns its length, 0 if none.
   int restore(std::span<const int32_t> prompt, SequenceState& state);
+  // Restores into `state` (empty) the longest snapshot that is a prefix of `tokens`, all of them at
+  // most; returns its length, 0 if none. Not a lookup of a prompt: the stats do not count it.
+  int resume(std::span<const int32_t> tokens, SequenceState& state);
   // The next position after `fed` at which a prompt of `size` tokens is snapshotted: feeding
   // should stop there. size when there is none.
   int next_snapshot(int fed, int size) const;
   // Called once `state` holds exactly the first state.n_past tokens of `prompt`: snapshots it
   // where that is a snapshot position not cached yet.
   void offer(std::span<const int32_t> prompt, const SequenceState& state);
+  // A request of `prompt` tokens ended after feeding `fed` tokens in all (its prompt and its reply
+  // but the last token, never fed): the position its reply is snapshotted at, the last block
+  // boundary of what it fed; 0 when that is not past the prompt's last snapshot.
+  int reply_snapshot(int prompt, int fed) const;
+  // The prompt's last snapshot position: its end when that is a block boundary, else the last
+  // boundary that leaves two tokens or more.
+  int last_snapshot(int size) const;
   PrefixCacheStats stats() const { return stats_; }
 
  private:
@@ -58,9 +71,9 @@ class PrefixCache {
     size_t bytes = 0;
     uint64_t last_used = 0;
   };
-  // The prompt's last snapshot position: its end when that is a block boundary, else the last
-  // boundary that leaves two tokens or more.
-  int last_snapshot(int size) const;
+  // The longest snapshot that is a prefix of `tokens`, of at most `blocks` whole blocks, and its
+  // length; null if none.
+  std::pair<Entry*, size_t> longest(std::span<const int32_t> tokens, size_t blocks);
   // Hashes of prompt[0, (i+1)·block) for each whole block i, chained block by block.
   std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, size_t blocks) const;
   Entry* find(std::span<const int32_t> prefix, uint64_t hash);

@@ -39,6 +39,9 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
       device_(request_.grammar ? nullptr : slot.sampler.get()),
       submitted_(queued.submitted) {
   check(state().n_past == 0, "RunningRequest: the state slot was not reset");
+  // Up front, so that no decode step allocates: a reply ends with the context or max_tokens.
+  const int most = state().capacity - prompt_size() + 1;
+  reply_.reserve(size_t(std::max(request_.max_tokens > 0 ? std::min(request_.max_tokens, most) : most, 0)));
 }
 
 void RunningRequest::start_sampler() {
@@ -57,6 +60,12 @@ void RunningRequest::observe(int32_t token, bool generated) {
 std::span<const int32_t> RunningRequest::next_prompt_piece(int max) const {
   const int fed = state().n_past;
   return std::span<const int32_t>(request_.prompt).subspan(size_t(fed), size_t(std::min(max, prompt_size() - fed)));
+}
+
+std::vector<int32_t> RunningRequest::fed_tokens() const {
+  std::vector<int32_t> out = request_.prompt;
+  if (!reply_.empty()) out.insert(out.end(), reply_.begin(), reply_.end() - 1);
+  return out;
 }
 
 int RunningRequest::draft_budget() const {
@@ -85,6 +94,7 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row, int u
   ++generated_;
   if (t == drafted) ++accepted_;
   pending_ = t;
+  reply_.push_back(t);
 
   StepEvent e;
   e.token = t;

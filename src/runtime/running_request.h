@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/device_sampler.h"
 #include "generate/sampler.h"
@@ -60,6 +61,9 @@ class RunningRequest {
   std::span<const int32_t> next_prompt_piece(int max) const;
   // The last sampled token: what the next decode step feeds.
   int32_t pending_token() const { return pending_; }
+  // The tokens the sequence holds once every sampled token but the pending one is fed: the prompt,
+  // then the reply in order. (A verify step may end the request before its state caught up.)
+  std::vector<int32_t> fed_tokens() const;
   // Most tokens a verify step may draft: its forward must fit the context, and the token after a
   // fully accepted draft should still be wanted.
   int draft_budget() const;
@@ -104,6 +108,7 @@ class RunningRequest {
   std::optional<Sampler> sampler_;  // the host sampler, when there is no device one
   std::optional<grammar::Matcher> matcher_;  // structured output
   int32_t pending_ = -1;
+  std::vector<int32_t> reply_;  // every sampled token, pending_ last
   int generated_ = 0;
   int drafted_ = 0, accepted_ = 0, verify_steps_ = 0;
   int restored_ = 0;  // prompt tokens the state came with

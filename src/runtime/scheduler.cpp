@@ -85,6 +85,13 @@ std::string message_of(std::exception_ptr e) {
   }
 }
 
+// A request that ended with a reply: what its freed slot is to be fed again for the prefix cache.
+struct FinishedReply {
+  Slot* slot = nullptr;
+  std::vector<int32_t> tokens;  // RunningRequest::fed_tokens
+  int prompt_size = 0;
+};
+
 }  // namespace
 
 struct Scheduler::Impl {
@@ -104,6 +111,7 @@ struct Scheduler::Impl {
   void admit();
   void end_unadmitted(const QueuedRequest& q, const std::string& error = {});
   void step();
+  int chunk_end(int fed) const;
   std::span<const int32_t> next_piece(const RunningRequest& r) const;
   void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, std::span<const int32_t> piece);
   void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
@@ -115,7 +123,11 @@ struct Scheduler::Impl {
   const float* host_copy(const RunningRequest& r, const Tensor& row);
   void fail(const std::vector<RunningRequest*>& rows, std::exception_ptr error);
   void finish(RunningRequest& r, const StepEvent& final_event);
+  void declined(RunningRequest& r);
   std::unique_ptr<RunningRequest> release(RunningRequest& r);
+  void ended_with_reply(RunningRequest& r);
+  void snapshot_replies();
+  bool replay(const FinishedReply& f);
   void ended();
   void publish();
 
@@ -144,6 +156,8 @@ struct Scheduler::Impl {
   std::vector<int32_t> batch_ids;
   std::vector<SequenceState*> batch_states;
   std::vector<float> host_row;  // the latest logits row copied to the host (vocab floats)
+  // Requests that ended with a reply this step, snapshotted after it (snapshot_replies).
+  std::vector<FinishedReply> replies;
   // Speculative decoding of a sequence running alone (options.speculative).
   std::unique_ptr<MtpDrafter> drafter;
   std::unique_ptr<SequenceState> scratch;  // the verify step's copy of the state
@@ -228,6 +242,7 @@ void Scheduler::Impl::run() {
     apply_cancels();
     admit();
     step();
+    snapshot_replies();
     publish();
   }
 }
@@ -323,9 +338,11 @@ void Scheduler::Impl::step() {
 std::span<const int32_t> Scheduler::Impl::next_piece(const RunningRequest& r) const {
   const int fed = r.state().n_past;
   const int until = prefix_cache.next_snapshot(fed, r.prompt_size());
-  const int chunk_end = (fed / options.prefill_chunk + 1) * options.prefill_chunk;
-  return r.next_prompt_piece(std::min(chunk_end, until) - fed);
+  return r.next_prompt_piece(std::min(chunk_end(fed), until) - fed);
 }
+
+// The multiple of the prefill chunk after `fed`.
+int Scheduler::Impl::chunk_end(int fed) const { return (fed / options.prefill_chunk + 1) * options.prefill_chunk; }
 
 // One row for each of `rows`, after `piece` of `reader`'s prompt when reader is set. Every row's
 // draw is queued before the first is awaited.
@@ -472,10 +489,7 @@ void Scheduler::Impl::verify(RunningRequest& r, const std::vector<int32_t>& draf
     const bool agrees = m < d && e.token == draft[size_t(m)];
     counters.accepted_tokens += agrees;
     if (e.done) return finish(r, e);
-    if (!r.deliver(e)) {
-      release(r);
-      return ended();
-    }
+    if (!r.deliver(e)) return declined(r);
     if (!agrees) break;
   }
   if (m == d) {
@@ -509,8 +523,7 @@ bool Scheduler::Impl::emit(RunningRequest& r, const Tensor& row) {
     return false;
   }
   if (r.deliver(e)) return true;
-  release(r);
-  ended();
+  declined(r);
   return false;
 }
 
@@ -529,11 +542,17 @@ void Scheduler::Impl::fail(const std::vector<RunningRequest*>& rows, std::except
 }
 
 // The slot is free (and counted free) before the final event reaches the callback.
+// A final event with a token ends the request normally (EOS, max_tokens, a full context).
 void Scheduler::Impl::finish(RunningRequest& r, const StepEvent& final_event) {
   std::unique_ptr<RunningRequest> owned = release(r);
   owned->deliver(final_event);
-  ended();
+  if (final_event.token >= 0) ended_with_reply(*owned);
+  else ended();
 }
+
+// The callback declined the event it was given (a stop string, or the client left): the reply up
+// to that token stands, as after any normal end.
+void Scheduler::Impl::declined(RunningRequest& r) { ended_with_reply(*release(r)); }
 
 std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
   const auto it = std::find_if(running.begin(), running.end(), [&](const auto& p) { return p.get() == &r; });
@@ -544,6 +563,51 @@ std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
   ++counters.requests_finished;
   publish();
   return owned;
+}
+
+// The request's reply is snapshotted after this step; until then the request counts as in flight, so
+// that shutdown() returns with the snapshot in the published metrics.
+void Scheduler::Impl::ended_with_reply(RunningRequest& r) {
+  if (!prefix_cache.enabled()) return ended();
+  replies.push_back({&r.slot(), r.fed_tokens(), r.prompt_size()});
+}
+
+// After the step, before admit() hands the freed slots out again (and resets them).
+void Scheduler::Impl::snapshot_replies() {
+  if (replies.empty()) return;
+  for (const FinishedReply& f : replies)
+    if (replay(f)) followed = nullptr;  // the replay's forward overwrote what the draft head reads
+  const size_t n = replies.size();
+  replies.clear();
+  publish();
+  for (size_t i = 0; i < n; ++i) ended();
+}
+
+// Prefills the request's tokens again in its freed slot, from the cache's snapshot of its prompt
+// to the reply's last block boundary, and snapshots that. The slot's own state will not do: its
+// reply was fed by decode steps, and a one-token step takes DeltaNet's recurrent form where a
+// prompt piece takes the chunked one, so it differs in the last bits from the state the next
+// turn's prompt reaches without the cache. The pieces here start and end where that prompt's
+// pieces would (block multiples, chunk multiples, snapshot intervals), so the snapshot holds the
+// very bits of that state. This costs what the next turn's prefill saves, and is done only from
+// the prompt's last snapshot: at most a block and the reply are fed. True when anything was fed.
+bool Scheduler::Impl::replay(const FinishedReply& f) {
+  const int end = prefix_cache.reply_snapshot(f.prompt_size, int(f.tokens.size()));
+  if (end == 0) return false;
+  const std::span<const int32_t> tokens = std::span(f.tokens).first(size_t(end));
+  SequenceState& st = *f.slot->state;
+  try {
+    st.reset();
+    if (prefix_cache.resume(tokens, st) < prefix_cache.last_snapshot(f.prompt_size)) return false;
+    while (st.n_past < end) {
+      const int fed = st.n_past;
+      const int until = std::min(chunk_end(fed), prefix_cache.next_snapshot(fed, end));
+      model.forward_device(tokens.data() + fed, until - fed, st, KeepLogits::None);
+      prefix_cache.offer(tokens, st);
+    }
+  } catch (const std::exception&) {  // no snapshot then; admit() resets the slot before its next use
+  }
+  return true;
 }
 
 // A request's last callback has returned: it no longer counts against the queue limit.

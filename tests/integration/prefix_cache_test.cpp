@@ -2,12 +2,14 @@
 // bits), a restored prefix gives the very logits a full prefill gives (shared prefixes ending on
 // and between block boundaries), and requests served with the cache (sequentially, concurrently,
 // under a budget so small that snapshots are evicted all the time) give the very tokens and
-// logprobs they give without it.
+// logprobs they give without it. A chat's next turn restores the previous reply too, with the
+// same bits, and only a request that ended normally snapshots its reply.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -249,14 +251,18 @@ std::vector<CompletionRequest> conversation(int vocab) {
   return out;
 }
 
-std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
-                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
+SchedulerOptions scheduler_options(size_t budget, int prefill_chunk = kChunk) {
   SchedulerOptions o;
   o.max_sequences = 4;
   o.context = kContext;
   o.prefill_chunk = prefill_chunk;
   o.prefix_cache = cache_options(budget);
-  Scheduler scheduler(model, o);
+  return o;
+}
+
+std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
+                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
+  Scheduler scheduler(model, scheduler_options(budget, prefill_chunk));
   std::vector<Collector> got(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
@@ -320,6 +326,76 @@ TEST(PrefixCache, TurnsOfAConversationRestoreTheirHistory) {
   EXPECT_GE(hits, 8);
   EXPECT_GT(stats.hit_tokens, 0u);
   EXPECT_GT(stats.queried_tokens, stats.hit_tokens);
+}
+
+// Turn 2 of a chat resends turn 1's prompt (70 tokens, snapshot at 64) and reply (123 tokens, the
+// last never fed) with a new message: it restores up to the reply's last block boundary, 192, and
+// both turns give the very tokens and logprobs they give without the cache, also under a budget
+// too small for all the snapshots.
+TEST(PrefixCache, ANextTurnRestoresThePreviousReply) {
+  Fixture f;
+  CompletionRequest first;
+  first.prompt = tokens(70, 31, f.vocab());
+  first.sampling.temperature = 0.0f;
+  first.max_tokens = 123;
+  first.top_logprobs = 20;
+  const std::vector<Answer> reply = serve(*f.model, {first}, 0, false);
+  CompletionRequest second = first;
+  second.prompt.insert(second.prompt.end(), reply[0].tokens.begin(), reply[0].tokens.end());
+  const std::vector<int32_t> user = tokens(20, 32, f.vocab());
+  second.prompt.insert(second.prompt.end(), user.begin(), user.end());
+  second.max_tokens = 6;
+
+  const std::vector<Answer> plain = serve(*f.model, {first, second}, 0, false);
+  PrefixCacheStats stats;
+  const std::vector<Answer> cached = serve(*f.model, {first, second}, size_t(1) << 30, false, &stats);
+  expect_same(cached, plain);
+  EXPECT_EQ(cached[0].cached, 0);
+  EXPECT_EQ(cached[1].cached, 192);
+  EXPECT_EQ(stats.snapshots, 3u) << "the prompt's at 64, the reply's at 128 (an interval) and 192";
+  EXPECT_EQ(stats.hit_tokens, 192u);
+  EXPECT_EQ(stats.queried_tokens, uint64_t(first.prompt.size() + second.prompt.size()));
+
+  PrefixCacheStats small;
+  expect_same(serve(*f.model, {first, second}, stats.bytes / 2, false, &small), plain);
+  EXPECT_GT(small.evictions, 0u);
+  EXPECT_LE(small.bytes, stats.bytes / 2);
+}
+
+// Prompts of 193 tokens snapshot at 128; a reply after one would snapshot at 192. It does when the
+// request ends normally, not when it fails in the engine or is cancelled.
+TEST(PrefixCache, OnlyARequestThatEndsNormallySnapshotsItsReply) {
+  Fixture f;
+  CompletionRequest ok;
+  ok.prompt = tokens(193, 33, f.vocab());
+  ok.sampling.temperature = 0.0f;
+  ok.max_tokens = 3;
+  CompletionRequest failing = ok;
+  failing.sampling.temperature = 1.0f;  // a draw, which refuses when every token is banned
+  for (int t = 0; t < f.vocab(); ++t) failing.sampling.logit_bias[t] = -INFINITY;
+  CompletionRequest cancelled = ok;
+  cancelled.max_tokens = 100;
+  struct Case {
+    const char* name;
+    const CompletionRequest& request;
+    bool cancel;
+    uint64_t snapshots;
+  };
+  for (const Case& c : {Case{"ends normally", ok, false, 2}, Case{"fails", failing, false, 1},
+                        Case{"is cancelled", cancelled, true, 1}}) {
+    SCOPED_TRACE(c.name);
+    Scheduler scheduler(*f.model, scheduler_options(size_t(1) << 30));
+    uint64_t id = 0;
+    Collector got;
+    const StepCallback collect = got.callback();
+    ASSERT_EQ(scheduler.submit(c.request, [&](const StepEvent& e) {
+      if (c.cancel && e.token >= 0) scheduler.cancel(id);
+      return collect(e);
+    }, &id), SubmitStatus::Accepted);
+    scheduler.shutdown(true);
+    EXPECT_EQ(got.answer.tokens.empty(), c.request.sampling.temperature > 0);
+    EXPECT_EQ(scheduler.metrics().prefix_cache.snapshots, c.snapshots);
+  }
 }
 
 // Concurrent requests, and a budget that holds one snapshot: restores and evictions interleave
