@@ -39,7 +39,7 @@ struct SchedulerOptions {
   // runs alone. A second sequence turns it off: a batched step already shares each weight read
   // among its rows, where verify rows would add work; it resumes once a sequence is alone again.
   SpeculativeOptions speculative{};
-  // Snapshots of prefilled prompt prefixes that later requests restore (runtime/prefix_cache.h);
+  // Snapshots of prompt prefixes and finished replies that later requests restore (runtime/prefix_cache.h);
   // off unless given a budget.
   PrefixCacheOptions prefix_cache{.budget_bytes = 0};
 };
