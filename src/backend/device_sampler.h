@@ -18,6 +18,10 @@ class DeviceSampler {
   virtual void reset(const SamplingParams& params) = 0;
   // Appends a token of the sequence to the penalty history (`generated`: produced by the model).
   virtual void observe(int32_t token, bool generated) = 0;
+  // The tokens the draws started from now on may take, a bit each (token t: bit t % 32 of word
+  // t / 32), as the CPU Sampler's set_mask: a structured output's grammar::Matcher::mask. The
+  // words are read when start() is called; null, or reset(), lifts the mask.
+  virtual void set_mask(const uint32_t* words) = 0;
   // Queues the draw of the token for sequence position `position` from a one-row fp32 logits tensor
   // in device memory, drawn with uniform01(seed, position) as the CPU Sampler draws it (the row is
   // not modified); finish() waits for it. A batched step starts every row's draw before it waits

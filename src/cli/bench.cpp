@@ -21,10 +21,12 @@
 #include "cli/bench_multi_turn.h"
 #include "cli/bench_speculative.h"
 #include "cli/common.h"
+#include "cli/json_schema_flag.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/checkpoint.h"
+#include "io/model_tokenizer.h"
 #include "model/synthetic.h"
 #include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
@@ -45,6 +47,7 @@ struct Args {
   std::string speculative;  // "", "mtp" or "ngram"
   int draft = 0;            // 0: the source's default
   double accept_rate = -1;  // < 0: drafts verified as sampled
+  std::string json_schema, tokenizer;  // --concurrency again with every request held to the schema
   // Which of --weights, --prefill, --decode-context, --decode-tokens the command line set: the CPU
   // takes sizes of its own where they are left out, and no --weights.
   bool weights_set = false, prefill_set = false, contexts_set = false, decode_tokens_set = false;
@@ -255,13 +258,21 @@ void print_op_rows(const char* title, const nlohmann::json& rows) {
 
 constexpr int kServingPrompt = 128, kServingGenerated = 128;
 
-// Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, 128
-// tokens each) through the continuous-batching scheduler, median of `runs` after a warm-up, and
-// its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens; with the
-// scheduler's speculative decoding when `speculative` drafts.
+// Requests held to a structured output's grammar (the ids that may end an answer with it).
+struct StructuredRequests {
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
+  std::vector<int32_t> eos_ids;
+};
+
+// Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, at
+// most 128 tokens each) through the continuous-batching scheduler, median of `runs` after a
+// warm-up, and its fraction of the bandwidth bound: step_bytes(n) read per step of n tokens; with
+// the scheduler's speculative decoding when `speculative` drafts, held to `structured`'s grammar
+// when it has one (an answer may then end early: the tokens generated are counted).
 nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs,
                                   int prefill_chunk, const SpeculativeOptions& speculative,
-                                  const std::function<double(int)>& step_bytes, double bandwidth) {
+                                  const std::function<double(int)>& step_bytes, double bandwidth,
+                                  const StructuredRequests& structured = {}) {
   constexpr int kPrompt = kServingPrompt, kGenerated = kServingGenerated;
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
@@ -277,6 +288,7 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
       std::mutex m;
       std::condition_variable cv;
       int finished = 0;
+      long generated = 0;
       std::string error;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < n; ++i) {
@@ -285,7 +297,13 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
         req.prompt.erase(req.prompt.begin(), req.prompt.begin() + i);  // a distinct prompt per request
         req.sampling.temperature = 0.0f;
         req.max_tokens = kGenerated;
+        req.grammar = structured.grammar;
+        if (structured.grammar) req.eos_ids = structured.eos_ids;
         const SubmitStatus status = scheduler.submit(std::move(req), [&](const StepEvent& e) {
+          if (e.token >= 0) {
+            std::lock_guard<std::mutex> lock(m);
+            ++generated;
+          }
           if (e.done) {
             std::lock_guard<std::mutex> lock(m);
             if (!e.error.empty()) error = e.error;
@@ -299,7 +317,7 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
       std::unique_lock<std::mutex> lock(m);
       cv.wait(lock, [&] { return finished == n; });
       check(error.empty(), "--concurrency: " + error);
-      if (r > 0) tps.push_back(double(n) * kGenerated / seconds_since(t0));
+      if (r > 0) tps.push_back(double(generated) / seconds_since(t0));
     }
     const Stat st = stats(tps);
     const double bytes = step_bytes(n);
@@ -353,8 +371,27 @@ SpeculativeBench speculative_bench(const Args& a, const ModelConfig& config) {
   return o;
 }
 
+// --json-schema's requests: the schema compiled for the model's vocabulary rows with the tokenizer
+// of DIR (or --tokenizer's folder), ending at the model's EOS ids or the tokenizer's end tokens.
+StructuredRequests structured_requests(const Args& a, const ModelConfig& config) {
+  if (a.json_schema.empty()) return {};
+  const std::string dir = a.tokenizer.empty() ? a.dir : a.tokenizer;
+  check(!dir.empty(), "--json-schema on --synthetic weights needs --tokenizer DIR (a folder with tokenizer.json)");
+  const Tokenizer tokenizer = load_tokenizer(dir);
+  StructuredRequests r;
+  r.grammar = schema_grammar(a.json_schema, tokenizer, config.vocab);
+  for (int id : config.eos_ids) r.eos_ids.push_back(id);
+  for (const char* end : {"<|im_end|>", "<|endoftext|>"})
+    if (r.eos_ids.empty())
+      if (const auto id = tokenizer.token_id(end); id && int(*id) < config.vocab) r.eos_ids.push_back(int32_t(*id));
+  return r;
+}
+
 void run(Args a) {
   check(a.dir.empty() != a.synthetic.empty(), "petrel bench: give a checkpoint DIR or --synthetic NAME (not both)");
+  check(a.json_schema.empty() || !a.concurrency.empty(),
+        "--json-schema needs --concurrency: the serving run it repeats with structured output");
+  check(a.tokenizer.empty() || !a.json_schema.empty(), "--tokenizer: only with --json-schema");
   if (a.multi_turn) check_multi_turn_args(a);
   check(a.arrival.prompt_tokens == 0 || !a.concurrency.empty(),
         "--arrivals needs --concurrency: the streams that decode while the prompts arrive");
@@ -403,6 +440,7 @@ void run(Args a) {
   fo.max_chunk = a.chunk;
   Model model(config, weights, *backend, fo);
   if (a.arrival.prompt_tokens > 0) check_arrivals(a.arrival, model);
+  const StructuredRequests structured = structured_requests(a, config);
 
   nlohmann::json out;
   out["model"] = ck ? a.dir : a.synthetic + " (synthetic)";
@@ -466,6 +504,11 @@ void run(Args a) {
         a.speculative.empty() ? SpeculativeOptions{} : spec.speculative,
         [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
         bandwidth);
+  if (structured.grammar)
+    out["serving_structured"] = serving_throughput(
+        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, a.serving_chunk, SpeculativeOptions{},
+        [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
+        bandwidth, structured);
   if (a.arrival.prompt_tokens > 0)
     for (int n : parse_ids(a.concurrency, "--concurrency"))
       out["arrivals"].push_back(serving_with_arrivals(model, n, a.arrival));
@@ -518,6 +561,15 @@ void run(Args a) {
                   r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
                   r["max"].get<double>(), format_bytes(r["bytes_per_step"].get<double>()).c_str(),
                   100.0 * r["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
+  if (out.contains("serving_structured"))
+    for (size_t i = 0; i < out["serving_structured"].size(); ++i) {
+      const auto& r = out["serving_structured"][i];
+      std::printf("structured n=%-7d %10.1f/s %10.1f/s %10.1f/s   generated tokens, every request held to %s: "
+                  "%.1f%% of the plain figure\n",
+                  r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
+                  r["max"].get<double>(), a.json_schema.c_str(),
+                  100.0 * r["tok_per_s"].get<double>() / out["serving"][i]["tok_per_s"].get<double>());
+    }
   if (out.contains("arrivals")) print_arrivals(out["arrivals"]);
   if (a.breakdown) {
     print_op_rows("decode step", out["breakdown"]["decode"]);
@@ -591,6 +643,12 @@ void add(CLI::App& app) {
                   "--speculative: take each drafted token with this probability (up to the first refused) instead of "
                   "verifying it, for random weights whose drafts are never right; the device work is unchanged")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--json-schema", a.json_schema,
+                  "With --concurrency: run it again with every request held to the JSON schema in FILE (structured "
+                  "output) and report the throughput against the plain run")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", a.tokenizer,
+                  "--json-schema on --synthetic weights: a folder with the tokenizer.json the grammar is compiled for");
   cmd->add_flag("--multi-turn", a.multi_turn,
                 "Instead of the above: a chat resending its whole history each turn, through the scheduler with "
                 "and without the prefix cache; time to first token per turn and the share of the history cached");

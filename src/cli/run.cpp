@@ -14,11 +14,10 @@
 #include "cli/common.h"
 #include "cli/generation_flags.h"
 #include "cli/interrupt.h"
+#include "cli/json_schema_flag.h"
 #include "cli/registry.h"
 #include "core/error.h"
-#include "generate/host_decoder.h"
 #include "generate/make_decoder.h"
-#include "grammar/json_schema.h"
 #include "io/model_tokenizer.h"
 
 namespace petrel::cli {
@@ -58,32 +57,6 @@ int context_for(const ModelConfig& c, const GenerationFlags& f, const Conversati
   return capacity;
 }
 
-// --json-schema FILE compiled for the model's vocabulary, or null without the flag.
-std::shared_ptr<const grammar::TokenGrammar> schema_grammar(const std::string& file, const Tokenizer& tokenizer,
-                                                             const ModelConfig& c) {
-  if (file.empty()) return nullptr;
-  std::ifstream in(file, std::ios::binary);
-  check(bool(in), "--json-schema: cannot open " + file);
-  grammar::Json schema;
-  try {
-    schema = grammar::Json::parse(read_all(in));
-  } catch (const std::exception& e) {
-    throw Error("--json-schema " + file + ": not JSON: " + e.what());
-  }
-  try {
-    auto vocab = std::make_shared<grammar::TokenVocab>(grammar::make_token_vocab(tokenizer, c.vocab));
-    return std::make_shared<grammar::TokenGrammar>(grammar::json_schema_grammar(schema), std::move(vocab));
-  } catch (const Error& e) {
-    throw Error("--json-schema " + file + ": " + e.what());
-  }
-}
-
-// Token masks are applied on the host: a structured answer samples there.
-std::unique_ptr<Decoder> decoder_for(Model& model, bool structured) {
-  if (structured) return std::make_unique<HostDecoder>(model);
-  return make_decoder(model);
-}
-
 void print_setup(const LoadedModel& m, const ConversationOptions& o) {
   std::fprintf(stderr, "%s\n", m.summary().c_str());
   std::string line = "sampling " + describe_sampling(o.sampling) + ", context " + std::to_string(o.capacity);
@@ -105,8 +78,8 @@ void run_text(const CLI::App& cmd, const Args& a, LoadedModel& m) {
     }
   }
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), &tokenizer);
-  o.grammar = schema_grammar(a.json_schema, tokenizer, m.config());
-  const std::unique_ptr<Decoder> decoder = decoder_for(*m.model, o.grammar != nullptr);
+  o.grammar = schema_grammar(a.json_schema, tokenizer, m.config().vocab);
+  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
   const ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
   o.capacity = 1;
   const int prompt_tokens = int(Conversation(*decoder, tokenizer, tmpl, o).prompt_for(text).size());
@@ -131,11 +104,11 @@ void run_ids(const CLI::App& cmd, const Args& a, LoadedModel& m) {
         "--json-schema needs the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary), which " + a.dir +
             " lacks");
   ConversationOptions o = resolve_generation(cmd, a.gen, a.dir, m.config(), tokenizer ? &*tokenizer : nullptr);
-  if (tokenizer) o.grammar = schema_grammar(a.json_schema, *tokenizer, m.config());
+  if (tokenizer) o.grammar = schema_grammar(a.json_schema, *tokenizer, m.config().vocab);
   o.capacity = context_for(m.config(), a.gen, o, int(prompt.size()));
   print_setup(m, o);
 
-  const std::unique_ptr<Decoder> decoder = decoder_for(*m.model, o.grammar != nullptr);
+  const std::unique_ptr<Decoder> decoder = make_decoder(*m.model);
   Generator generator(*decoder);
   auto st = m.model->new_sequence(o.capacity);
   AnswerPrinter printer(a.gen.show_thinking);

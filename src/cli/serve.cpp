@@ -16,6 +16,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "io/model_folder.h"
+#include "runtime/loaded_model.h"
 #include "server/http_server.h"
 
 namespace petrel::cli {
@@ -79,7 +80,9 @@ void shut_down(server::ServerState& state, const Signals& signals, server::HttpS
 }
 
 void serve(const Args& a) {
-  check_checkpoint_folder(a.serve.dir);  // before listening: a wrong path needs no port
+  // Before listening: a wrong path needs no port.
+  if (a.serve.synthetic.empty()) check_checkpoint_folder(a.serve.dir);
+  else check_synthetic(a.serve.synthetic, a.serve.load);
   const Signals signals;
   server::ServerState state;
   server::HttpOptions http_options = a.http;
@@ -88,7 +91,7 @@ void serve(const Args& a) {
   server::HttpServer http(state, http_options);
   http.start();
   std::fprintf(stderr, "petrel serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), http.port(),
-               a.serve.dir.c_str());
+               a.serve.synthetic.empty() ? a.serve.dir.c_str() : a.serve.synthetic.c_str());
   state.set_ready(load(a, signals, http));
   std::fprintf(stderr, "petrel serve: ready: %s as \"%s\"\n", state.model()->summary().c_str(),
                state.model()->name().c_str());
@@ -120,7 +123,12 @@ void add_limit_flags(CLI::App* cmd, server::HttpOptions& http) {
 void add(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serving.md)");
-  add_model_dir(cmd, a.serve.dir, "Checkpoint folder");
+  add_model_dir(cmd, a.serve.dir, "Checkpoint folder (or use --synthetic)", /*required=*/false);
+  cmd->add_option("--synthetic", a.serve.synthetic,
+                  "Serve random weights of a released shape (CUDA; for speed work): qwen3.5-35b-a3b, "
+                  "qwen3-next-80b-a3b, qwen3-30b-a3b; with --tokenizer");
+  cmd->add_option("--tokenizer", a.serve.tokenizer,
+                  "--synthetic: a folder with the tokenizer.json (and chat template) requests are read with");
   cmd->add_option("--host", a.http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a.http.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()->check(integer_in(0, 65535));
@@ -173,6 +181,10 @@ void add(CLI::App& app) {
       ->check(integer_in(1, 64));
   add_device_flags(cmd, a.serve.load);
   cmd->callback([] {
+    check(a.serve.dir.empty() != a.serve.synthetic.empty(),
+          "petrel serve: give a checkpoint DIR or --synthetic NAME (not both)");
+    check(a.serve.synthetic.empty() == a.serve.tokenizer.empty(),
+          "petrel serve: --synthetic and --tokenizer go together (random weights need a tokenizer to read requests with)");
     check(a.draft == 0 || !a.speculative.empty(), "--draft-tokens: only with --speculative");
     if (!a.speculative.empty()) {
       a.serve.scheduler.speculative.source = DraftSource::Mtp;

@@ -23,7 +23,7 @@ class Decoder {
   // Appends a token of the sequence to the penalty history (`generated`: produced by the model).
   virtual void observe(int32_t token, bool generated) = 0;
   // A token mask for the following sample() calls (see Sampler::set_mask); null: none. Cleared
-  // by reset(). The seam where a device sampler will take the same words.
+  // by reset().
   virtual void set_mask(const uint32_t* words) = 0;
   // Consumes `n` tokens continuing `st`, keeping the logits `keep` says for sample().
   virtual void feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) = 0;

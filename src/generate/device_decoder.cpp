@@ -23,7 +23,8 @@ void DeviceDecoder::observe(int32_t token, bool generated) {
 }
 
 void DeviceDecoder::set_mask(const uint32_t* words) {
-  check(words == nullptr, "a token mask needs host sampling: the device sampler does not apply one yet");
+  check(ready_, "DeviceDecoder::set_mask before reset");
+  sampler_->set_mask(words);
 }
 
 void DeviceDecoder::feed(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "model/synthetic.h"
 
 namespace petrel {
 
@@ -20,6 +21,28 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   ForwardOptions fwd;
   fwd.max_chunk = options.max_chunk;
   m.model = std::make_unique<Model>(m.checkpoint->config(), m.weights(), *m.backend, fwd);
+  return m;
+}
+
+void check_synthetic(const std::string& name, const LoadOptions& options) {
+  synthetic_config(name);
+  check(resolve_device(options.device) == "cuda",
+        "synthetic weights (" + name + ") have no host data: they run on CUDA, and " +
+            (options.device == "auto" ? "no CUDA GPU is here (" + cuda_device_summary() + ")" : "--device is cpu"));
+}
+
+LoadedModel load_synthetic(const std::string& name, const LoadOptions& options, int vocab) {
+  check_synthetic(name, options);
+  LoadedModel m;
+  m.synthetic = name;
+  m.synthetic_config = synthetic_config(name);
+  m.synthetic_config.mtp_layers = 0;  // a draft head only where one drafts (bench --speculative mtp)
+  if (vocab > 0) m.synthetic_config.vocab = vocab;
+  m.synthetic_weights = synthetic_weights(m.synthetic_config);
+  m.backend = make_backend(options);
+  ForwardOptions fwd;
+  fwd.max_chunk = options.max_chunk;
+  m.model = std::make_unique<Model>(m.synthetic_config, *m.synthetic_weights, *m.backend, fwd);
   return m;
 }
 
@@ -51,6 +74,9 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
 
 std::string LoadedModel::summary() const {
   const ModelConfig& c = config();
+  if (!checkpoint)
+    return std::string(arch_name(c.arch)) + ", " + std::to_string(c.n_layers) + " layers, synthetic " + synthetic +
+           " (random weights), device " + backend->name();
   const CheckpointInfo& info = checkpoint->info();
   return std::string(arch_name(c.arch)) + ", " + std::to_string(c.n_layers) + " layers, " + info.format_name +
          (fp8 ? " quantized to fp8" : "") + ", " + format_bytes(double(info.weight_bytes)) + " of weights, device " +

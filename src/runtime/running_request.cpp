@@ -36,7 +36,7 @@ RunningRequest::RunningRequest(QueuedRequest queued, Slot& slot, int vocab)
       callback_(std::move(queued.callback)),
       slot_(slot),
       vocab_(vocab),
-      device_(request_.grammar ? nullptr : slot.sampler.get()),
+      device_(slot.sampler.get()),
       submitted_(queued.submitted) {
   check(state().n_past == 0, "RunningRequest: the state slot was not reset");
   // Up front, so that no decode step allocates: a reply ends with the context or max_tokens.
@@ -83,7 +83,7 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row, int u
   check(host_row || !needs_host_row(), "RunningRequest::sample: the logits row is needed on the host");
   // The position is the sequence's length after the fed token, as in Generator::generate.
   const uint64_t position = uint64_t(state().n_past + unfed);
-  if (matcher_) sampler_->set_mask(matcher_->mask());
+  if (matcher_ && !device_) sampler_->set_mask(matcher_->mask());
   if (device_ && !draw_started_) start_draw(row, unfed);
   if (device_) draw_started_ = false;
   const int32_t t = device_ ? device_->finish() : sampler_->sample(host_row, position);
@@ -106,6 +106,7 @@ StepEvent RunningRequest::sample(const Tensor& row, const float* host_row, int u
 
 void RunningRequest::start_draw(const Tensor& row, int unfed) {
   if (!device_ || draw_started_) return;
+  if (matcher_) device_->set_mask(matcher_->mask());
   device_->start(row, uint64_t(state().n_past + unfed));
   draw_started_ = true;
 }

@@ -101,8 +101,8 @@ class RunningRequest {
   StepCallback callback_;
   Slot& slot_;
   int vocab_;
-  // The slot's sampler, or null; null also for a request held to a grammar, whose mask is
-  // applied on the host.
+  // The slot's sampler, or null (rows sampled on the host). A grammar's mask goes to whichever
+  // sampler draws.
   DeviceSampler* device_;
   bool draw_started_ = false;  // start_draw queued this step's device draw
   std::optional<Sampler> sampler_;  // the host sampler, when there is no device one

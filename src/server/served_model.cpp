@@ -35,19 +35,24 @@ std::string folder_name(const std::string& dir) {
   return (path.has_filename() ? path.filename() : path.parent_path().filename()).string();
 }
 
+// Where the tokenizer, chat template and generation defaults come from.
+const std::string& text_dir(const ServeOptions& o) { return o.synthetic.empty() ? o.dir : o.tokenizer; }
+
 }  // namespace
 
 ServedModel::ServedModel(const ServeOptions& o)
-    : loaded_(load_model(o.dir, o.load)),
-      tokenizer_(load_tokenizer(o.dir)),
-      chat_template_(load_template(o.dir, template_error_)),
+    : loaded_(o.synthetic.empty()
+                  ? load_model(o.dir, o.load)
+                  : load_synthetic(o.synthetic, o.load, int(load_tokenizer(o.tokenizer).vocab_size()))),
+      tokenizer_(load_tokenizer(text_dir(o))),
+      chat_template_(load_template(text_dir(o), template_error_)),
       client_special_tokens_(o.special_tokens_in_content) {
   const ModelConfig& config = loaded_.config();
-  const GenerationDefaults generation = load_generation_defaults(o.dir, [&](const std::string& text) {
+  const GenerationDefaults generation = load_generation_defaults(text_dir(o), [&](const std::string& text) {
     const auto id = tokenizer_.token_id(text);
     return id ? std::optional<int32_t>(int32_t(*id)) : std::nullopt;
   });
-  defaults_.model_name = o.model_name.empty() ? folder_name(o.dir) : o.model_name;
+  defaults_.model_name = !o.model_name.empty() ? o.model_name : o.synthetic.empty() ? folder_name(o.dir) : o.synthetic;
   defaults_.sampling = generation.sampling;
   defaults_.vocab = config.vocab;
   defaults_.max_tokens = o.max_tokens;

@@ -25,6 +25,7 @@ enum class ClientSpecialTokens {
 
 struct ServeOptions {
   std::string dir;
+  std::string synthetic, tokenizer;  // instead of dir: random weights of a shape, a tokenizer folder
   std::string model_name;  // "" : the folder's name
   LoadOptions load;
   // 64 sequences, fewer where their states do not fit 90% of the GPU's free memory; a prefix cache

@@ -96,6 +96,28 @@ TEST(BenchCli, CpuServingWithArrivals) {
   EXPECT_NE(alone.out.find("--arrivals needs --concurrency"), std::string::npos) << alone.out;
 }
 
+// --json-schema repeats the serving run with every request held to the schema: both runs are
+// timed, and the flag is refused without --concurrency or with --tokenizer alone.
+TEST(BenchCli, CpuServingWithStructuredOutput) {
+  const std::string schema = std::string(PETREL_FIXTURES_DIR) + "/schemas/record.json";
+  const test::CliResult r = test::run_petrel("bench -m " + kTiny +
+                                                 " --device cpu -t 2 --prefill 16 --decode-context 0 --decode-tokens 2 "
+                                                 "--runs 1 --concurrency 2 --json --json-schema " + schema,
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  ASSERT_EQ(d["serving"].size(), 1u);
+  ASSERT_EQ(d["serving_structured"].size(), 1u);
+  expect_timed(d["serving_structured"][0], 1);
+  EXPECT_EQ(d["serving_structured"][0]["concurrency"], 2);
+  const test::CliResult alone = test::run_petrel("bench -m " + kTiny + " --device cpu --json-schema " + schema, "2>&1");
+  EXPECT_EQ(alone.status, 1);
+  EXPECT_NE(alone.out.find("--json-schema needs --concurrency"), std::string::npos) << alone.out;
+  const test::CliResult tok = test::run_petrel("bench -m " + kTiny + " --device cpu --tokenizer " + kTiny, "2>&1");
+  EXPECT_EQ(tok.status, 1);
+  EXPECT_NE(tok.out.find("--tokenizer: only with --json-schema"), std::string::npos) << tok.out;
+}
+
 TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
   const test::CliResult synthetic = test::run_petrel("bench --synthetic qwen3.5-35b-a3b --device cpu", "2>&1");
   EXPECT_EQ(synthetic.status, 1);

@@ -231,6 +231,108 @@ TEST(CudaSampler, EveryTokenBannedIsAnError) {
   }
 }
 
+// One sampler per filter case, each on its own logits row, all started before the first is
+// finished (one launch set for every row, as a batched decode step samples): each row's tokens
+// equal that sampler's tokens drawn alone, so no row reads another's logits, parameters or
+// scratch. A sampler reset between start and finish drops its queued draw from the batch.
+TEST(CudaSampler, RowsDrawnTogetherEqualRowsDrawnAlone) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  auto backend = gpu_backend();
+  const std::vector<float> shape = random_logits(kRealVocab, 40, 11);
+  const std::vector<FilterCase> cases = filter_cases(shape);
+  const int R = int(cases.size());
+  Tensor rows = backend->alloc(R, kRealVocab, /*fp32=*/true);
+  std::vector<float> all;
+  for (int r = 0; r < R; ++r) {
+    const std::vector<float> l = random_logits(kRealVocab, 30 + 20 * r, 100 + uint32_t(r));
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  backend->from_host(all.data(), rows);
+  std::vector<std::unique_ptr<DeviceSampler>> together, alone;
+  for (int r = 0; r < R; ++r) {
+    together.push_back(backend->make_sampler(kRealVocab));
+    alone.push_back(backend->make_sampler(kRealVocab));
+    for (auto* s : {together.back().get(), alone.back().get()}) {
+      s->reset(cases[size_t(r)].params);
+      if (cases[size_t(r)].history)
+        observe_history(*s, std::vector<float>(all.begin() + ptrdiff_t(r) * kRealVocab,
+                                               all.begin() + ptrdiff_t(r + 1) * kRealVocab));
+    }
+  }
+  auto bystander = backend->make_sampler(kRealVocab);
+  constexpr int kSteps = 40;
+  int differ_from_row0 = 0;
+  for (int pos = 0; pos < kSteps; ++pos) {
+    bystander->reset({.temperature = 0.0f});
+    bystander->start(rows.rows_view(0, 1), uint64_t(pos));
+    for (int r = 0; r < R; ++r) together[size_t(r)]->start(rows.rows_view(r, 1), uint64_t(pos));
+    bystander->reset({.temperature = 0.0f});  // its queued draw must not run into the others'
+    std::vector<int32_t> got(static_cast<size_t>(R));
+    for (int r = R - 1; r >= 0; --r) got[size_t(r)] = together[size_t(r)]->finish();
+    for (int r = 0; r < R; ++r) {
+      SCOPED_TRACE(cases[size_t(r)].name + ", position " + std::to_string(pos));
+      const int32_t want = alone[size_t(r)]->sample(rows.rows_view(r, 1), uint64_t(pos));
+      EXPECT_EQ(got[size_t(r)], want);
+      differ_from_row0 += got[size_t(r)] != got[0];
+    }
+    // Draws advance each sampler's penalty history as the scheduler does.
+    for (int r = 0; r < R; ++r) {
+      together[size_t(r)]->observe(got[size_t(r)], true);
+      alone[size_t(r)]->observe(got[size_t(r)], true);
+    }
+  }
+  EXPECT_GT(differ_from_row0, kSteps * R / 2) << "rows with their own logits draw their own tokens";
+}
+
+// A structured output's mask: the device draws only allowed tokens, and the same ones as the CPU
+// Sampler with the same mask, after penalties and a bias that boosts a masked-out token. A mask
+// that allows nothing is an error, as on the CPU.
+TEST(CudaSampler, DrawsOnlyWhatTheMaskAllows) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  auto backend = gpu_backend();
+  const std::vector<float> logits = random_logits(kRealVocab, 400, 21);
+  Tensor row = backend->alloc(1, kRealVocab, /*fp32=*/true);
+  backend->from_host(logits.data(), row);
+  const std::vector<int32_t> likely = likely_tokens(logits, 12);
+  std::vector<uint32_t> mask(size_t(kRealVocab + 31) / 32, 0);
+  std::mt19937 rng(5);
+  for (int t = 0; t < kRealVocab; ++t)
+    if (rng() % 50 == 0) mask[size_t(t) / 32] |= 1u << (t % 32);
+  for (int k = 0; k < 12; k += 2) mask[size_t(likely[size_t(k)]) / 32] |= 1u << (likely[size_t(k)] % 32);
+  for (int k = 1; k < 12; k += 2) mask[size_t(likely[size_t(k)]) / 32] &= ~(1u << (likely[size_t(k)] % 32));
+  const auto allowed = [&](int32_t t) { return (mask[size_t(t) / 32] >> (t % 32)) & 1u; };
+  auto device = backend->make_sampler(kRealVocab);
+  for (const FilterCase& fc : filter_cases(logits)) {
+    SCOPED_TRACE(fc.name);
+    SamplingParams p = fc.params;
+    p.logit_bias[likely[5]] = 30.0f;  // masked out: stays out whatever the bias
+    Sampler cpu(p, kRealVocab);
+    cpu.set_mask(mask.data());
+    device->reset(p);
+    if (fc.history) {
+      observe_history(cpu, logits);
+      observe_history(*device, logits);
+    }
+    constexpr int kDraws = 200;
+    int agree = 0;
+    for (int pos = 0; pos < kDraws; ++pos) {
+      device->set_mask(mask.data());
+      const int32_t got = device->sample(row, uint64_t(pos));
+      ASSERT_TRUE(got >= 0 && got < kRealVocab && allowed(got)) << "token " << got << " at position " << pos;
+      agree += got == cpu.sample(logits.data(), uint64_t(pos));
+    }
+    EXPECT_GE(agree, kDraws * 98 / 100) << "draws equal to the CPU Sampler's";
+  }
+  std::vector<uint32_t> none(mask.size(), 0);
+  for (float temperature : {0.0f, 1.0f}) {
+    device->reset({.temperature = temperature});
+    device->set_mask(none.data());
+    EXPECT_THROW(device->sample(row, 0), Error) << "temperature " << temperature;
+  }
+  device->reset({.temperature = 0.0f});  // reset lifts the mask
+  EXPECT_EQ(device->sample(row, 0), likely[0]);
+}
+
 // ---- whole generations on a model ----------------------------------------------------------------
 
 struct GpuModel {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
+
 namespace petrel {
 namespace {
 
@@ -179,6 +181,33 @@ TEST(PetrelCli, OutOfRangeNumbersNameTheFlagTheRangeAndTheValue) {
     EXPECT_EQ(out.substr(0, out.find('\n')), message) << args;
     EXPECT_LT(out.size(), 200u) << out;
   }
+}
+
+// serve --synthetic: random weights of a released shape, read with --tokenizer's folder; the
+// flags are checked before listening, and the CPU refuses (synthetic weights have no host data).
+TEST(PetrelCli, ServeSyntheticNeedsATokenizerAndCuda) {
+  require_binary();
+  const std::pair<std::string, std::string> cases[] = {
+      {"serve --synthetic qwen3.5-35b-a3b --port 0",
+       "petrel serve: --synthetic and --tokenizer go together (random weights need a tokenizer to read requests with)"},
+      {"serve " + kTiny + " --synthetic qwen3.5-35b-a3b --tokenizer " + kTiny + " --port 0",
+       "petrel serve: give a checkpoint DIR or --synthetic NAME (not both)"},
+      {"serve --synthetic qwen9 --tokenizer " + kTiny + " --port 0", "--synthetic 'qwen9' is not a known shape"},
+  };
+  for (const auto& [args, message] : cases) {
+    int status = 0;
+    const std::string out = shell(kPetrel + " " + args + " 2>&1", &status);
+    EXPECT_NE(status, 0) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(out.find("listening on"), std::string::npos) << out;
+  }
+  if (cuda_available()) return;
+  int status = 0;
+  const std::string out = shell(kPetrel + " serve --synthetic qwen3.5-35b-a3b --tokenizer " + kTiny + " --port 0 2>&1",
+                                &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("synthetic weights (qwen3.5-35b-a3b) have no host data: they run on CUDA"), std::string::npos)
+      << out;
 }
 
 TEST(RunCli, AnswersAPromptThroughTheChatTemplate) {

@@ -366,7 +366,13 @@ class CudaBackend final : public Backend {
     return token;
   }
 
-  std::unique_ptr<DeviceSampler> make_sampler(int vocab) override { return cuda::make_sampler(vocab, stream_); }
+  std::unique_ptr<DeviceSampler> make_sampler(int vocab) override {
+    if (!draw_batch_ || vocab != draw_batch_vocab_) {
+      draw_batch_ = cuda::make_draw_batch(vocab, stream_);
+      draw_batch_vocab_ = vocab;
+    }
+    return cuda::make_sampler(vocab, stream_, draw_batch_);
+  }
 
   // A recorded one-sequence step has no copy nodes: embed reads the id and the position from mapped
   // pinned memory and copies the position for the later kernels. Those read it before their PDL
@@ -961,6 +967,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
   int *d_ids_ = nullptr, *d_pos_ = nullptr;
   std::unique_ptr<cuda::TokenMailbox> token_;  // where argmax posts the greedy token
+  std::shared_ptr<cuda::DrawBatch> draw_batch_;  // shared by the samplers make_sampler gives out
+  int draw_batch_vocab_ = 0;
   bool token_read_ = false;  // greedy_token has read the token of the chunk staged last
   int *h_row_pos_ = nullptr, *d_row_pos_ = nullptr;  // per-row positions of a batched step
   void **h_row_states_ = nullptr, **d_row_states_ = nullptr;  // its per-row state table (row_state_slot)

@@ -1,10 +1,13 @@
 // The device sampler: the CPU Sampler's steps as kernels (sampling.cu) over preallocated scratch.
 // Per sample: penalties and bias into `adjusted`, the argmax (greedy ends here), relative logits z,
 // top-k / top-p as cuts found by radix selection, the draw; only the token id is read back (posted
-// to mapped memory by the last kernel).
+// to mapped memory by the last kernel). A draw is queued as a job of the backend's DrawBatch, and
+// the first finish() launches every queued job at once: a step of B rows costs the launches of one.
 #include "backend/cuda/cuda_sampler.h"
 
 #include <cmath>
+#include <cstring>
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <utility>
@@ -21,9 +24,104 @@ namespace {
 // flushes whenever this many are pending.
 constexpr int kPendingDeltas = 4096;
 
+}  // namespace
+
+// The draws queued since the last launch, as a job table in pinned memory; launch() copies it to
+// the device in one transfer and runs sample_rows over it.
+class DrawBatch {
+ public:
+  DrawBatch(int vocab, cudaStream_t stream) : vocab_(vocab), stream_(stream) {
+    PETREL_CUDA(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  }
+  ~DrawBatch() {
+    cudaEventSynchronize(copied_);  // cudaFree waits for kernels still reading the device table
+    cudaEventDestroy(copied_);
+    cudaFree(device_);
+    cudaFreeHost(host_);
+  }
+  DrawBatch(const DrawBatch&) = delete;
+  DrawBatch& operator=(const DrawBatch&) = delete;
+
+  // `mask`: vocab bits (null: none), copied here.
+  void add(const void* owner, const SampleJob& job, const uint32_t* mask) {
+    owners_.push_back(owner);
+    jobs_.push_back(job);
+    mask_index_.push_back(mask ? int(masks_.size() / mask_words()) : -1);
+    if (mask) masks_.insert(masks_.end(), mask, mask + mask_words());
+  }
+  // Drops the queued job of `owner`, if any (its sampler was reset or destroyed before a finish).
+  void drop(const void* owner) {
+    const auto it = std::find(owners_.begin(), owners_.end(), owner);
+    if (it == owners_.end()) return;
+    const size_t i = size_t(it - owners_.begin());
+    if (mask_index_[i] >= 0) {  // later jobs' masks move down
+      const auto first = masks_.begin() + ptrdiff_t(size_t(mask_index_[i]) * mask_words());
+      masks_.erase(first, first + ptrdiff_t(mask_words()));
+      for (size_t k = i + 1; k < jobs_.size(); ++k)
+        if (mask_index_[k] >= 0) --mask_index_[k];
+    }
+    jobs_.erase(jobs_.begin() + ptrdiff_t(i));
+    mask_index_.erase(mask_index_.begin() + ptrdiff_t(i));
+    owners_.erase(it);
+  }
+  void launch() {
+    if (jobs_.empty()) return;
+    PETREL_CUDA(cudaEventSynchronize(copied_));  // the last launch's copy has read the pinned table
+    const size_t job_bytes = sizeof(SampleJob) * jobs_.size(), bytes = job_bytes + sizeof(uint32_t) * masks_.size();
+    reserve(bytes);
+    const auto* device_masks = reinterpret_cast<const uint32_t*>(device_ + job_bytes);
+    for (size_t i = 0; i < jobs_.size(); ++i)
+      if (mask_index_[i] >= 0) jobs_[i].allowed = device_masks + size_t(mask_index_[i]) * mask_words();
+    std::memcpy(host_, jobs_.data(), job_bytes);
+    std::memcpy(host_ + job_bytes, masks_.data(), sizeof(uint32_t) * masks_.size());
+    SampleBatch b;
+    b.rows = int(jobs_.size());
+    for (const SampleJob& j : jobs_) {
+      b.max_bias = std::max(b.max_bias, j.n_bias);
+      b.adjust = b.adjust || j.scores == j.adjusted;  // penalties, bias or a mask
+      b.sampled = b.sampled || !j.greedy;
+      b.top_k = b.top_k || (!j.greedy && j.top_k > 0);
+      b.top_p = b.top_p || (!j.greedy && j.top_p < 1.0f);
+    }
+    PETREL_CUDA(cudaMemcpyAsync(device_, host_, bytes, cudaMemcpyHostToDevice, stream_));
+    PETREL_CUDA(cudaEventRecord(copied_, stream_));
+    sample_rows(reinterpret_cast<const SampleJob*>(device_), b, vocab_, stream_);
+    jobs_.clear();
+    owners_.clear();
+    mask_index_.clear();
+    masks_.clear();
+  }
+
+ private:
+  size_t mask_words() const { return size_t(vocab_ + 31) / 32; }
+
+  void reserve(size_t bytes) {
+    if (bytes <= capacity_) return;
+    cudaFree(device_);  // waits for kernels still reading it
+    cudaFreeHost(host_);
+    capacity_ = std::max(bytes, 2 * capacity_);
+    PETREL_CUDA(cudaMalloc(&device_, capacity_));
+    PETREL_CUDA(cudaMallocHost(&host_, capacity_));
+  }
+
+  int vocab_;
+  cudaStream_t stream_;
+  std::vector<const void*> owners_;
+  std::vector<SampleJob> jobs_;
+  std::vector<int> mask_index_;  // per job: its mask in masks_, or -1
+  std::vector<uint32_t> masks_;
+  size_t capacity_ = 0;          // bytes of each buffer: the jobs, then their masks
+  unsigned char* host_ = nullptr;  // pinned
+  unsigned char* device_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+};
+
+namespace {
+
 class CudaSampler final : public DeviceSampler {
  public:
-  CudaSampler(int vocab, cudaStream_t stream) : vocab_(vocab), stream_(stream) {
+  CudaSampler(int vocab, cudaStream_t stream, std::shared_ptr<DrawBatch> batch)
+      : vocab_(vocab), stream_(stream), batch_(std::move(batch)) {
     const int blocks = sample_blocks(vocab);
     adjusted_ = device_alloc<float>(size_t(vocab));
     z_ = device_alloc<float>(size_t(vocab));
@@ -41,6 +139,7 @@ class CudaSampler final : public DeviceSampler {
   }
 
   ~CudaSampler() override {
+    batch_->drop(this);
     cudaStreamSynchronize(stream_);
     for (void* p : allocations_) cudaFree(p);
     cudaFreeHost(h_deltas_);
@@ -52,6 +151,8 @@ class CudaSampler final : public DeviceSampler {
     window_.clear();
     n_pending_ = 0;
     started_ = false;  // an unread draw of the slot's last request is dropped
+    batch_->drop(this);
+    mask_ = nullptr;
     PETREL_CUDA(cudaMemsetAsync(counts_.in_window, 0, sizeof(int) * size_t(vocab_), stream_));
     PETREL_CUDA(cudaMemsetAsync(counts_.generated, 0, sizeof(int) * size_t(vocab_), stream_));
     std::vector<int> ids;
@@ -84,30 +185,24 @@ class CudaSampler final : public DeviceSampler {
     }
   }
 
+  void set_mask(const uint32_t* words) override { mask_ = words; }
+
   void start(const Tensor& logits_row, uint64_t position) override {
     check(logits_row.elem_size == 4 && logits_row.rows == 1 && logits_row.cols == vocab_,
           "DeviceSampler::start needs one fp32 row of " + std::to_string(vocab_) + " logits");
     check(!started_, "DeviceSampler::start: the last draw was not finished");
     flush();
-    const float* logits = static_cast<const float*>(logits_row.data);
-    const PenaltyParams pp{params_.repetition_penalty, params_.presence_penalty, params_.frequency_penalty};
-    adjust_logits(logits, vocab_, params_.has_penalties() ? &counts_ : nullptr, pp, bias_ids_, bias_, n_bias_,
-                  adjusted_, stream_);
-    const TokenPost post = token_.next();
-    if (params_.greedy()) argmax(adjusted_, vocab_, argmax_scratch_, nullptr, post, stream_);
-    else {
-      argmax(adjusted_, vocab_, argmax_scratch_, top_, TokenPost{}, stream_);
-      filter_and_draw(position, post);
-    }
+    batch_->add(this, job(static_cast<const float*>(logits_row.data), position), mask_);
     started_ = true;
   }
 
   int32_t finish() override {
     check(started_, "DeviceSampler::finish: no draw was started");
     started_ = false;
+    batch_->launch();  // no-op when an earlier finish() launched this draw
     const int32_t token = token_.wait(stream_);
     check(token >= 0 && token < vocab_,
-          "sampling: no token has a finite logit (is every token banned by the logit bias? are the logits NaN?)");
+          "sampling: no token has a finite logit (is every token banned by the logit bias or a structured output's grammar? are the logits NaN?)");
     return token;
   }
 
@@ -120,15 +215,36 @@ class CudaSampler final : public DeviceSampler {
     return static_cast<T*>(p);
   }
 
-  // Temperature, the cuts of top-k and top-p, then the draw with min-p's threshold; the same
-  // constants the CPU Sampler computes (1/T, ln min_p) so the kernels round as it does.
-  void filter_and_draw(uint64_t position, TokenPost post) {
-    relative_logits(adjusted_, top_, vocab_, 1.0f / params_.temperature, z_, stream_);
-    PETREL_CUDA(cudaMemsetAsync(state_, 0, sizeof(SelectState), stream_));  // cut 0: all kept
-    if (params_.top_k > 0) select_top_k(z_, vocab_, params_.top_k, state_, hist_, stream_);
-    if (params_.top_p < 1.0f) select_top_p(z_, vocab_, params_.top_p, state_, hist_, stream_);
-    const float min_z = params_.min_p > 0.0f ? std::log(params_.min_p) : -INFINITY;
-    draw_token(z_, vocab_, state_, min_z, uniform01(params_.seed, position), partial_, post, stream_);
+  // This draw's parameters and scratch; the same constants the CPU Sampler computes (1/T, ln
+  // min_p) so the kernels round as it does.
+  SampleJob job(const float* logits, uint64_t position) {
+    SampleJob j;
+    j.logits = logits;
+    j.adjusted = adjusted_;
+    const bool adjust = params_.has_penalties() || n_bias_ > 0 || mask_;
+    j.scores = adjust ? adjusted_ : logits;
+    j.z = z_;
+    j.counts = counts_;
+    j.pp = {params_.repetition_penalty, params_.presence_penalty, params_.frequency_penalty};
+    j.penalties = params_.has_penalties();
+    j.bias_ids = bias_ids_;
+    j.bias = bias_;
+    j.n_bias = n_bias_;
+    j.argmax_scratch = argmax_scratch_;
+    j.top = top_;
+    j.greedy = params_.greedy();
+    if (!j.greedy) {
+      j.inv_t = 1.0f / params_.temperature;
+      j.top_k = params_.top_k;
+      j.top_p = params_.top_p;
+      j.min_z = params_.min_p > 0.0f ? std::log(params_.min_p) : -INFINITY;
+      j.u = uniform01(params_.seed, position);
+    }
+    j.state = state_;
+    j.hist = hist_;
+    j.partial = partial_;
+    j.post = token_.next();
+    return j;
   }
 
   void queue(CountDelta d) {
@@ -151,6 +267,8 @@ class CudaSampler final : public DeviceSampler {
 
   int vocab_;
   cudaStream_t stream_;
+  std::shared_ptr<DrawBatch> batch_;  // shared by every sampler of the backend
+  const uint32_t* mask_ = nullptr;     // set_mask's, on the host
   bool started_ = false;  // a draw is queued and its token not read
   SamplingParams params_;
   std::deque<std::pair<int32_t, bool>> window_;  // the last penalty_last_n tokens, when set
@@ -171,8 +289,12 @@ class CudaSampler final : public DeviceSampler {
 
 }  // namespace
 
-std::unique_ptr<DeviceSampler> make_sampler(int vocab, cudaStream_t stream) {
-  return std::make_unique<CudaSampler>(vocab, stream);
+std::shared_ptr<DrawBatch> make_draw_batch(int vocab, cudaStream_t stream) {
+  return std::make_shared<DrawBatch>(vocab, stream);
+}
+
+std::unique_ptr<DeviceSampler> make_sampler(int vocab, cudaStream_t stream, std::shared_ptr<DrawBatch> batch) {
+  return std::make_unique<CudaSampler>(vocab, stream, std::move(batch));
 }
 
 }  // namespace petrel::cuda

@@ -8,6 +8,10 @@
 
 namespace petrel::cuda {
 
-std::unique_ptr<DeviceSampler> make_sampler(int vocab, cudaStream_t stream);
+// The draws the backend's samplers have started and not yet launched, launched together.
+class DrawBatch;
+std::shared_ptr<DrawBatch> make_draw_batch(int vocab, cudaStream_t stream);
+
+std::unique_ptr<DeviceSampler> make_sampler(int vocab, cudaStream_t stream, std::shared_ptr<DrawBatch> batch);
 
 }  // namespace petrel::cuda

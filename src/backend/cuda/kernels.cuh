@@ -367,13 +367,15 @@ constexpr int kArgmaxBlocks = 128;
 constexpr int kArgmaxCandidates = 256;  // the first stage's blocks, or an LM head's (linear_argmax)
 void argmax(const float* logits, int n, float* scratch, int* out, TokenPost post, cudaStream_t s);
 // Where the per-block candidates sit in argmax's scratch.
-inline ArgmaxCandidates argmax_candidates(float* scratch) {
+__host__ __device__ inline ArgmaxCandidates argmax_candidates(float* scratch) {
   return {scratch, reinterpret_cast<int*>(scratch + kArgmaxCandidates)};
 }
 // argmax's last stage alone, over the `count` candidates a GEMV left in scratch (linear_argmax).
 void argmax_final(float* scratch, int count, int* out, TokenPost post, cudaStream_t s);
 
-// The device sampler's steps, in the order cuda_sampler.cu runs them (semantics: the CPU Sampler).
+// The device sampler (semantics: the CPU Sampler), over a batch of rows in one set of launches:
+// each row's parameters and scratch are a SampleJob in a device table, and every kernel takes the
+// table with one grid row (blockIdx.y) per job, so a step's draws cost the launches of one.
 // Penalty history: per token id, its occurrences in the window and among generated tokens in it.
 struct PenaltyCounts {
   int* in_window = nullptr;
@@ -388,14 +390,6 @@ void apply_count_deltas(PenaltyCounts counts, const CountDelta* deltas, int n, c
 struct PenaltyParams {
   float repetition = 1.0f, presence = 0.0f, frequency = 0.0f;
 };
-// adjusted = logits, penalised where `counts` is given (null: no penalties), then the sparse
-// logit bias (bias_ids unique) added.
-void adjust_logits(const float* logits, int n, const PenaltyCounts* counts, PenaltyParams p, const int* bias_ids,
-                   const float* bias, int n_bias, float* adjusted, cudaStream_t s);
-// z[i] = (adjusted[i] - adjusted[*top]) · inv_t: the log of each token's weight relative to the top one
-// (0 for tokens level with a top of +inf, none when every token is -inf: relative_logit in generate/sampler.cpp).
-void relative_logits(const float* adjusted, const int* top, int n, float inv_t, float* z, cudaStream_t s);
-
 // The kept set is every candidate (z > -inf) whose key - z, then the lower id - is >= `cut`; the
 // filters only raise the cut. Zero-filled = everything kept.
 struct SelectState {
@@ -404,17 +398,52 @@ struct SelectState {
 };
 constexpr int kSampleChunk = 2048;  // tokens per block in the selection and draw kernels
 inline int sample_blocks(int n) { return div_up(n, kSampleChunk); }
-// Raises the cut to the k-th largest kept key (no change when k >= the kept count).
-// hist: 256·sample_blocks(n) u64 of scratch.
-void select_top_k(const float* z, int n, int k, SelectState* st, unsigned long long* hist, cudaStream_t s);
-// Raises the cut to the key where the kept weight, summed from the largest key down, first
-// reaches top_p of the kept total (the crossing token stays).
-void select_top_p(const float* z, int n, float top_p, SelectState* st, unsigned long long* hist, cudaStream_t s);
-// Posts the kept token (key >= cut and z >= min_z) at which the weights exp(z), summed in id
-// order, first exceed u · their total (the last kept token if rounding leaves none); -1 when
-// nothing is kept. partial: sample_blocks(n) doubles of scratch.
-void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, TokenPost post,
-                cudaStream_t s);
+
+// One row's draw. The steps, each over every job that needs it:
+//  1. adjusted = logits, penalised where `penalties` (by counts and pp), then the sparse logit bias
+//     (bias_ids unique) added, then -inf for each token `allowed` (a bit per token, as
+//     grammar::Matcher::mask) leaves out; skipped when none applies (scores then points at logits);
+//  2. top = argmax of scores (lowest id on ties); greedy rows post it and end here (-1 when a mask
+//     allows no token);
+//  3. z[i] = (scores[i] - scores[top]) · inv_t: the log of each token's weight relative to the top
+//     one (0 for tokens level with a top of +inf: relative_logit in generate/sampler.cpp);
+//  4. top-k (top_k > 0), then top-p (top_p < 1): each raises the cut by radix selection (top-k to
+//     the k-th largest kept key; top-p to the key where the kept weight summed from the largest
+//     down first reaches top_p of the kept total, the crossing token kept);
+//  5. posts the kept token (key >= cut and z >= min_z) at which the weights exp(z), summed in id
+//     order, first exceed u · their total (the last kept token if rounding leaves none; -1 when
+//     nothing is kept).
+struct SampleJob {
+  const float* logits = nullptr;
+  const float* scores = nullptr;  // adjusted, or logits when nothing adjusts them
+  float* adjusted = nullptr;      // n floats
+  float* z = nullptr;             // n floats
+  PenaltyCounts counts;
+  PenaltyParams pp;
+  int penalties = 0;
+  const int* bias_ids = nullptr;
+  const float* bias = nullptr;
+  int n_bias = 0;
+  const uint32_t* allowed = nullptr;
+  float* argmax_scratch = nullptr;  // 2·kArgmaxCandidates floats
+  int* top = nullptr;
+  int greedy = 1;
+  int top_k = 0;
+  float inv_t = 1.0f, top_p = 1.0f, min_z = 0.0f;
+  double u = 0.0;
+  SelectState* state = nullptr;
+  unsigned long long* hist = nullptr;  // 256·sample_blocks(n) u64
+  double* partial = nullptr;           // sample_blocks(n) doubles
+  TokenPost post;
+};
+// What the launches of a batch depend on: the rows, and which steps any of them needs.
+struct SampleBatch {
+  int rows = 0;
+  int max_bias = 0;
+  bool adjust = false, sampled = false, top_k = false, top_p = false;
+};
+// Runs the steps above for the `batch.rows` jobs at `jobs` (device memory), n logits each.
+void sample_rows(const SampleJob* jobs, const SampleBatch& batch, int n, cudaStream_t s);
 
 // ---- weights.cu ----------------------------------------------------------------------------------
 // MLX-scheme affine quantisation of a bf16 [rows, cols] matrix on the device.

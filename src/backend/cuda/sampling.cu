@@ -11,8 +11,7 @@ namespace petrel::cuda {
 namespace {
 
 // Each block reduces a strided share of the logits to one candidate.
-__global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, int* cand_i) {
-  pdl_enter();
+__device__ void argmax_block(const float* logits, int n, float* cand_v, int* cand_i) {
   float v = -INFINITY;
   int idx = n;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) keep_better(v, idx, logits[i], i);
@@ -21,6 +20,20 @@ __global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, 
     cand_v[blockIdx.x] = v;
     cand_i[blockIdx.x] = idx;
   }
+}
+
+__global__ void argmax_blocks_kernel(const float* logits, int n, float* cand_v, int* cand_i) {
+  pdl_enter();
+  argmax_block(logits, n, cand_v, cand_i);
+}
+
+// The best of `blocks` candidates, in thread 0.
+__device__ int argmax_of_candidates(const float* cand_v, const int* cand_i, int blocks) {
+  float v = -INFINITY;
+  int idx = 0x7fffffff;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) keep_better(v, idx, cand_v[b], cand_i[b]);
+  block_argmax(v, idx);
+  return idx;
 }
 
 // The post with its sequence number in hand: a recorded kernel's is read from mapped host memory
@@ -43,18 +56,16 @@ __global__ void argmax_final_kernel(const float* cand_v, const int* cand_i, int 
   // The host writes the number before it launches the graph: its round trip overlaps the wait.
   if (threadIdx.x == 0) post = with_seq(post);
   pdl_wait();
-  float v = -INFINITY;
-  int idx = 0x7fffffff;
-  for (int b = threadIdx.x; b < blocks; b += blockDim.x) keep_better(v, idx, cand_v[b], cand_i[b]);
-  block_argmax(v, idx);
+  const int idx = argmax_of_candidates(cand_v, cand_i, blocks);
   if (threadIdx.x != 0) return;
   if (out) *out = idx;
   if (post.word) post_token(post, idx);
 }
 
-
 // ---- device sampler ------------------------------------------------------------------------------
-// Rounding matches the CPU Sampler: explicit _rn intrinsics keep nvcc from fusing into FMAs.
+// Rounding matches the CPU Sampler: explicit _rn intrinsics keep nvcc from fusing into FMAs. Every
+// kernel below runs grid row blockIdx.y on job blockIdx.y and returns at once for a job that does
+// not need its step.
 
 __global__ void count_deltas_kernel(PenaltyCounts c, const CountDelta* d, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -63,29 +74,64 @@ __global__ void count_deltas_kernel(PenaltyCounts c, const CountDelta* d, int n)
   atomicAdd(&c.generated[d[i].token], d[i].generated);
 }
 
-__global__ void penalise_kernel(const float* logits, int n, PenaltyCounts c, bool penalties, PenaltyParams p,
-                                float* out) {
+__device__ __forceinline__ bool masked_out(const uint32_t* allowed, int i) {
+  return allowed && !((allowed[i / 32] >> (i % 32)) & 1u);
+}
+
+__global__ void penalise_kernel(const SampleJob* jobs, int n) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (j.scores != j.adjusted) return;
+  const PenaltyCounts c = j.counts;
+  const PenaltyParams p = j.pp;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    float l = logits[i];
-    if (penalties && c.in_window[i] > 0) {
+    float l = j.logits[i];
+    if (j.penalties && c.in_window[i] > 0) {
       if (p.repetition != 1.0f) l = l > 0.0f ? __fdiv_rn(l, p.repetition) : __fmul_rn(l, p.repetition);
       const int g = c.generated[i];
       if (g > 0) l = __fsub_rn(l, __fadd_rn(p.presence, __fmul_rn(p.frequency, float(g))));
     }
-    out[i] = l;
+    j.adjusted[i] = masked_out(j.allowed, i) ? -INFINITY : l;
   }
 }
 
-__global__ void bias_kernel(const int* ids, const float* bias, int n_bias, float* adjusted) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j < n_bias) adjusted[ids[j]] = __fadd_rn(adjusted[ids[j]], bias[j]);
+__global__ void bias_kernel(const SampleJob* jobs) {
+  const SampleJob& j = jobs[blockIdx.y];
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= j.n_bias) return;
+  const int t = j.bias_ids[b];
+  if (!masked_out(j.allowed, t)) j.adjusted[t] = __fadd_rn(j.adjusted[t], j.bias[b]);  // the mask comes last
 }
 
-__global__ void relative_logits_kernel(const float* adjusted, const int* top, int n, float inv_t, float* z) {
-  const int k = *top;
-  const float t = k < n ? adjusted[k] : NAN;  // argmax finds no index when every logit is NaN
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    z[i] = adjusted[i] == t && t > -INFINITY ? 0.0f : __fmul_rn(__fsub_rn(adjusted[i], t), inv_t);  // as relative_logit (sampler.cpp)
+__global__ void sample_argmax_blocks_kernel(const SampleJob* jobs, int n) {
+  const SampleJob& j = jobs[blockIdx.y];
+  const ArgmaxCandidates cand = argmax_candidates(j.argmax_scratch);
+  argmax_block(j.scores, n, cand.v, cand.i);
+}
+
+// Greedy rows post their token; sampled ones keep it as the top and start with everything kept.
+__global__ void sample_argmax_final_kernel(const SampleJob* jobs, int n, int blocks) {
+  const SampleJob& j = jobs[blockIdx.y];
+  const ArgmaxCandidates cand = argmax_candidates(j.argmax_scratch);
+  const int idx = argmax_of_candidates(cand.v, cand.i, blocks);
+  if (threadIdx.x != 0) return;
+  if (j.greedy) {
+    const bool none = j.allowed && !(idx < n && j.scores[idx] > -INFINITY);  // as the CPU Sampler's check
+    post_token(j.post, none ? -1 : idx);
+    return;
+  }
+  *j.top = idx;
+  *j.state = SelectState{};
+}
+
+__global__ void relative_logits_kernel(const SampleJob* jobs, int n) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (j.greedy) return;
+  const int k = *j.top;
+  const float t = k < n ? j.scores[k] : NAN;  // argmax finds no index when every logit is NaN
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float a = j.scores[i];
+    j.z[i] = a == t && t > -INFINITY ? 0.0f : __fmul_rn(__fsub_rn(a, t), j.inv_t);  // as relative_logit (sampler.cpp)
+  }
 }
 
 // A token's place in the CPU Sampler's order (larger z first, then the lower id) as one unsigned
@@ -104,50 +150,57 @@ __device__ __forceinline__ unsigned long long fixed_weight(float z) {
 
 enum class SelectBy { Count, Weight };
 
+__device__ __forceinline__ bool selects(const SampleJob& j, SelectBy by) {
+  return !j.greedy && (by == SelectBy::Count ? j.top_k > 0 : j.top_p < 1.0f);
+}
+
 // One radix pass: per block, a histogram (count or weight) of the 8-bit digit at `pass` (most
 // significant first) of the kept keys whose higher digits equal the prefix chosen so far.
 template <SelectBy kBy>
-__global__ void select_hist_kernel(const float* z, int n, const SelectState* st, int pass,
-                                   unsigned long long* hist) {
+__global__ void select_hist_kernel(const SampleJob* jobs, int n, int pass) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (!selects(j, kBy)) return;
   __shared__ unsigned long long h[256];
   h[threadIdx.x] = 0;  // blockDim.x == 256
   __syncthreads();
-  const SelectState s = *st;
+  const SelectState s = *j.state;
   if (pass == 0 || !s.done) {  // pass 0's finder (re)sets done
     const int shift = 56 - 8 * pass;
     const unsigned long long fixed = pass == 0 ? 0ull : ~0ull << (shift + 8);  // digits already chosen
     const int first = blockIdx.x * kSampleChunk;
-    for (int j = threadIdx.x; j < kSampleChunk; j += blockDim.x) {
-      const int i = first + j;
+    for (int t = threadIdx.x; t < kSampleChunk; t += blockDim.x) {
+      const int i = first + t;
       if (i >= n) break;
-      const float zi = z[i];
+      const float zi = j.z[i];
       const unsigned long long key = sort_key(zi, i);
       if (key == 0 || key < s.cut || (key & fixed) != (s.prefix & fixed)) continue;
       atomicAdd(&h[(key >> shift) & 255], kBy == SelectBy::Count ? 1ull : fixed_weight(zi));
     }
   }
   __syncthreads();
-  hist[blockIdx.x * 256 + threadIdx.x] = h[threadIdx.x];
+  j.hist[blockIdx.x * 256 + threadIdx.x] = h[threadIdx.x];
 }
 
 // One radix pass, continued on one block: sums the block histograms, picks the digit whose bucket
 // holds the target (counting from the largest keys down), and after the last pass moves the cut
 // to the key found. Pass 0 sets the target: k tokens, or ceil(top_p · kept weight).
-__global__ void select_find_kernel(const unsigned long long* hist, int blocks, SelectState* st, int pass,
-                                   SelectBy by, int k, float top_p) {
+template <SelectBy kBy>
+__global__ void select_find_kernel(const SampleJob* jobs, int blocks, int pass) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (!selects(j, kBy)) return;
   __shared__ unsigned long long total[256];
   unsigned long long t = 0;
-  for (int b = 0; b < blocks; ++b) t += hist[b * 256 + threadIdx.x];
+  for (int b = 0; b < blocks; ++b) t += j.hist[b * 256 + threadIdx.x];
   total[threadIdx.x] = t;
   __syncthreads();
   if (threadIdx.x != 0) return;
-  SelectState s = *st;
+  SelectState s = *j.state;
   if (pass == 0) {
     unsigned long long all = 0;
     for (int d = 0; d < 256; ++d) all += total[d];
-    unsigned long long target = static_cast<unsigned long long>(k);
-    if (by == SelectBy::Weight) {
-      const unsigned long long w = __double2ull_ru(static_cast<double>(top_p) * static_cast<double>(all));
+    unsigned long long target = static_cast<unsigned long long>(j.top_k);
+    if (kBy == SelectBy::Weight) {
+      const unsigned long long w = __double2ull_ru(static_cast<double>(j.top_p) * static_cast<double>(all));
       target = w < all ? w : all;
     }
     s.prefix = 0;
@@ -155,7 +208,7 @@ __global__ void select_find_kernel(const unsigned long long* hist, int blocks, S
     s.done = target == 0 || target > all;  // fewer candidates than k (or none): the cut stays
   }
   if (s.done) {
-    *st = s;
+    *j.state = s;
     return;
   }
   // remaining >= 1 and the buckets sum to >= remaining (exact integers), so a digit is found.
@@ -171,7 +224,7 @@ __global__ void select_find_kernel(const unsigned long long* hist, int blocks, S
   s.prefix |= static_cast<unsigned long long>(digit) << (56 - 8 * pass);
   s.remaining -= above;
   if (pass == 7) s.cut = s.prefix;
-  *st = s;
+  *j.state = s;
 }
 
 // The draw walks kept tokens in id order: block b covers ids [b·kSampleChunk, (b+1)·kSampleChunk),
@@ -191,51 +244,54 @@ __device__ double run_weight(const float* z, int n, int first, unsigned long lon
   return w;
 }
 
-__global__ void draw_blocks_kernel(const float* z, int n, const SelectState* st, float min_z, double* partial) {
+__global__ void draw_blocks_kernel(const SampleJob* jobs, int n) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (j.greedy) return;
   __shared__ double w[kDrawThreads];
-  w[threadIdx.x] = run_weight(z, n, blockIdx.x * kSampleChunk + threadIdx.x * kDrawRun, st->cut, min_z);
+  w[threadIdx.x] = run_weight(j.z, n, blockIdx.x * kSampleChunk + threadIdx.x * kDrawRun, j.state->cut, j.min_z);
   __syncthreads();
   for (int half = kDrawThreads / 2; half > 0; half /= 2) {  // fixed tree: the same sum every run
     if (threadIdx.x < half) w[threadIdx.x] += w[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partial[blockIdx.x] = w[0];
+  if (threadIdx.x == 0) j.partial[blockIdx.x] = w[0];
 }
 
 // Index of the first of `count` weights at which cum + the weights so far exceed target, else of
 // the last positive one (rounding), else -1; *before = cum + the weights ahead of it.
 __device__ int crossing(const double* weight, int count, double target, double cum, double* before) {
   int pick = -1;
-  for (int j = 0; j < count; ++j) {
-    if (weight[j] > 0.0) {
-      pick = j;
+  for (int k = 0; k < count; ++k) {
+    if (weight[k] > 0.0) {
+      pick = k;
       *before = cum;
-      if (target < cum + weight[j]) break;
+      if (target < cum + weight[k]) break;
     }
-    cum += weight[j];
+    cum += weight[k];
   }
   return pick;
 }
 
-// One block: the block, then the thread run, then the token where the CDF crosses u · total.
-__global__ void draw_find_kernel(const float* z, int n, const SelectState* st, float min_z, double u,
-                                 const double* partial, int blocks, TokenPost post) {
+// One block a row: the block, then the thread run, then the token where the CDF crosses u · total.
+__global__ void draw_find_kernel(const SampleJob* jobs, int n, int blocks) {
+  const SampleJob& j = jobs[blockIdx.y];
+  if (j.greedy) return;
   __shared__ double w[kDrawThreads];
   __shared__ int block;
   __shared__ double target, before;
   if (threadIdx.x == 0) {
     double total = 0.0;
-    for (int b = 0; b < blocks; ++b) total += partial[b];
-    target = u * total;
+    for (int b = 0; b < blocks; ++b) total += j.partial[b];
+    target = j.u * total;
     before = 0.0;
-    block = crossing(partial, blocks, target, 0.0, &before);
-    if (block < 0) post_token(post, -1);  // nothing kept
+    block = crossing(j.partial, blocks, target, 0.0, &before);
+    if (block < 0) post_token(j.post, -1);  // nothing kept
   }
   __syncthreads();
   if (block < 0) return;
-  const unsigned long long cut = st->cut;
+  const unsigned long long cut = j.state->cut;
   const int first = block * kSampleChunk;
-  w[threadIdx.x] = run_weight(z, n, first + threadIdx.x * kDrawRun, cut, min_z);
+  w[threadIdx.x] = run_weight(j.z, n, first + threadIdx.x * kDrawRun, cut, j.min_z);
   __syncthreads();
   if (threadIdx.x != 0) return;
   double cum = before;
@@ -243,13 +299,24 @@ __global__ void draw_find_kernel(const float* z, int n, const SelectState* st, f
   int pick = -1;
   if (run >= 0) {
     for (int i = first + run * kDrawRun; i < min(first + (run + 1) * kDrawRun, n); ++i) {
-      if (!kept(z[i], i, cut, min_z)) continue;
+      if (!kept(j.z[i], i, cut, j.min_z)) continue;
       pick = i;
-      cum += exp(static_cast<double>(z[i]));
+      cum += exp(static_cast<double>(j.z[i]));
       if (target < cum) break;
     }
   }
-  post_token(post, pick);
+  post_token(j.post, pick);
+}
+
+template <SelectBy kBy>
+void radix_select(const SampleJob* jobs, int rows, int n, cudaStream_t s) {
+  const int blocks = sample_blocks(n);
+  for (int pass = 0; pass < 8; ++pass) {
+    select_hist_kernel<kBy><<<dim3(blocks, rows), 256, 0, s>>>(jobs, n, pass);
+    PETREL_LAUNCHED("sampler select histogram");
+    select_find_kernel<kBy><<<dim3(1, rows), 256, 0, s>>>(jobs, blocks, pass);
+    PETREL_LAUNCHED("sampler select digit");
+  }
 }
 
 }  // namespace
@@ -317,51 +384,30 @@ void apply_count_deltas(PenaltyCounts counts, const CountDelta* deltas, int n, c
   PETREL_LAUNCHED("sampler counts");
 }
 
-void adjust_logits(const float* logits, int n, const PenaltyCounts* counts, PenaltyParams p, const int* bias_ids,
-                   const float* bias, int n_bias, float* adjusted, cudaStream_t s) {
-  penalise_kernel<<<div_up(n, 1024), 256, 0, s>>>(logits, n, counts ? *counts : PenaltyCounts{}, counts != nullptr,
-                                                   p, adjusted);
-  PETREL_LAUNCHED("sampler penalties");
-  if (n_bias == 0) return;
-  bias_kernel<<<div_up(n_bias, 256), 256, 0, s>>>(bias_ids, bias, n_bias, adjusted);
-  PETREL_LAUNCHED("sampler logit bias");
-}
-
-void relative_logits(const float* adjusted, const int* top, int n, float inv_t, float* z, cudaStream_t s) {
-  relative_logits_kernel<<<div_up(n, 1024), 256, 0, s>>>(adjusted, top, n, inv_t, z);
-  PETREL_LAUNCHED("sampler relative logits");
-}
-
-namespace {
-
-void radix_select(const float* z, int n, SelectBy by, int k, float top_p, SelectState* st, unsigned long long* hist,
-            cudaStream_t s) {
-  const int blocks = sample_blocks(n);
-  for (int pass = 0; pass < 8; ++pass) {
-    if (by == SelectBy::Count) select_hist_kernel<SelectBy::Count><<<blocks, 256, 0, s>>>(z, n, st, pass, hist);
-    else select_hist_kernel<SelectBy::Weight><<<blocks, 256, 0, s>>>(z, n, st, pass, hist);
-    PETREL_LAUNCHED("sampler select histogram");
-    select_find_kernel<<<1, 256, 0, s>>>(hist, blocks, st, pass, by, k, top_p);
-    PETREL_LAUNCHED("sampler select digit");
+void sample_rows(const SampleJob* jobs, const SampleBatch& b, int n, cudaStream_t s) {
+  if (b.rows == 0) return;
+  if (b.adjust) {
+    penalise_kernel<<<dim3(div_up(n, 1024), b.rows), 256, 0, s>>>(jobs, n);
+    PETREL_LAUNCHED("sampler penalties");
   }
-}
-
-}  // namespace
-
-void select_top_k(const float* z, int n, int k, SelectState* st, unsigned long long* hist, cudaStream_t s) {
-  radix_select(z, n, SelectBy::Count, k, 1.0f, st, hist, s);
-}
-
-void select_top_p(const float* z, int n, float top_p, SelectState* st, unsigned long long* hist, cudaStream_t s) {
-  radix_select(z, n, SelectBy::Weight, 0, top_p, st, hist, s);
-}
-
-void draw_token(const float* z, int n, const SelectState* st, float min_z, double u, double* partial, TokenPost post,
-                cudaStream_t s) {
-  const int blocks = sample_blocks(n);
-  draw_blocks_kernel<<<blocks, kDrawThreads, 0, s>>>(z, n, st, min_z, partial);
+  if (b.max_bias > 0) {
+    bias_kernel<<<dim3(div_up(b.max_bias, 256), b.rows), 256, 0, s>>>(jobs);
+    PETREL_LAUNCHED("sampler logit bias");
+  }
+  const int blocks = std::min(kArgmaxBlocks, div_up(n, 1024));
+  sample_argmax_blocks_kernel<<<dim3(blocks, b.rows), 256, 0, s>>>(jobs, n);
+  PETREL_LAUNCHED("sampler argmax blocks");
+  sample_argmax_final_kernel<<<dim3(1, b.rows), 256, 0, s>>>(jobs, n, blocks);
+  PETREL_LAUNCHED("sampler argmax");
+  if (!b.sampled) return;
+  relative_logits_kernel<<<dim3(div_up(n, 1024), b.rows), 256, 0, s>>>(jobs, n);
+  PETREL_LAUNCHED("sampler relative logits");
+  if (b.top_k) radix_select<SelectBy::Count>(jobs, b.rows, n, s);
+  if (b.top_p) radix_select<SelectBy::Weight>(jobs, b.rows, n, s);
+  const int draw_blocks = sample_blocks(n);
+  draw_blocks_kernel<<<dim3(draw_blocks, b.rows), kDrawThreads, 0, s>>>(jobs, n);
   PETREL_LAUNCHED("sampler draw blocks");
-  draw_find_kernel<<<1, kDrawThreads, 0, s>>>(z, n, st, min_z, u, partial, blocks, post);
+  draw_find_kernel<<<dim3(1, b.rows), kDrawThreads, 0, s>>>(jobs, n, draw_blocks);
   PETREL_LAUNCHED("sampler draw");
 }
 
