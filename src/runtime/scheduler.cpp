@@ -85,11 +85,13 @@ std::string message_of(std::exception_ptr e) {
   }
 }
 
-// A request that ended with a reply: what its freed slot is to be fed again for the prefix cache.
-struct FinishedReply {
+// A finished request's slot, fed again for the prefix cache (Scheduler::Impl::start_replay says
+// why): `tokens` from the prompt's snapshot on, in pieces that ride in decode steps as prompt
+// pieces do. The slot is held, and the request counted in flight, until the last piece is fed.
+struct Replay {
   Slot* slot = nullptr;
-  std::vector<int32_t> tokens;  // RunningRequest::fed_tokens
-  int prompt_size = 0;
+  std::vector<int32_t> tokens;  // the request's fed tokens up to the snapshot to take
+  SequenceState& state() const { return *slot->state; }
 };
 
 }  // namespace
@@ -113,9 +115,13 @@ struct Scheduler::Impl {
   void step();
   int chunk_end(int fed) const;
   std::span<const int32_t> next_piece(const RunningRequest& r) const;
-  void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, std::span<const int32_t> piece);
+  std::span<const int32_t> next_piece(const Replay& r) const;
+  void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, Replay* replay,
+                   std::span<const int32_t> piece);
   void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
+  void replay_step(Replay& r, std::span<const int32_t> piece);
   void piece_fed(RunningRequest& r, size_t tokens);
+  void replay_fed(Replay& r);
   bool emit(RunningRequest& r, const Tensor& row);
   void follow(RunningRequest& r, const int32_t* next, int n);
   bool speculate(RunningRequest& r);
@@ -126,8 +132,9 @@ struct Scheduler::Impl {
   void declined(RunningRequest& r);
   std::unique_ptr<RunningRequest> release(RunningRequest& r);
   void ended_with_reply(RunningRequest& r);
-  void snapshot_replies();
-  bool replay(const FinishedReply& f);
+  bool start_replay(Slot& slot, std::vector<int32_t> tokens, int prompt_size);
+  bool continues_a_replay(std::span<const int32_t> prompt) const;
+  void end_replay(Replay& r);
   void ended();
   void publish();
 
@@ -156,8 +163,7 @@ struct Scheduler::Impl {
   std::vector<int32_t> batch_ids;
   std::vector<SequenceState*> batch_states;
   std::vector<float> host_row;  // the latest logits row copied to the host (vocab floats)
-  // Requests that ended with a reply this step, snapshotted after it (snapshot_replies).
-  std::vector<FinishedReply> replies;
+  std::deque<Replay> replays;  // oldest first
   // Speculative decoding of a sequence running alone (options.speculative).
   std::unique_ptr<MtpDrafter> drafter;
   std::unique_ptr<SequenceState> scratch;  // the verify step's copy of the state
@@ -242,7 +248,6 @@ void Scheduler::Impl::run() {
     apply_cancels();
     admit();
     step();
-    snapshot_replies();
     publish();
   }
 }
@@ -251,7 +256,7 @@ void Scheduler::Impl::run() {
 bool Scheduler::Impl::wait_for_work() {
   std::unique_lock lock(mu);
   work_cv.wait(lock, [&] {
-    return !running.empty() || !queue.empty() || !cancel_ids.empty() || cancel_all || !accepting;
+    return !running.empty() || !replays.empty() || !queue.empty() || !cancel_ids.empty() || cancel_all || !accepting;
   });
   return accepting || in_flight > 0;
 }
@@ -277,17 +282,24 @@ void Scheduler::Impl::apply_cancels() {
   for (auto& r : running)
     if (cancel_all || std::find(ids.begin(), ids.end(), r->id()) != ids.end()) hit.push_back(r.get());
   for (RunningRequest* r : hit) finish(*r, r->ending());
+  while (cancel_all && !replays.empty()) end_replay(replays.front());
 }
 
+// Queued requests take free slots in arrival order; a request that finds none takes the slot of
+// the oldest replay, which is dropped (a snapshot the cache may never need waits for no one). A
+// request whose prompt continues a replay's tokens (a chat's next turn) waits for that replay's
+// snapshot, which it restores, and the requests behind it wait in line.
 void Scheduler::Impl::admit() {
   std::vector<QueuedRequest> admitted;
   {
     std::lock_guard lock(mu);
-    while (!queue.empty() && admitted.size() < free_slots.size()) {
+    while (!queue.empty() && admitted.size() < free_slots.size() + replays.size() &&
+           !continues_a_replay(queue.front().request.prompt)) {
       admitted.push_back(std::move(queue.front()));
       queue.pop_front();
     }
   }
+  while (free_slots.size() < admitted.size()) end_replay(replays.front());
   for (QueuedRequest& q : admitted) {
     Slot* slot = free_slots.back();
     try {
@@ -318,6 +330,7 @@ void Scheduler::Impl::end_unadmitted(const QueuedRequest& q, const std::string& 
 
 // Every decoding row, and the next piece of the oldest prompt being read: in the same step when
 // it fits beside the rows (its tokens then cost no weight reads of their own), else alone.
+// A replay's piece goes where no prompt is being read.
 void Scheduler::Impl::step() {
   std::vector<RunningRequest*> rows;
   RunningRequest* reader = nullptr;
@@ -325,11 +338,16 @@ void Scheduler::Impl::step() {
     if (!r->prefilling()) rows.push_back(r.get());
     else if (!reader) reader = r.get();
   }
-  if (rows.size() == 1 && !reader && speculate(*rows[0])) return;
-  const std::span<const int32_t> piece = reader ? next_piece(*reader) : std::span<const int32_t>{};
-  const bool mixed = reader && !rows.empty() && rows.size() + piece.size() <= size_t(model.max_batch());
-  if (!rows.empty()) decode_step(rows, mixed ? reader : nullptr, mixed ? piece : std::span<const int32_t>{});
-  if (reader && !mixed) prefill_step(*reader, piece);
+  Replay* replay = !reader && !replays.empty() ? &replays.front() : nullptr;
+  if (rows.size() == 1 && !reader && !replay && speculate(*rows[0])) return;
+  const std::span<const int32_t> piece = reader ? next_piece(*reader) : replay ? next_piece(*replay)
+                                                                               : std::span<const int32_t>{};
+  const bool mixed = !piece.empty() && !rows.empty() && rows.size() + piece.size() <= size_t(model.max_batch());
+  if (!rows.empty())
+    decode_step(rows, mixed ? reader : nullptr, mixed ? replay : nullptr, mixed ? piece : std::span<const int32_t>{});
+  if (mixed || piece.empty()) return;
+  if (reader) prefill_step(*reader, piece);
+  else replay_step(*replay, piece);
 }
 
 // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there,
@@ -341,12 +359,19 @@ std::span<const int32_t> Scheduler::Impl::next_piece(const RunningRequest& r) co
   return r.next_prompt_piece(std::min(chunk_end(fed), until) - fed);
 }
 
+// The replay's next piece, cut as a prompt's (above) so that its snapshot holds the same bits.
+std::span<const int32_t> Scheduler::Impl::next_piece(const Replay& r) const {
+  const int fed = r.state().n_past, end = int(r.tokens.size());
+  const int until = std::min(chunk_end(fed), prefix_cache.next_snapshot(fed, end));
+  return std::span(r.tokens).subspan(size_t(fed), size_t(until - fed));
+}
+
 // The multiple of the prefill chunk after `fed`.
 int Scheduler::Impl::chunk_end(int fed) const { return (fed / options.prefill_chunk + 1) * options.prefill_chunk; }
 
-// One row for each of `rows`, after `piece` of `reader`'s prompt when reader is set. Every row's
-// draw is queued before the first is awaited.
-void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader,
+// One row for each of `rows`, after `piece` of `reader`'s prompt or of `replay`'s tokens when one
+// is set. Every row's draw is queued before the first is awaited.
+void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, Replay* replay,
                                   std::span<const int32_t> piece) {
   const int B = int(rows.size());
   batch_ids.clear();
@@ -356,18 +381,21 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, Runn
     batch_states.push_back(&r->state());
   }
   const bool reader_done = reader && reader->state().n_past + int(piece.size()) == reader->prompt_size();
-  const Model::PromptPiece p{piece.data(), int(piece.size()), reader ? &reader->state() : nullptr, reader_done};
+  SequenceState* piece_state = reader ? &reader->state() : replay ? &replay->state() : nullptr;
+  const Model::PromptPiece p{piece.data(), int(piece.size()), piece_state, reader_done};
   Tensor logits;
   try {
     logits = model.forward_mixed_device(batch_ids.data(), batch_states.data(), B, p);
   } catch (...) {
     std::vector<RunningRequest*> all = rows;
     if (reader) all.push_back(reader);
+    if (replay) end_replay(*replay);
     return fail(all, std::current_exception());
   }
   ++counters.decode_steps;
   counters.last_batch_size = B;
   if (reader) piece_fed(*reader, piece.size());
+  if (replay) replay_fed(*replay);
   // Logits rows: the reader's last prompt token when it ends its prompt, then one per row.
   std::vector<std::pair<RunningRequest*, Tensor>> draws;
   if (reader_done) draws.emplace_back(reader, logits.rows_view(0, 1));
@@ -408,6 +436,26 @@ void Scheduler::Impl::prefill_step(RunningRequest& r, std::span<const int32_t> p
   std::vector<int32_t> next(prompt.begin() + fed + 1, prompt.end());
   next.push_back(r.pending_token());
   follow(r, next.data(), int(next.size()));
+}
+
+// A replay's piece alone (no row decodes).
+void Scheduler::Impl::replay_step(Replay& r, std::span<const int32_t> piece) {
+  followed = nullptr;  // the forward overwrites what the draft head reads
+  try {
+    model.forward_device(piece.data(), int(piece.size()), r.state(), KeepLogits::None);
+  } catch (const std::exception&) {  // no snapshot then; admit() resets the slot before its next use
+    return end_replay(r);
+  }
+  replay_fed(r);
+}
+
+// Offers the replay's state; its last piece ends it.
+void Scheduler::Impl::replay_fed(Replay& r) {
+  try {
+    prefix_cache.offer(r.tokens, r.state());
+  } catch (const Error&) {  // no memory for a snapshot: the replay goes on without one
+  }
+  if (r.state().n_past == int(r.tokens.size())) end_replay(r);
 }
 
 void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
@@ -545,6 +593,7 @@ void Scheduler::Impl::fail(const std::vector<RunningRequest*>& rows, std::except
 // A final event with a token ends the request normally (EOS, max_tokens, a full context).
 void Scheduler::Impl::finish(RunningRequest& r, const StepEvent& final_event) {
   std::unique_ptr<RunningRequest> owned = release(r);
+  if (final_event.token < 0) free_slots.push_back(&owned->slot());
   owned->deliver(final_event);
   if (final_event.token >= 0) ended_with_reply(*owned);
   else ended();
@@ -559,55 +608,57 @@ std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
   std::unique_ptr<RunningRequest> owned = std::move(*it);
   running.erase(it);
   if (followed == &r) followed = nullptr;
-  free_slots.push_back(&owned->slot());
   ++counters.requests_finished;
   publish();
   return owned;
 }
 
-// The request's reply is snapshotted after this step; until then the request counts as in flight, so
-// that shutdown() returns with the snapshot in the published metrics.
+// The request's slot replays its tokens for the prefix cache, or is free at once. The request
+// counts as in flight until the replay ends, so that shutdown() returns with its snapshot in the
+// published metrics.
 void Scheduler::Impl::ended_with_reply(RunningRequest& r) {
-  if (!prefix_cache.enabled()) return ended();
-  replies.push_back({&r.slot(), r.fed_tokens(), r.prompt_size()});
+  if (start_replay(r.slot(), r.fed_tokens(), r.prompt_size())) return;
+  free_slots.push_back(&r.slot());
+  ended();
 }
 
-// After the step, before admit() hands the freed slots out again (and resets them).
-void Scheduler::Impl::snapshot_replies() {
-  if (replies.empty()) return;
-  for (const FinishedReply& f : replies)
-    if (replay(f)) followed = nullptr;  // the replay's forward overwrote what the draft head reads
-  const size_t n = replies.size();
-  replies.clear();
-  publish();
-  for (size_t i = 0; i < n; ++i) ended();
-}
-
-// Prefills the request's tokens again in its freed slot, from the cache's snapshot of its prompt
-// to the reply's last block boundary, and snapshots that. The slot's own state will not do: its
-// reply was fed by decode steps, and a one-token step takes DeltaNet's recurrent form where a
-// prompt piece takes the chunked one, so it differs in the last bits from the state the next
-// turn's prompt reaches without the cache. The pieces here start and end where that prompt's
-// pieces would (block multiples, chunk multiples, snapshot intervals), so the snapshot holds the
-// very bits of that state. This costs what the next turn's prefill saves, and is done only from
-// the prompt's last snapshot: at most a block and the reply are fed. True when anything was fed.
-bool Scheduler::Impl::replay(const FinishedReply& f) {
-  const int end = prefix_cache.reply_snapshot(f.prompt_size, int(f.tokens.size()));
+// The slot's own state will not do for a snapshot of the reply: its reply was fed by decode steps,
+// and a one-token step takes DeltaNet's recurrent form where a prompt piece takes the chunked one,
+// so it differs in the last bits from the state the next turn's prompt reaches without the cache.
+// So the slot restarts from the cache's snapshot of the prompt and is fed the rest up to the
+// reply's last block boundary in the pieces that prompt would be cut into (block multiples, chunk
+// multiples, snapshot intervals): its snapshot then holds the very bits of that state. This costs
+// what the next turn's prefill saves (at most a block and the reply), and the pieces ride in decode
+// steps. False when there is nothing to replay (the cache is off, or the prompt's snapshot is gone).
+bool Scheduler::Impl::start_replay(Slot& slot, std::vector<int32_t> tokens, int prompt_size) {
+  if (!prefix_cache.enabled()) return false;
+  const int end = prefix_cache.reply_snapshot(prompt_size, int(tokens.size()));
   if (end == 0) return false;
-  const std::span<const int32_t> tokens = std::span(f.tokens).first(size_t(end));
-  SequenceState& st = *f.slot->state;
+  tokens.resize(size_t(end));
+  SequenceState& st = *slot.state;
   try {
     st.reset();
-    if (prefix_cache.resume(tokens, st) < prefix_cache.last_snapshot(f.prompt_size)) return false;
-    while (st.n_past < end) {
-      const int fed = st.n_past;
-      const int until = std::min(chunk_end(fed), prefix_cache.next_snapshot(fed, end));
-      model.forward_device(tokens.data() + fed, until - fed, st, KeepLogits::None);
-      prefix_cache.offer(tokens, st);
-    }
-  } catch (const std::exception&) {  // no snapshot then; admit() resets the slot before its next use
+    const int resumed = prefix_cache.resume(tokens, st);
+    if (resumed < prefix_cache.last_snapshot(prompt_size) || resumed >= end) return false;
+  } catch (const std::exception&) {  // admit() resets the slot before its next use
+    return false;
   }
+  replays.push_back({&slot, std::move(tokens)});
   return true;
+}
+
+bool Scheduler::Impl::continues_a_replay(std::span<const int32_t> prompt) const {
+  return std::any_of(replays.begin(), replays.end(), [&](const Replay& r) {
+    return prompt.size() > r.tokens.size() && std::equal(r.tokens.begin(), r.tokens.end(), prompt.begin());
+  });
+}
+
+// Frees the replay's slot (its snapshot offered, or dropped unfinished).
+void Scheduler::Impl::end_replay(Replay& r) {
+  free_slots.push_back(r.slot);
+  const auto it = std::find_if(replays.begin(), replays.end(), [&](const Replay& x) { return &x == &r; });
+  replays.erase(it);
+  ended();
 }
 
 // A request's last callback has returned: it no longer counts against the queue limit.
