@@ -54,6 +54,9 @@ class Backend {
   // floats (logits) where the backend would otherwise use its activation type.
   virtual Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) = 0;
   virtual std::unique_ptr<SequenceState> new_sequence(int capacity) = 0;
+  // A state in host memory, for holding a copy of a device state off the device: it may only be
+  // filled by copy_from a state of new_sequence, and be copied from into one.
+  virtual std::unique_ptr<SequenceState> new_host_sequence(int capacity) = 0;
   // Bytes the backend could still allocate for states, where it manages a memory of its own (a
   // GPU's); none on the host, where the operating system decides.
   virtual std::optional<size_t> free_memory() const { return std::nullopt; }

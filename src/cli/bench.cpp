@@ -42,6 +42,7 @@ struct Args {
   int breakdown_batch = 32;
   bool multi_turn = false;
   MultiTurnOptions turns;
+  int cache_host_mb = -1;  // --multi-turn's --prefix-cache-host-mb; -1: by device, as petrel serve
   int serving_chunk = 512;  // prompt tokens a serving step carries
   ArrivalOptions arrival{.prompt_tokens = 0};  // --arrivals: off unless given a prompt length
   std::string speculative;  // "", "mtp" or "ngram"
@@ -423,6 +424,8 @@ void run(Args a) {
   const SpeculativeBench spec = speculative_bench(a, config);
   a.turns.runs = a.runs;
   a.turns.prefill_chunk = a.chunk;
+  a.turns.host_cache_bytes = size_t(a.cache_host_mb >= 0 ? a.cache_host_mb : prefix_cache_host_default_mb(a.device))
+                             << 20;
   if (a.multi_turn) check_multi_turn(a.turns, config);
   a.arrival.prefill_chunk = a.serving_chunk;
   const ModelWeights& weights = ck ? ck->weights() : *synth;
@@ -663,6 +666,10 @@ void add(CLI::App& app) {
          "--prefix-cache-mb", [](int mb) { a.turns.cache_bytes = size_t(mb) << 20; },
          "--multi-turn: memory for prefix snapshots (default 4096, as petrel serve)")
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--prefix-cache-host-mb", a.cache_host_mb,
+                  "--multi-turn: host memory for prefix snapshots pushed out of --prefix-cache-mb (default as petrel "
+                  "serve: 8192 on CUDA, 0 on the CPU)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->callback([cmd] {
     a.weights_set = cmd->count("--weights") > 0;
     a.prefill_set = cmd->count("--prefill") > 0;

@@ -82,6 +82,7 @@ Conversation converse(Model& model, const MultiTurnOptions& o, bool cached) {
   so.context = o.final_tokens + o.reply_tokens;
   so.prefill_chunk = o.prefill_chunk;
   so.prefix_cache.budget_bytes = cached ? o.cache_bytes : 0;
+  so.prefix_cache.host_budget_bytes = o.host_cache_bytes;
   Scheduler scheduler(model, so);
   const int vocab = model.config().vocab;
   std::vector<int32_t> history = filler(o.system_tokens, 0, vocab);
@@ -170,10 +171,17 @@ nlohmann::json multi_turn(Model& model, const MultiTurnOptions& o) {
           {"reply_tokens", o.reply_tokens},
           {"prefill_chunk", o.prefill_chunk},
           {"prefix_cache_bytes", o.cache_bytes},
+          {"prefix_cache_host_bytes", o.host_cache_bytes},
           {"runs", o.runs},
           {"same_replies", same_replies},
           {"rows", rows},
-          {"cache_at_end", {{"entries", cache.entries}, {"bytes", cache.bytes}, {"evictions", cache.evictions}}}};
+          {"cache_at_end",
+           {{"entries", cache.entries},
+            {"bytes", cache.bytes},
+            {"host_entries", cache.host_entries},
+            {"host_bytes", cache.host_bytes},
+            {"spills", cache.spills},
+            {"evictions", cache.evictions}}}};
 }
 
 void print_multi_turn(const nlohmann::json& m) {
@@ -193,9 +201,11 @@ void print_multi_turn(const nlohmann::json& m) {
                 r["ttft_ratio"].get<double>());
   }
   const auto& c = m["cache_at_end"];
-  std::printf("replies with and without the cache: %s; cache at the end: %d snapshots, %.1f MB, %d evicted\n",
+  std::printf("replies with and without the cache: %s; cache at the end: %d snapshots, %.1f MB, %d in host memory, "
+              "%.1f MB, %d spilled, %d evicted\n",
               m["same_replies"].get<bool>() ? "identical" : "different", c["entries"].get<int>(),
-              double(c["bytes"].get<size_t>()) / 1e6, c["evictions"].get<int>());
+              double(c["bytes"].get<size_t>()) / 1e6, c["host_entries"].get<int>(),
+              double(c["host_bytes"].get<size_t>()) / 1e6, c["spills"].get<int>(), c["evictions"].get<int>());
 }
 
 }  // namespace petrel::cli

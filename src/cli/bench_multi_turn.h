@@ -16,6 +16,7 @@ struct MultiTurnOptions {
   int reply_tokens = 128;    // generated (greedy) per turn, and resent with the next turn
   int prefill_chunk = 8192;  // prompt tokens fed between two scheduler steps
   size_t cache_bytes = size_t(4096) << 20;
+  size_t host_cache_bytes = 0;  // snapshots spilled to host memory (PrefixCacheOptions::host_budget_bytes)
   int runs = 5;  // timed conversations per mode after one warm-up
 };
 

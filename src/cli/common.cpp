@@ -32,6 +32,8 @@ void add_load_flags(CLI::App* cmd, LoadOptions& opts) {
       ->check(integer_in(1));
 }
 
+int prefix_cache_host_default_mb(const std::string& device) { return resolve_device(device) == "cuda" ? 8192 : 0; }
+
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {
   std::vector<int32_t> ids;
   std::string cur;

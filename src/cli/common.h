@@ -17,6 +17,9 @@ void add_threads_flag(CLI::App* cmd, int& threads);
 void add_device_flags(CLI::App* cmd, LoadOptions& opts);
 // The device flags and --chunk, the model's prefill chunk length.
 void add_load_flags(CLI::App* cmd, LoadOptions& opts);
+// --prefix-cache-host-mb when not given: 8192 where --device resolves to cuda (host memory is
+// plentiful beside a GPU's), 0 on the CPU, whose snapshots are in host memory already.
+int prefix_cache_host_default_mb(const std::string& device);
 // "1,2,3" or "1 2 3" -> ids; throws petrel::Error naming `flag` on bad input.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag);
 

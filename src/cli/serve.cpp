@@ -30,6 +30,7 @@ struct Args {
   double shutdown_timeout_s = 10.0;
   std::string speculative;  // "" or "mtp"
   int draft = 0;            // 0: kMtpDraft
+  int prefix_cache_host_mb = -1;  // -1: by device (prefix_cache_host_default_mb)
 };
 
 // SIGINT and SIGTERM are blocked in every thread (threads inherit the mask of their creator) and
@@ -153,6 +154,10 @@ void add(CLI::App& app) {
          [](int mb) { a.serve.scheduler.prefix_cache.budget_bytes = size_t(mb) << 20; },
          "Memory for snapshots of prompt prefixes that later requests reuse (0: no prefix cache; default 4096)")
       ->check(integer_in(0));
+  cmd->add_option("--prefix-cache-host-mb", a.prefix_cache_host_mb,
+                  "Host memory that prefix snapshots pushed out of --prefix-cache-mb move to instead of being dropped "
+                  "(0: dropped; default 8192 on CUDA, 0 on the CPU, whose snapshots are in host memory already)")
+      ->check(integer_in(0));
   cmd->add_option("-n,--max-tokens", a.serve.max_tokens, "Answer length when a request sets none (-1: to EOS or a full context)")
       ->capture_default_str()->check(integer_in(-1));
   cmd->add_option_function<std::string>(
@@ -196,6 +201,9 @@ void add(CLI::App& app) {
     // or a verify step: the pending token and the draft.
     a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences,
                                       a.serve.scheduler.speculative.draft + 1);
+    const int host_mb = a.prefix_cache_host_mb >= 0 ? a.prefix_cache_host_mb
+                                                    : prefix_cache_host_default_mb(a.serve.load.device);
+    a.serve.scheduler.prefix_cache.host_budget_bytes = size_t(host_mb) << 20;
     a.serve.load.progress = false;
     serve(a);
   });

@@ -25,6 +25,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   std::unique_ptr<SequenceState> new_sequence(int capacity) { return backend_.new_sequence(capacity); }
+  std::unique_ptr<SequenceState> new_host_sequence(int capacity) { return backend_.new_host_sequence(capacity); }
 
   // Consumes `n` tokens continuing `st`. Writes logits of the last token into `last_logits`
   // (vocab floats) when non-null, and of every token into `all_logits` (n x vocab) when non-null.

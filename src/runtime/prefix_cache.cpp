@@ -19,9 +19,11 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(const PrefixCacheOptions& options,
-                         std::function<std::unique_ptr<SequenceState>(int)> new_state)
-    : options_(options), new_state_(std::move(new_state)) {
+PrefixCache::PrefixCache(const PrefixCacheOptions& options, NewState new_state, NewState new_host_state)
+    : options_(options), new_state_(std::move(new_state)), new_host_state_(std::move(new_host_state)) {
+  check(options_.host_budget_bytes == 0 || new_host_state_,
+        "prefix cache host_budget_bytes: expected 0 where no host state can be made, found " +
+            std::to_string(options_.host_budget_bytes));
   check(options_.block >= 1, "prefix cache block: expected >= 1 token, found " + std::to_string(options_.block));
   check(options_.interval >= options_.block && options_.interval % options_.block == 0,
         "prefix cache interval: expected a multiple of the block (" + std::to_string(options_.block) + "), found " +
@@ -60,18 +62,29 @@ int PrefixCache::restore(std::span<const int32_t> prompt, SequenceState& state) 
   if (!enabled()) return 0;
   stats_.queried_tokens += prompt.size();
   const size_t blocks = prompt.size() < 2 ? 0 : (prompt.size() - 2) / size_t(options_.block);
-  const int n = resume(prompt.first(blocks * size_t(options_.block)), state);
-  stats_.hit_tokens += uint64_t(n);
-  return n;
+  const auto [e, n] = restore_longest(prompt.first(blocks * size_t(options_.block)), state);
+  stats_.hit_tokens += n;
+  if (e && e->host) stats_.host_hit_tokens += n;
+  return int(n);
 }
 
 int PrefixCache::resume(std::span<const int32_t> tokens, SequenceState& state) {
   if (!enabled()) return 0;
+  return int(restore_longest(tokens, state).second);
+}
+
+// A host entry is copied straight into the device state: it stays in host memory, since moving
+// it back would push another entry out of the device budget.
+std::pair<PrefixCache::Entry*, size_t> PrefixCache::restore_longest(std::span<const int32_t> tokens,
+                                                                     SequenceState& state) {
   const auto [e, n] = longest(tokens, tokens.size() / size_t(options_.block));
-  if (!e) return 0;
+  if (!e) return {nullptr, 0};
   state.copy_from(*e->state);
+  // n is what the stats and a response's usage report as restored: the state must hold exactly that.
+  check(state.n_past == int(n), "prefix cache restore: expected a state of " + std::to_string(n) +
+                                    " tokens, found " + std::to_string(state.n_past));
   e->last_used = ++clock_;
-  return int(n);
+  return {e, n};
 }
 
 int PrefixCache::last_snapshot(int size) const {
@@ -117,15 +130,50 @@ void PrefixCache::offer(std::span<const int32_t> prompt, const SequenceState& st
   entries_.emplace(hash, std::move(e));
 }
 
+PrefixCache::Entries::iterator PrefixCache::oldest(bool host) {
+  auto best = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->second->host == host && (best == entries_.end() || it->second->last_used < best->second->last_used))
+      best = it;
+  return best;
+}
+
 void PrefixCache::evict_to(size_t budget) {
-  while (stats_.bytes > budget && !entries_.empty()) {
-    auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
-      return a.second->last_used < b.second->last_used;
-    });
-    stats_.bytes -= oldest->second->bytes;
+  while (stats_.bytes > budget) {
+    const auto it = oldest(false);
+    if (it == entries_.end()) return;
+    const size_t bytes = it->second->bytes;
+    if (bytes <= options_.host_budget_bytes) {
+      spill(*it->second);  // where that throws (no host memory), the entry stays as it was
+    } else {
+      ++stats_.evictions;
+      entries_.erase(it);
+    }
+    stats_.bytes -= bytes;
     --stats_.entries;
+  }
+}
+
+// Room is made first, so that host memory never holds more than its budget.
+void PrefixCache::spill(Entry& e) {
+  evict_host_to(options_.host_budget_bytes - e.bytes);
+  std::unique_ptr<SequenceState> host = new_host_state_(int(e.tokens.size()));
+  host->copy_from(*e.state);
+  e.state = std::move(host);
+  e.host = true;
+  stats_.host_bytes += e.bytes;
+  ++stats_.host_entries;
+  ++stats_.spills;
+}
+
+void PrefixCache::evict_host_to(size_t budget) {
+  while (stats_.host_bytes > budget) {
+    const auto it = oldest(true);
+    if (it == entries_.end()) return;
+    stats_.host_bytes -= it->second->bytes;
+    --stats_.host_entries;
     ++stats_.evictions;
-    entries_.erase(oldest);
+    entries_.erase(it);
   }
 }
 

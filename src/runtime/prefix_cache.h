@@ -5,7 +5,9 @@
 // boundary of every prompt and every `interval` tokens of long ones. A request that ended with a
 // reply is snapshotted at the last block boundary of its reply too (reply_snapshot): a chat's next
 // turn resends it. Entries are keyed by chained hashes of their token blocks and evicted least
-// recently used under a byte budget.
+// recently used under a byte budget. With a host budget, an entry the device budget pushes out is
+// spilled instead: copied to a state in host memory (slower to restore, but far cheaper than a
+// prefill), where the least recently used are dropped under that second budget.
 // Neither a restore nor a snapshot leaves exactly one prompt token to feed: a one-token piece runs
 // as a decode step, which rounds differently from the prefill piece it would be part of without
 // the cache.
@@ -27,20 +29,26 @@ struct PrefixCacheOptions {
   size_t budget_bytes = size_t(4) << 30;  // snapshots held at once; 0 turns the cache off
   int block = 64;      // snapshot positions are multiples of this many tokens
   int interval = 2048; // long prompts: a snapshot every this many tokens too (a multiple of block)
+  size_t host_budget_bytes = 0;  // snapshots spilled to host memory; 0: evicted ones are dropped
 };
 
 struct PrefixCacheStats {
   uint64_t queried_tokens = 0;  // prompt tokens looked up
   uint64_t hit_tokens = 0;      // of those, restored from a snapshot
-  uint64_t snapshots = 0, evictions = 0;
-  size_t bytes = 0;  // held now
-  int entries = 0;
+  uint64_t host_hit_tokens = 0; // of those, from a snapshot in host memory
+  uint64_t snapshots = 0;
+  uint64_t spills = 0;     // snapshots moved to host memory under the device budget
+  uint64_t evictions = 0;  // snapshots dropped, from either memory
+  size_t bytes = 0, host_bytes = 0;  // held now, on the device and in host memory
+  int entries = 0, host_entries = 0;
 };
 
 class PrefixCache {
  public:
-  // new_state(capacity) allocates an empty sequence state of the model (Model::new_sequence).
-  PrefixCache(const PrefixCacheOptions& options, std::function<std::unique_ptr<SequenceState>(int)> new_state);
+  using NewState = std::function<std::unique_ptr<SequenceState>(int)>;
+  // new_state(capacity) allocates an empty sequence state of the model (Model::new_sequence),
+  // new_host_state one in host memory (Model::new_host_sequence), called only with a host budget.
+  PrefixCache(const PrefixCacheOptions& options, NewState new_state, NewState new_host_state = nullptr);
 
   bool enabled() const { return options_.budget_bytes > 0; }
   // Restores into `state` (empty) the longest snapshot that is a prefix of `prompt` and leaves at
@@ -70,18 +78,29 @@ class PrefixCache {
     std::unique_ptr<SequenceState> state;
     size_t bytes = 0;
     uint64_t last_used = 0;
+    bool host = false;  // state is in host memory
   };
+  using Entries = std::unordered_multimap<uint64_t, std::unique_ptr<Entry>>;
   // The longest snapshot that is a prefix of `tokens`, of at most `blocks` whole blocks, and its
   // length; null if none.
   std::pair<Entry*, size_t> longest(std::span<const int32_t> tokens, size_t blocks);
   // Hashes of prompt[0, (i+1)·block) for each whole block i, chained block by block.
   std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, size_t blocks) const;
   Entry* find(std::span<const int32_t> prefix, uint64_t hash);
+  // Restores into `state` the longest snapshot that is a prefix of `tokens`; the entry and its
+  // length, null if none.
+  std::pair<Entry*, size_t> restore_longest(std::span<const int32_t> tokens, SequenceState& state);
+  // Spills or drops device entries, least recently used first, until their bytes are <= budget.
   void evict_to(size_t budget);
+  // Drops host entries, least recently used first, until their bytes are <= budget.
+  void evict_host_to(size_t budget);
+  void spill(Entry& e);
+  // The least recently used entry in host memory (`host`) or on the device; end() if none.
+  Entries::iterator oldest(bool host);
 
   PrefixCacheOptions options_;
-  std::function<std::unique_ptr<SequenceState>(int)> new_state_;
-  std::unordered_multimap<uint64_t, std::unique_ptr<Entry>> entries_;
+  NewState new_state_, new_host_state_;
+  Entries entries_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;
 };

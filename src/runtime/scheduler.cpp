@@ -177,7 +177,9 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
     : model(m),
       options(o),
       vocab(m.config().vocab),
-      prefix_cache(o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); }) {
+      prefix_cache(
+          o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); },
+          [&m](int capacity) { return m.new_host_sequence(capacity); }) {
   check_options(options, model);
   if (options.speculative.draft > 0) {
     drafter = std::make_unique<MtpDrafter>(model, options.context);

@@ -56,9 +56,15 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   const PrefixCacheStats& p = s.prefix_cache;
   counter("petrel_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(p.queried_tokens));
   counter("petrel_prefix_cache_hits_total", "Prompt tokens restored from the prefix cache.", double(p.hit_tokens));
+  counter("petrel_prefix_cache_host_hits_total", "Prompt tokens restored from prefix snapshots in host memory.",
+          double(p.host_hit_tokens));
+  counter("petrel_prefix_cache_spills_total", "Prefix snapshots moved from the device to host memory.",
+          double(p.spills));
   counter("petrel_prefix_cache_evictions_total", "Prefix snapshots evicted.", double(p.evictions));
   gauge("petrel_prefix_cache_bytes", "Memory held by prefix snapshots.", double(p.bytes));
   gauge("petrel_prefix_cache_entries", "Prefix snapshots held.", p.entries);
+  gauge("petrel_prefix_cache_host_bytes", "Host memory held by spilled prefix snapshots.", double(p.host_bytes));
+  gauge("petrel_prefix_cache_host_entries", "Prefix snapshots held in host memory.", p.host_entries);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // `petrel bench --device cpu` as a person runs it on the bundled petrel-tiny model: the JSON
-// figures, the multi-turn chat with and without the prefix cache, and the refusals of what only
-// the CUDA backend measures or what cannot be laid out.
+// figures, the multi-turn chat with and without the prefix cache (and with its host budget), and
+// the refusals of what only the CUDA backend measures or what cannot be laid out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -168,6 +168,29 @@ TEST(BenchCli, CpuMultiTurnRestoresEachTurnsHistory) {
   EXPECT_TRUE(m["rows"][0]["cached_share"].is_null());
   EXPECT_DOUBLE_EQ(m["rows"][1]["cached_share"].get<double>(), 256.0 / 264.0);
   EXPECT_DOUBLE_EQ(m["rows"][2]["cached_share"].get<double>(), 384.0 / 392.0);
+  EXPECT_EQ(m["prefix_cache_host_bytes"], 0) << "the CPU's default: its snapshots are in host memory already";
+}
+
+// The same chat under a device budget of 1 MiB, which holds one of its snapshots (the 256-token
+// one takes 0.7 MB, the 384-token one 0.9 MB): turn 2's snapshot spills turn 1's to the host
+// budget, and the answers and restores do not change.
+TEST(BenchCli, CpuMultiTurnSpillsToTheHostBudget) {
+  const test::CliResult r = test::run_petrel("bench " + kTiny +
+                                                 " --device cpu -t 2 --multi-turn --system-tokens 128 --turns 3 "
+                                                 "--final-tokens 512 --reply-tokens 8 --runs 1 --prefix-cache-mb 1 "
+                                                 "--prefix-cache-host-mb 16 --json",
+                                             "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json m = nlohmann::json::parse(r.out)["multi_turn"];
+  EXPECT_EQ(m["same_replies"], true);
+  EXPECT_EQ(m["prefix_cache_host_bytes"], 16 << 20);
+  EXPECT_EQ(m["rows"][1]["cached_tokens"], 256) << m;
+  EXPECT_EQ(m["rows"][2]["cached_tokens"], 384) << m;
+  const nlohmann::json& c = m["cache_at_end"];
+  EXPECT_EQ(c["spills"], 1) << c;
+  EXPECT_EQ(c["host_entries"], 1) << c;
+  EXPECT_EQ(c["entries"], 1) << c;
+  EXPECT_EQ(c["evictions"], 0) << c;
 }
 
 TEST(BenchCli, MultiTurnRefusesWhatCannotBeLaidOut) {

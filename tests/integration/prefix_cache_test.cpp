@@ -3,7 +3,8 @@
 // and between block boundaries), and requests served with the cache (sequentially, concurrently,
 // under a budget so small that snapshots are evicted all the time) give the very tokens and
 // logprobs they give without it. A chat's next turn restores the previous reply too, with the
-// same bits, and only a request that ended normally snapshots its reply.
+// same bits, and only a request that ended normally snapshots its reply. Snapshots the device
+// budget pushes out spill to a host budget and restore from there with the same bits.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,9 @@ namespace {
 constexpr int kChunk = 64;  // prompt pieces; a multiple of the cache block, so pieces stay aligned
 constexpr int kContext = 320;
 
-PrefixCacheOptions cache_options(size_t budget) { return {.budget_bytes = budget, .block = 64, .interval = 128}; }
+PrefixCacheOptions cache_options(size_t budget, size_t host_budget = 0) {
+  return {.budget_bytes = budget, .block = 64, .interval = 128, .host_budget_bytes = host_budget};
+}
 
 struct Fixture : test::CpuFixture {
   explicit Fixture(int max_chunk = kChunk) : CpuFixture("qwen35moe-vlm-fused", max_chunk) {}
@@ -134,6 +137,64 @@ TEST(PrefixCache, EvictsTheLeastRecentlyUsedUnderItsBudget) {
   f.feed(a, *fed, 64);
   tiny.offer(a, *fed);
   EXPECT_EQ(tiny.stats().entries, 0);
+}
+
+// Bytes of a snapshot of `prompt`'s first `n` tokens.
+size_t snapshot_bytes(Fixture& f, std::span<const int32_t> prompt, int n) {
+  PrefixCache probe(cache_options(1 << 30), [&](int c) { return f.state(c); });
+  auto st = f.state();
+  f.feed(prompt, *st, n);
+  probe.offer(prompt.first(size_t(n)), *st);
+  return probe.stats().bytes;
+}
+
+// A device budget of one snapshot and a host budget of two: each new snapshot spills the least
+// recently used one to host memory, which restores it bit for bit; a third spill drops the oldest
+// host entry.
+TEST(PrefixCache, SpillsToHostMemoryAndRestoresFromThereBitForBit) {
+  Fixture f;
+  const std::vector<int32_t> a = tokens(100, 3, f.vocab()), b = tokens(100, 4, f.vocab()),
+                             c = tokens(100, 5, f.vocab()), d = tokens(100, 6, f.vocab());
+  const size_t one = snapshot_bytes(f, a, 64);
+  PrefixCache cache(cache_options(one + one / 2, 2 * one + one / 2), [&](int n) { return f.state(n); },
+                    [&](int n) { return f.state(n); });
+  std::vector<std::vector<float>> at64;
+  for (const auto* p : {&a, &b}) {
+    auto st = f.state();
+    f.feed(*p, *st, 64);
+    cache.offer(*p, *st);
+    at64.push_back(dump(*st));
+  }
+  PrefixCacheStats s = cache.stats();
+  EXPECT_EQ(s.spills, 1u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_EQ(s.entries, 1);
+  EXPECT_EQ(s.host_entries, 1);
+  EXPECT_EQ(s.bytes, one);
+  EXPECT_EQ(s.host_bytes, one);
+  auto st = f.state();
+  EXPECT_EQ(cache.restore(a, *st), 64) << "a was spilled, not dropped";
+  EXPECT_EQ(dump(*st), at64[0]);
+  EXPECT_EQ(cache.stats().host_hit_tokens, 64u);
+  auto from_device = f.state();
+  EXPECT_EQ(cache.restore(b, *from_device), 64);
+  EXPECT_EQ(dump(*from_device), at64[1]);
+  EXPECT_EQ(cache.stats().host_hit_tokens, 64u) << "b is on the device";
+
+  for (const auto* p : {&c, &d}) {  // spill b, then c, which drops the least recently used host entry, a
+    auto fed = f.state();
+    f.feed(*p, *fed, 64);
+    cache.offer(*p, *fed);
+  }
+  s = cache.stats();
+  EXPECT_EQ(s.spills, 3u);
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.host_entries, 2);
+  EXPECT_LE(s.host_bytes, 2 * one + one / 2);
+  auto gone = f.state();
+  EXPECT_EQ(cache.restore(a, *gone), 0) << "a was used before b: it went first";
+  EXPECT_EQ(cache.restore(b, *gone), 64);
+  EXPECT_EQ(dump(*gone), at64[1]);
 }
 
 // Feeds `prompt` past st.n_past as the scheduler does with a prefill chunk longer than the prompt:
@@ -251,18 +312,18 @@ std::vector<CompletionRequest> conversation(int vocab) {
   return out;
 }
 
-SchedulerOptions scheduler_options(size_t budget, int prefill_chunk = kChunk) {
+SchedulerOptions scheduler_options(const PrefixCacheOptions& cache, int prefill_chunk = kChunk) {
   SchedulerOptions o;
   o.max_sequences = 4;
   o.context = kContext;
   o.prefill_chunk = prefill_chunk;
-  o.prefix_cache = cache_options(budget);
+  o.prefix_cache = cache;
   return o;
 }
 
-std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
+std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, const PrefixCacheOptions& cache,
                           bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
-  Scheduler scheduler(model, scheduler_options(budget, prefill_chunk));
+  Scheduler scheduler(model, scheduler_options(cache, prefill_chunk));
   std::vector<Collector> got(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
@@ -273,6 +334,11 @@ std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& re
   std::vector<Answer> out;
   for (Collector& c : got) out.push_back(c.answer);
   return out;
+}
+
+std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
+                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
+  return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk);
 }
 
 void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want) {
@@ -384,7 +450,7 @@ TEST(PrefixCache, OnlyARequestThatEndsNormallySnapshotsItsReply) {
   for (const Case& c : {Case{"ends normally", ok, false, 2}, Case{"fails", failing, false, 1},
                         Case{"is cancelled", cancelled, true, 1}}) {
     SCOPED_TRACE(c.name);
-    Scheduler scheduler(*f.model, scheduler_options(size_t(1) << 30));
+    Scheduler scheduler(*f.model, scheduler_options(cache_options(size_t(1) << 30)));
     uint64_t id = 0;
     Collector got;
     const StepCallback collect = got.callback();
@@ -420,10 +486,36 @@ TEST(PrefixCache, ConcurrentRequestsAndEvictionsChangeNoOutput) {
   EXPECT_LE(stats.entries, 1);
 }
 
+// The conversation with top-20 logprobs under a device budget of one 64-token snapshot: each new
+// snapshot spills the last one to host memory, later turns restore from there, and every token and
+// logprob is what it is without the cache. A host budget of one and a half such snapshots drops
+// spilled ones (and the larger ones outright) all the time, and still changes no output.
+TEST(PrefixCache, SpilledSnapshotsServeLaterTurnsWithTheSameOutputs) {
+  Fixture f;
+  std::vector<CompletionRequest> requests = conversation(f.vocab());
+  for (CompletionRequest& r : requests) r.top_logprobs = 20;
+  const std::vector<Answer> plain = serve(*f.model, requests, 0, false);
+  const size_t one = snapshot_bytes(f, requests[0].prompt, 64);
+  PrefixCacheStats stats;
+  expect_same(serve(*f.model, requests, cache_options(one + one / 2, 16 * one), false, &stats), plain);
+  EXPECT_GT(stats.spills, 0u);
+  EXPECT_GT(stats.host_hit_tokens, 0u) << "no turn restored a spilled snapshot";
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_LE(stats.entries, 1);
+  EXPECT_EQ(uint64_t(stats.host_entries), stats.spills);
+
+  PrefixCacheStats small;
+  expect_same(serve(*f.model, requests, cache_options(one + one / 2, one + one / 2), false, &small), plain);
+  EXPECT_GT(small.spills, uint64_t(small.host_entries)) << "spilled snapshots were dropped from host memory";
+  EXPECT_GT(small.evictions, 0u);
+  EXPECT_LE(small.host_bytes, one + one / 2);
+}
+
 // Forty requests at once, branches of three shared histories cut anywhere (some on block
 // boundaries), under a budget of two snapshots and a prefill chunk of two blocks: restores,
 // snapshots and evictions interleave with running sequences, and every request gives the tokens
-// and logprobs it gives alone, without a cache.
+// and logprobs it gives alone, without a cache; also with a host budget of four snapshots more,
+// where spills, restores from host memory and drops from it interleave too.
 TEST(PrefixCache, ManyOverlappingRequestsUnderASmallBudgetMatchEachAlone) {
   Fixture f;
   std::mt19937 rng(7);
@@ -459,6 +551,12 @@ TEST(PrefixCache, ManyOverlappingRequestsUnderASmallBudgetMatchEachAlone) {
   EXPECT_GE(hits, 10);
   EXPECT_GT(stats.evictions, 10u);
   EXPECT_LE(stats.bytes, 2 * one);
+
+  PrefixCacheStats spilled;
+  expect_same(serve(*f.model, requests, cache_options(2 * one, 4 * one), true, &spilled, 2 * kChunk), alone);
+  EXPECT_GT(spilled.host_hit_tokens, 0u);
+  EXPECT_GT(spilled.spills, uint64_t(spilled.host_entries)) << "host memory dropped spilled snapshots too";
+  EXPECT_LE(spilled.host_bytes, 4 * one);
 }
 
 }  // namespace

@@ -157,6 +157,7 @@ TEST(Metrics, ExpositionHasRequestsLatenciesAndSchedulerGauges) {
   SchedulerMetrics s;
   s.slots_in_use = 2;
   s.kv_tokens_in_use = 321;
+  s.prefix_cache = {.host_hit_tokens = 128, .spills = 3, .host_bytes = 4096, .host_entries = 2};
   const std::string text = m.render(&s);
   EXPECT_NE(text.find("petrel_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("petrel_http_requests_total{route=\"other\",status=\"404\"} 1\n"), std::string::npos);
@@ -166,6 +167,12 @@ TEST(Metrics, ExpositionHasRequestsLatenciesAndSchedulerGauges) {
   EXPECT_NE(text.find("petrel_slots_in_use 2\n"), std::string::npos);
   EXPECT_NE(text.find("petrel_kv_tokens_in_use 321\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE petrel_batch_size gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("petrel_prefix_cache_host_hits_total 128\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE petrel_prefix_cache_spills_total counter\npetrel_prefix_cache_spills_total 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE petrel_prefix_cache_host_bytes gauge\npetrel_prefix_cache_host_bytes 4096\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("petrel_prefix_cache_host_entries 2\n"), std::string::npos);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ class CpuBackend final : public Backend {
   void prepare(const ModelConfig& config, const ModelWeights& weights) override;
   Tensor alloc(int64_t rows, int64_t cols, bool fp32 = false) override;
   std::unique_ptr<SequenceState> new_sequence(int capacity) override;
+  // States live in host memory already.
+  std::unique_ptr<SequenceState> new_host_sequence(int capacity) override { return new_sequence(capacity); }
   std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) override;
   void to_host(const Tensor& t, float* dst) override;
   void from_host(const float* src, Tensor t) override;

@@ -21,22 +21,29 @@ namespace {
 using cuda::bf16;
 using cuda::DeviceMatrix;
 
-// Caches and recurrent state of one sequence on the device, indexed by layer.
+// Caches and recurrent state of one sequence on the device, indexed by layer; or, `host`, in
+// pinned host memory, a copy held off the device that only copy_from reads and writes.
 class CudaSequence final : public SequenceState {
  public:
-  explicit CudaSequence(cudaStream_t s) : stream_(s) {}
+  CudaSequence(cudaStream_t s, bool host = false) : stream_(s), host_(host) {}
   ~CudaSequence() override {
     for (cudaGraphExec_t g : graph_exec)
       if (g) cudaGraphExecDestroy(g);
-    for (void* p : allocations_) cudaFree(p);
+    if (host_) cudaStreamSynchronize(stream_);  // a queued copy may still read or write the pages
+    for (void* p : allocations_) host_ ? cudaFreeHost(p) : cudaFree(p);
   }
 
   // row_bytes > 0 marks a KV cache: only its first n_past rows hold data worth copying.
   template <typename T>
   T* alloc(size_t n, size_t row_bytes = 0) {
     void* p = nullptr;
-    PETREL_CUDA(cudaMalloc(&p, n * sizeof(T)));
-    PETREL_CUDA(cudaMemsetAsync(p, 0, n * sizeof(T), stream_));
+    if (host_) {
+      PETREL_CUDA(cudaMallocHost(&p, n * sizeof(T)));
+      std::memset(p, 0, n * sizeof(T));
+    } else {
+      PETREL_CUDA(cudaMalloc(&p, n * sizeof(T)));
+      PETREL_CUDA(cudaMemsetAsync(p, 0, n * sizeof(T), stream_));
+    }
     allocations_.push_back(p);
     sizes_.push_back(n * sizeof(T));
     row_bytes_.push_back(row_bytes);
@@ -44,7 +51,8 @@ class CudaSequence final : public SequenceState {
   }
 
   // Speculative rollback copies states every verify step, and a prefix cache snapshots and restores
-  // them: KV caches only up to n_past, so the two may differ in capacity.
+  // them: KV caches only up to n_past, so the two may differ in capacity. Unified addressing lets
+  // one call copy device to device, and to and from a host state.
   void copy_from(const SequenceState& other) override {
     const auto& o = dynamic_cast<const CudaSequence&>(other);
     check(o.row_bytes_ == row_bytes_, "copy_from: sequences of different models");
@@ -52,7 +60,7 @@ class CudaSequence final : public SequenceState {
                                     std::to_string(capacity));
     for (size_t i = 0; i < allocations_.size(); ++i) {
       const size_t bytes = row_bytes_[i] ? row_bytes_[i] * size_t(o.n_past) : sizes_[i];
-      if (bytes) PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], bytes, cudaMemcpyDeviceToDevice, stream_));
+      if (bytes) PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], bytes, cudaMemcpyDefault, stream_));
     }
     n_past = o.n_past;
   }
@@ -77,6 +85,7 @@ class CudaSequence final : public SequenceState {
 
  private:
   cudaStream_t stream_;
+  bool host_;
   std::vector<void*> allocations_;
   std::vector<size_t> sizes_, row_bytes_;
 };
@@ -181,9 +190,13 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  std::unique_ptr<SequenceState> new_sequence(int capacity) override {
+  std::unique_ptr<SequenceState> new_sequence(int capacity) override { return make_sequence(capacity, false); }
+  std::unique_ptr<SequenceState> new_host_sequence(int capacity) override { return make_sequence(capacity, true); }
+
+  // A host state takes no device memory, so only a device one checks that it fits.
+  std::unique_ptr<SequenceState> make_sequence(int capacity, bool host) {
     const ModelConfig& c = c_;
-    auto s = std::make_unique<CudaSequence>(stream_);
+    auto s = std::make_unique<CudaSequence>(stream_, host);
     s->capacity = capacity;
     s->k.assign(c.n_layers, nullptr);
     s->v.assign(c.n_layers, nullptr);
@@ -194,7 +207,7 @@ class CudaBackend final : public Backend {
                         size_t(c.count(LayerKind::DeltaNet)) * sizeof(float) *
                             (size_t(c.conv_kernel - 1) * c.gdn_conv_channels() +
                              size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
-    cuda::check_device_memory(need, "a sequence of " + std::to_string(capacity) + " tokens");
+    if (!host) cuda::check_device_memory(need, "a sequence of " + std::to_string(capacity) + " tokens");
     for (int i = 0; i < c.n_layers; ++i) {
       if (c.layer_kinds[i] == LayerKind::FullAttention) {
         const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
