@@ -121,7 +121,7 @@ struct Scheduler::Impl {
   void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
   void replay_step(Replay& r, std::span<const int32_t> piece);
   void piece_fed(RunningRequest& r, size_t tokens);
-  void replay_fed(Replay& r);
+  void replay_fed(Replay& r, size_t tokens);
   bool emit(RunningRequest& r, const Tensor& row);
   void follow(RunningRequest& r, const int32_t* next, int n);
   bool speculate(RunningRequest& r);
@@ -397,7 +397,7 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, Runn
   ++counters.decode_steps;
   counters.last_batch_size = B;
   if (reader) piece_fed(*reader, piece.size());
-  if (replay) replay_fed(*replay);
+  if (replay) replay_fed(*replay, piece.size());
   // Logits rows: the reader's last prompt token when it ends its prompt, then one per row.
   std::vector<std::pair<RunningRequest*, Tensor>> draws;
   if (reader_done) draws.emplace_back(reader, logits.rows_view(0, 1));
@@ -448,11 +448,13 @@ void Scheduler::Impl::replay_step(Replay& r, std::span<const int32_t> piece) {
   } catch (const std::exception&) {  // no snapshot then; admit() resets the slot before its next use
     return end_replay(r);
   }
-  replay_fed(r);
+  counters.replay_tokens_alone += piece.size();
+  replay_fed(r, piece.size());
 }
 
 // Offers the replay's state; its last piece ends it.
-void Scheduler::Impl::replay_fed(Replay& r) {
+void Scheduler::Impl::replay_fed(Replay& r, size_t tokens) {
+  counters.replay_tokens += tokens;
   try {
     prefix_cache.offer(r.tokens, r.state());
   } catch (const Error&) {  // no memory for a snapshot: the replay goes on without one

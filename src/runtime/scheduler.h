@@ -81,6 +81,9 @@ struct SchedulerMetrics {
   int last_batch_size = 0;       // sequences in the most recent decode step
   uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
   uint64_t verify_steps = 0, drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding
+  // Tokens fed again to snapshot finished replies for the prefix cache; of those, the ones fed in
+  // steps of their own (no sequence was decoding).
+  uint64_t replay_tokens = 0, replay_tokens_alone = 0;
   PrefixCacheStats prefix_cache;  // prompt_tokens counts only the tokens prefilled, not those restored
 };
 

@@ -61,6 +61,9 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   counter("petrel_prefix_cache_spills_total", "Prefix snapshots moved from the device to host memory.",
           double(p.spills));
   counter("petrel_prefix_cache_evictions_total", "Prefix snapshots evicted.", double(p.evictions));
+  counter("petrel_prefix_cache_replay_tokens_total",
+          "Tokens fed again to snapshot finished replies (in decode steps, or alone when none ran).",
+          double(s.replay_tokens));
   gauge("petrel_prefix_cache_bytes", "Memory held by prefix snapshots.", double(p.bytes));
   gauge("petrel_prefix_cache_entries", "Prefix snapshots held.", p.entries);
   gauge("petrel_prefix_cache_host_bytes", "Host memory held by spilled prefix snapshots.", double(p.host_bytes));

@@ -428,6 +428,39 @@ TEST(PrefixCache, ANextTurnRestoresThePreviousReply) {
   EXPECT_LE(small.bytes, stats.bytes / 2);
 }
 
+// A finished reply is fed again for its snapshot in pieces that ride in the steps of sequences
+// still decoding: none runs a step of its own while another request decodes, and one does when
+// the reply's request was alone. The second request's answer is what it is without the cache.
+TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
+  Fixture f(kChunk + 4);  // a piece beside every decoding row, as petrel serve sizes its steps
+  CompletionRequest short_one;  // 120-token prompt (snapshot at 64) + 10 tokens: replayed to 128
+  short_one.prompt = tokens(120, 41, f.vocab());
+  short_one.sampling.temperature = 0.0f;
+  short_one.max_tokens = 10;
+  CompletionRequest long_one;  // 10 + 50 tokens: no block boundary, nothing to replay
+  long_one.prompt = tokens(10, 42, f.vocab());
+  long_one.sampling.temperature = 0.0f;
+  long_one.max_tokens = 50;
+  const auto run = [&](const std::vector<CompletionRequest>& requests, size_t budget) {
+    Scheduler scheduler(*f.model, scheduler_options(cache_options(budget)));
+    std::vector<Collector> got(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i)
+      EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
+    scheduler.shutdown(true);
+    std::vector<Answer> out;
+    for (Collector& c : got) out.push_back(c.answer);
+    return std::make_pair(out, scheduler.metrics());
+  };
+  const auto [with_cache, m] = run({short_one, long_one}, size_t(1) << 30);
+  EXPECT_EQ(m.replay_tokens, 64u) << "the reply fed again from 64 to 128";
+  EXPECT_EQ(m.replay_tokens_alone, 0u) << "replay pieces in steps of their own while a sequence decoded";
+  EXPECT_EQ(m.prefix_cache.snapshots, 2u);
+  expect_same(with_cache, run({short_one, long_one}, 0).first);
+  const auto [alone, m_alone] = run({short_one}, size_t(1) << 30);
+  EXPECT_EQ(m_alone.replay_tokens, 64u);
+  EXPECT_EQ(m_alone.replay_tokens_alone, 64u) << "nothing decodes beside the last request's replay";
+}
+
 // Prompts of 193 tokens snapshot at 128; a reply after one would snapshot at 192. It does when the
 // request ends normally, not when it fails in the engine or is cancelled.
 TEST(PrefixCache, OnlyARequestThatEndsNormallySnapshotsItsReply) {
