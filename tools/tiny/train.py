@@ -267,6 +267,13 @@ def lr_at(step, progress, peak, warmup):
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def draw_batch(step, single, multi, batch, gen):
+    """Step's batch: every 5th step batch/4 chats, else `batch` single-turn examples (ids, loss mask)."""
+    ids, mask = multi if step % 5 == 4 else single
+    idx = torch.randint(0, ids.shape[0], (batch // 4 if step % 5 == 4 else batch,), device=ids.device, generator=gen)
+    return ids[idx], mask[idx]
+
+
 def train(model, single, multi, args, device, eval_fn):
     s_ids, s_mask = single[0].to(device), single[1].to(device)
     m_ids, m_mask = multi[0].to(device), multi[1].to(device)
@@ -293,12 +300,7 @@ def train(model, single, multi, args, device, eval_fn):
         lr = lr_at(step, progress, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        if step % 5 == 4:
-            idx = torch.randint(0, m_ids.shape[0], (args.batch // 4,), device=device, generator=gen)
-            x, m = m_ids[idx], m_mask[idx]
-        else:
-            idx = torch.randint(0, s_ids.shape[0], (args.batch,), device=device, generator=gen)
-            x, m = s_ids[idx], s_mask[idx]
+        x, m = draw_batch(step, (s_ids, s_mask), (m_ids, m_mask), args.batch, gen)
         out = model(input_ids=x, use_cache=False, output_router_logits=True)
         sel = m[:, 1:]
         ce = F.cross_entropy(out.logits[:, :-1][sel].float(), x[:, 1:][sel])

@@ -97,12 +97,7 @@ def train_head(trunk, view, head, single, multi, args, device):
         lr = train.lr_at(step, train_s / args.time_budget, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        if step % 5 == 4:
-            idx = torch.randint(0, m_ids.shape[0], (args.batch // 4,), device=device, generator=gen)
-            x, m = m_ids[idx], m_mask[idx]
-        else:
-            idx = torch.randint(0, s_ids.shape[0], (args.batch,), device=device, generator=gen)
-            x, m = s_ids[idx], s_mask[idx]
+        x, m = train.draw_batch(step, (s_ids, s_mask), (m_ids, m_mask), args.batch, gen)
         logits = mtp_logits(trunk, view, head, x)[:, :-1]
         sel = m[:, 2:]
         loss = F.cross_entropy(logits[sel].float(), x[:, 2:][sel])
