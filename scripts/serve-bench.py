@@ -2,7 +2,8 @@
 """Generated tokens per second of `petrel serve` over HTTP with C streaming clients at once.
 
 Starts the server on a free port, then for each concurrency C runs one warm-up round and --runs
-timed rounds of C streaming chat requests, each generating exactly --tokens tokens (the end
+timed rounds of C streaming completions (/v1/completions: no chat template needed, so random
+weights with any tokenizer serve too), each generating exactly --tokens tokens (the end
 tokens banned through logit_bias), and prints the median (min-max) of all streams' tokens over the
 round's wall time. Every stream is checked: it must end with [DONE], report --tokens completion
 tokens in its usage chunk and carry a response id no other stream has; a lost, cut or duplicated
@@ -75,11 +76,11 @@ def start_server(o):
 
 def stream(port, question, o):
     """One streaming request; returns (response id, completion tokens) or raises."""
-    body = {'messages': [{'role': 'user', 'content': question}], 'max_tokens': o.tokens, 'temperature': 0,
+    body = {'prompt': question, 'max_tokens': o.tokens, 'temperature': 0,
             'stream': True, 'stream_options': {'include_usage': True},
             'logit_bias': {str(b): -100 for b in o.ban}}
     c = http.client.HTTPConnection('127.0.0.1', port, timeout=600)
-    c.request('POST', '/v1/chat/completions', json.dumps(body), {'Content-Type': 'application/json'})
+    c.request('POST', '/v1/completions', json.dumps(body), {'Content-Type': 'application/json'})
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f'status {r.status}: {r.read()[:300]!r}')
