@@ -113,7 +113,7 @@ def fused_state_dict(model, dtype):
 
 
 def load_weights(model, path):
-    sd = load_file(path)
+    sd = {k: v for k, v in load_file(path).items() if not k.startswith("mtp.")}  # the trunk's (train_mtp.py adds a head)
     own = model.state_dict()
     missing = set(own) - set(sd)
     if missing:  # this transformers holds experts one by one: split the fused tensors
