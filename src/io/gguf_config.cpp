@@ -90,10 +90,13 @@ ModelConfig parse_gguf_config(const GgufModel& model) {
   }
   c.hidden = k.integer("embedding_length", 1, limits::kHidden);
   // _Qwen35MtpMixin counts the multi-token-prediction block(s) in block_count and names them in
-  // nextn_predict_layers; they come after the trunk's layers, which are all Petrel runs.
+  // nextn_predict_layers; they come after the trunk's layers (gguf_weights.cpp maps them).
   const int blocks = k.integer("block_count", 1, limits::kLayers);
-  const int mtp = k.integer_or("nextn_predict_layers", 0, 0, blocks - 1);
-  c.n_layers = blocks - mtp;
+  c.mtp_layers = k.integer_or("nextn_predict_layers", 0, 0, blocks - 1);
+  check(c.mtp_layers <= 1, file + ": metadata key '" + k.key("nextn_predict_layers") + "' is " +
+                               std::to_string(c.mtp_layers) +
+                               ": multi-token prediction heads of more than one layer are not supported");
+  c.n_layers = blocks - c.mtp_layers;
   c.n_heads = k.integer("attention.head_count", 1, limits::kHeads);
   c.n_kv_heads = k.integer_or("attention.head_count_kv", c.n_heads, 1, limits::kHeads);
   // llama.cpp's default head size is embedding_length / head_count when key_length is absent.

@@ -51,9 +51,10 @@ class GgufWeightMapper {
   Matrix v_head_columns(const Matrix& m, int64_t head_cols);
   void map_attention(const std::string& p, const std::string& layer, LayerWeights& L);
   void map_deltanet(const std::string& p, const std::string& layer, LayerWeights& L);
-  void map_ffn(int i, const std::string& p, const std::string& layer, FfnWeights& F);
+  void map_ffn(bool moe, const std::string& p, const std::string& layer, FfnWeights& F);
   MlpWeights mlp(const std::string& p, const std::string& suffix, int64_t I, const std::string& role);
-  void map_layer(int i, LayerWeights& L);
+  void map_layer(const std::string& p, const std::string& layer, LayerKind kind, bool moe, LayerWeights& L);
+  void map_mtp();
 
   Checkpoint& ck_;
   const ModelConfig& c_;
@@ -278,9 +279,9 @@ MlpWeights GgufWeightMapper::mlp(const std::string& p, const std::string& suffix
   return m;
 }
 
-void GgufWeightMapper::map_ffn(int i, const std::string& p, const std::string& layer, FfnWeights& F) {
+void GgufWeightMapper::map_ffn(bool moe, const std::string& p, const std::string& layer, FfnWeights& F) {
   const int64_t H = c_.hidden;
-  F.moe = c_.layer_is_moe[i];
+  F.moe = moe;
   if (!F.moe) {
     F.dense = mlp(p, "", c_.intermediate, layer + " mlp");
     return;
@@ -315,18 +316,35 @@ void GgufWeightMapper::map_ffn(int i, const std::string& p, const std::string& l
                          layer + " shared_expert_gate");
 }
 
-void GgufWeightMapper::map_layer(int i, LayerWeights& L) {
-  const std::string p = "blk." + std::to_string(i) + ".";
-  const std::string layer = "layer " + std::to_string(i);
+void GgufWeightMapper::map_layer(const std::string& p, const std::string& layer, LayerKind kind, bool moe,
+                                 LayerWeights& L) {
   const int64_t H = c_.hidden;
-  L.kind = c_.layer_kinds[i];
+  L.kind = kind;
   // The hybrids' norms had 1 added by Qwen3NextModel.modify_tensors: the multipliers Petrel keeps.
   L.input_norm = vector(p + "attn_norm.weight", H, layer + " input_layernorm");
   L.post_norm = vector(p + (c_.hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight"), H,
                        layer + " post_attention_layernorm");
   if (L.kind == LayerKind::DeltaNet) map_deltanet(p, layer, L);
   else map_attention(p, layer, L);
-  map_ffn(i, p, layer, L.ffn);
+  map_ffn(moe, p, layer, L.ffn);
+}
+
+// _Qwen35MtpMixin.filter_tensors renames mtp.layers.j.* to layers.{n_layers + j}.*, an ordinary
+// full-attention block, and mtp.{fc, pre_fc_norm_embedding, pre_fc_norm_hidden, norm} to
+// layers.{n_layers}.{eh_proj, enorm, hnorm, shared_head.norm}, which tensor_mapping.py names
+// blk.{n_layers}.nextn.*; their norms had 1 added like the trunk's.
+void GgufWeightMapper::map_mtp() {
+  const int64_t H = c_.hidden;
+  const std::string p = "blk." + std::to_string(c_.n_layers) + ".";
+  MtpWeights& M = ck_.weights_.mtp;
+  M.fc = matrix(p + "nextn.eh_proj.weight", {2 * H, H}, "mtp fc (nextn.eh_proj)");
+  M.embed_norm = vector(p + "nextn.enorm.weight", H, "mtp pre_fc_norm_embedding (nextn.enorm)");
+  M.hidden_norm = vector(p + "nextn.hnorm.weight", H, "mtp pre_fc_norm_hidden (nextn.hnorm)");
+  M.norm = vector(p + "nextn.shared_head_norm.weight", H, "mtp norm (nextn.shared_head_norm)");
+  M.layers.resize(size_t(c_.mtp_layers));
+  for (int j = 0; j < c_.mtp_layers; ++j)
+    map_layer("blk." + std::to_string(c_.n_layers + j) + ".", "mtp layer " + std::to_string(j),
+              LayerKind::FullAttention, c_.n_experts > 0, M.layers[size_t(j)]);
 }
 
 void GgufWeightMapper::run() {
@@ -334,8 +352,11 @@ void GgufWeightMapper::run() {
   const int64_t H = c_.hidden, V = c_.vocab;
   W.embed = matrix("token_embd.weight", {H, V}, "token embedding");
   W.layers.resize(c_.n_layers);
-  for (int i = 0; i < c_.n_layers; ++i) map_layer(i, W.layers[i]);
+  for (int i = 0; i < c_.n_layers; ++i)
+    map_layer("blk." + std::to_string(i) + ".", "layer " + std::to_string(i), c_.layer_kinds[i], c_.layer_is_moe[i],
+              W.layers[i]);
   W.final_norm = vector("output_norm.weight", H, "final norm");
+  if (c_.mtp_layers > 0) map_mtp();
   W.lm_head = c_.tie_embeddings ? W.embed : matrix("output.weight", {H, V}, "lm_head");
   for (const auto& [name, t] : model_.tensors())
     if (!used_.count(name)) ck_.info_.skipped.push_back(name);

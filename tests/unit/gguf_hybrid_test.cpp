@@ -98,10 +98,20 @@ struct Converter {
   }
 
   // TextModel.filter_tensors drops "language_model." and the vision tower; _Qwen35MtpMixin moves
-  // mtp.* to the block after the trunk.
+  // mtp.layers.j.* to the block after the trunk's layers and renames the head's own tensors there.
   std::string hf_name(std::string name) const {
     const std::string lm = "language_model.";
     if (auto at = name.find(lm); at != std::string::npos) name.erase(at, lm.size());
+    const std::string block = "model.layers." + std::to_string(n_layers) + ".";
+    static const std::pair<const char*, const char*> kHead[] = {{"mtp.fc.", "eh_proj."},
+                                                                {"mtp.pre_fc_norm_embedding.", "enorm."},
+                                                                {"mtp.pre_fc_norm_hidden.", "hnorm."},
+                                                                {"mtp.norm.", "shared_head.norm."}};
+    for (const auto& [from, to] : kHead)
+      if (name.rfind(from, 0) == 0) return block + to + name.substr(std::strlen(from));
+    std::smatch m;
+    if (std::regex_match(name, m, std::regex(R"(^mtp\.layers\.(\d+)\.(.*)$)")))
+      return "model.layers." + std::to_string(n_layers + std::stoi(m[1].str())) + "." + m[2].str();
     return name;
   }
 
@@ -131,13 +141,12 @@ struct Converter {
         {std::regex(R"(^model\.layers\.(\d+)\.linear_attn\.A_log$)"), "blk.$1.ssm_a"},
         {std::regex(R"(^model\.layers\.(\d+)\.linear_attn\.norm\.weight$)"), "blk.$1.ssm_norm.weight"},
         {std::regex(R"(^model\.layers\.(\d+)\.linear_attn\.out_proj\.weight$)"), "blk.$1.ssm_out.weight"},
-        {std::regex(R"(^mtp\.fc\.weight$)"), "blk.N.nextn.eh_proj.weight"},
-        {std::regex(R"(^mtp\.norm\.weight$)"), "blk.N.nextn.shared_head_norm.weight"},
+        {std::regex(R"(^model\.layers\.(\d+)\.eh_proj\.weight$)"), "blk.$1.nextn.eh_proj.weight"},
+        {std::regex(R"(^model\.layers\.(\d+)\.(e|h)norm\.weight$)"), "blk.$1.nextn.$2norm.weight"},
+        {std::regex(R"(^model\.layers\.(\d+)\.shared_head\.norm\.weight$)"), "blk.$1.nextn.shared_head_norm.weight"},
     };
     for (const auto& [re, to] : kRenames)
-      if (std::regex_match(hf, re))
-        return std::regex_replace(std::regex_replace(hf, re, to), std::regex("^blk\\.N\\."),
-                                  "blk." + std::to_string(n_layers) + ".");
+      if (std::regex_match(hf, re)) return std::regex_replace(hf, re, to);
     ADD_FAILURE() << "no GGUF name for " << hf;
     return hf;
   }
@@ -226,14 +235,15 @@ struct Converter {
 };
 
 // Qwen3NextModel.set_gguf_parameters and TextModel.set_gguf_parameters' keys for the fixture.
-void write_metadata(Converter& c, bool mtp) {
+// mtp_layers: the head's blocks after the trunk's (nextn_predict_layers).
+void write_metadata(Converter& c, int mtp_layers) {
   const json& t = c.cfg;
   GgufWriter& w = c.w;
   const std::string& a = c.arch;
   auto u32 = [&](const std::string& key, int64_t v) { w.kv(a + "." + key, GgufType::U32, uint32_t(v)); };
   w.kv_string("general.architecture", a);
-  u32("block_count", c.n_layers + (mtp ? 1 : 0));
-  if (mtp) u32("nextn_predict_layers", 1);
+  u32("block_count", c.n_layers + mtp_layers);
+  if (mtp_layers > 0) u32("nextn_predict_layers", mtp_layers);
   u32("context_length", t["max_position_embeddings"]);
   u32("embedding_length", t["hidden_size"]);
   if (t.contains("intermediate_size")) u32("feed_forward_length", t["intermediate_size"]);
@@ -260,7 +270,8 @@ void write_metadata(Converter& c, bool mtp) {
   w.kv_strings("tokenizer.ggml.tokens", std::vector<std::string>(t["vocab_size"].get<size_t>(), "x"));
 }
 
-void convert(const std::string& fixture, const std::string& path) {
+// claimed_mtp_layers > 0: the metadata claims that many head layers whatever the tensors hold.
+void convert(const std::string& fixture, const std::string& path, int claimed_mtp_layers = 0) {
   const std::string dir = test::fixture_model(fixture);
   const json root = json::parse(std::ifstream(dir + "/config.json"));
   Converter c;
@@ -276,16 +287,18 @@ void convert(const std::string& fixture, const std::string& path) {
       for (auto& [name, t] : test::read_all(entry.path().string())) all[name] = t;
   bool mtp = false;
   for (const auto& [raw, t] : all) {
-    const std::string name = c.hf_name(raw);
-    if (name.rfind("model.visual.", 0) == 0) continue;
-    if (name.rfind("mtp.", 0) == 0) {
-      if (c.arch == "qwen3next") continue;  // Qwen3NextModel.filter_tensors drops mtp.*
+    if (raw.rfind("mtp.", 0) == 0) {
+      // Qwen3NextModel.filter_tensors drops mtp.*; a Qwen3.5 config without mtp_num_hidden_layers
+      // has no head block to hold them, and is converted with --no-mtp (make_converter_fixtures.py).
+      if (c.arch == "qwen3next" || !c.cfg.contains("mtp_num_hidden_layers")) continue;
       mtp = true;
     }
+    const std::string name = c.hf_name(raw);
+    if (name.rfind("model.visual.", 0) == 0) continue;
     c.add(name, to_t(t));
   }
   c.flush_stacks();
-  write_metadata(c, mtp);
+  write_metadata(c, claimed_mtp_layers > 0 ? claimed_mtp_layers : mtp ? 1 : 0);
   c.w.write(path);
 }
 
@@ -331,8 +344,54 @@ TEST_P(GgufHybrid, GivesTheSafetensorsLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufHybrid,
                          ::testing::Values("qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
-                                           "qwen3next-sharded"),
+                                           "qwen3next-sharded", "qwen35moe-mtp"),
                          [](const auto& info) { return test::param_name(info.param); });
+
+// The head's logits after the trunk's prompt (row t: h_t and prompt token t+1), as
+// speculative_mtp_test computes them.
+std::vector<float> mtp_logits(const Checkpoint& ck, const std::vector<int32_t>& ids) {
+  CpuBackend backend{CpuOptions{1}};
+  Model model(ck.config(), ck.weights(), backend, ForwardOptions{});
+  const int T = int(ids.size());
+  auto st = model.new_sequence(T);
+  model.forward(ids.data(), T, *st, nullptr);
+  auto mtp = model.new_mtp_sequence(T);
+  std::vector<float> logits(size_t(T - 1) * size_t(ck.config().vocab));
+  model.mtp_forward(ids.data() + 1, T - 1, /*from_trunk=*/true, *mtp, logits.data());
+  return logits;
+}
+
+// Qwen3.5's multi-token prediction head, as _Qwen35MtpMixin writes it (an extra block with
+// nextn.* tensors), loads into the same head: the same norms and the same draft logits.
+TEST(GgufHybridMtp, LoadsTheHeadAsTheSafetensorsDo) {
+  TempDir dir;
+  const std::string path = dir.str("model.gguf");
+  convert("qwen35moe-mtp", path);
+  const auto hf = Checkpoint::open(test::fixture_model("qwen35moe-mtp"));
+  const auto gg = Checkpoint::open(path);
+  ASSERT_EQ(gg->config().mtp_layers, 1);
+  EXPECT_EQ(gg->config().n_layers, hf->config().n_layers);
+  const MtpWeights &a = hf->weights().mtp, &b = gg->weights().mtp;
+  ASSERT_EQ(b.layers.size(), 1u);
+  EXPECT_EQ(b.embed_norm, a.embed_norm);
+  EXPECT_EQ(b.hidden_norm, a.hidden_norm);
+  EXPECT_EQ(b.norm, a.norm);
+  EXPECT_EQ(b.layers[0].input_norm, a.layers[0].input_norm);
+  for (const std::string& name : gg->info().skipped) EXPECT_EQ(name.find("nextn"), std::string::npos) << name;
+  const std::vector<int32_t> prompt = test::reference_prompt("qwen35moe-mtp");
+  test::expect_logits_within(mtp_logits(*hf, prompt), mtp_logits(*gg, prompt), 1e-5f);
+}
+
+TEST(GgufHybridMtp, DeeperHeadsAreRefusedByName) {
+  TempDir dir;
+  const std::string path = dir.str("model.gguf");
+  convert("qwen35moe-mtp", path, /*claimed_mtp_layers=*/2);
+  const std::string msg = test::open_error(path);
+  EXPECT_NE(msg.find(path + ": metadata key 'qwen35moe.nextn_predict_layers' is 2: multi-token prediction heads of "
+                            "more than one layer are not supported"),
+            std::string::npos)
+      << msg;
+}
 
 TEST(GgufHybridErrors, PositiveSsmAIsNamed) {
   TempDir dir;
