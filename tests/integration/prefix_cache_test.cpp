@@ -322,7 +322,8 @@ SchedulerOptions scheduler_options(const PrefixCacheOptions& cache, int prefill_
 }
 
 std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, const PrefixCacheOptions& cache,
-                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
+                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk,
+                          SchedulerMetrics* metrics = nullptr) {
   Scheduler scheduler(model, scheduler_options(cache, prefill_chunk));
   std::vector<Collector> got(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -331,14 +332,16 @@ std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& re
   }
   scheduler.shutdown(true);
   if (stats) *stats = scheduler.metrics().prefix_cache;
+  if (metrics) *metrics = scheduler.metrics();
   std::vector<Answer> out;
   for (Collector& c : got) out.push_back(c.answer);
   return out;
 }
 
 std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
-                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk) {
-  return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk);
+                          bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk,
+                          SchedulerMetrics* metrics = nullptr) {
+  return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk, metrics);
 }
 
 void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want) {
@@ -441,22 +444,14 @@ TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
   long_one.prompt = tokens(10, 42, f.vocab());
   long_one.sampling.temperature = 0.0f;
   long_one.max_tokens = 50;
-  const auto run = [&](const std::vector<CompletionRequest>& requests, size_t budget) {
-    Scheduler scheduler(*f.model, scheduler_options(cache_options(budget)));
-    std::vector<Collector> got(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i)
-      EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
-    scheduler.shutdown(true);
-    std::vector<Answer> out;
-    for (Collector& c : got) out.push_back(c.answer);
-    return std::make_pair(out, scheduler.metrics());
-  };
-  const auto [with_cache, m] = run({short_one, long_one}, size_t(1) << 30);
+  SchedulerMetrics m, m_alone;
+  const std::vector<Answer> with_cache =
+      serve(*f.model, {short_one, long_one}, size_t(1) << 30, /*concurrent=*/true, nullptr, kChunk, &m);
   EXPECT_EQ(m.replay_tokens, 64u) << "the reply fed again from 64 to 128";
   EXPECT_EQ(m.replay_tokens_alone, 0u) << "replay pieces in steps of their own while a sequence decoded";
   EXPECT_EQ(m.prefix_cache.snapshots, 2u);
-  expect_same(with_cache, run({short_one, long_one}, 0).first);
-  const auto [alone, m_alone] = run({short_one}, size_t(1) << 30);
+  expect_same(with_cache, serve(*f.model, {short_one, long_one}, 0, /*concurrent=*/true));
+  serve(*f.model, {short_one}, size_t(1) << 30, /*concurrent=*/true, nullptr, kChunk, &m_alone);
   EXPECT_EQ(m_alone.replay_tokens, 64u);
   EXPECT_EQ(m_alone.replay_tokens_alone, 64u) << "nothing decodes beside the last request's replay";
 }
