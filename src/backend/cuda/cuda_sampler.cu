@@ -5,9 +5,9 @@
 // the first finish() launches every queued job at once: a step of B rows costs the launches of one.
 #include "backend/cuda/cuda_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <string>
 #include <utility>
