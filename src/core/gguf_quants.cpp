@@ -1,5 +1,6 @@
 #include "core/gguf_quants.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -99,38 +100,39 @@ void q8_0(const uint8_t* b, float* y) {
 
 // Q2_K: scales[16] (low nibble: scale, high: min of each 16 elements), qs[64], d, dmin.
 // Element e = 128·h + 32·s + l holds bits 2s..2s+1 of qs[32·h + l]; x = (d·sc)·q - (dmin·m).
+inline int q2_k_code(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+
 void q2_k(const uint8_t* b, float* y) {
   const uint8_t* sc = b;
-  const uint8_t* qs = b + 16;
   const float d = f16_at(b + 80), dmin = f16_at(b + 82);
   for (int e = 0; e < 256; ++e) {
-    const int h = e / 128, s = (e / 32) % 4, l = e % 32;
-    const float q = float((qs[32 * h + l] >> (2 * s)) & 3);
     const float dl = d * float(sc[e / 16] & 0x0f), ml = dmin * float(sc[e / 16] >> 4);
-    y[e] = dl * q - ml;
+    y[e] = dl * float(q2_k_code(b + 16, e)) - ml;
   }
 }
 
 // Q3_K: hmask[32], qs[64], scales[12] (sixteen 6-bit scales), d. Element e = 128·h + 32·s + l:
 // low bits 2s..2s+1 of qs[32·h + l], high bit e/32 of hmask[l] (set: +0, clear: -4);
 // x = (d·(scale - 32))·q.
-void q3_k(const uint8_t* b, float* y) {
-  const uint8_t* hmask = b;
-  const uint8_t* qs = b + 32;
+void q3_k_scales(const uint8_t* b, float* dl) {
   const uint8_t* sc = b + 96;
   const float d = f16_at(b + 108);
-  float dl[16];
   for (int k = 0; k < 16; ++k) {
     const int low = (sc[k % 8] >> (4 * (k / 8))) & 0x0f;
     const int high = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
     dl[k] = d * float(int8_t(uint8_t(low | high << 4)) - 32);
   }
-  for (int e = 0; e < 256; ++e) {
-    const int h = e / 128, s = (e / 32) % 4, l = e % 32;
-    const int ql = (qs[32 * h + l] >> (2 * s)) & 3;
-    const int qh = ((hmask[l] >> (e / 32)) & 1) ^ 1;
-    y[e] = dl[e / 16] * float(ql - (qh << 2));
-  }
+}
+// Element e's code plus 4 (0..7): the low bits, and 4 where the hmask bit is set.
+inline int q3_k_code4(const uint8_t* b, int e) {
+  const int ql = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+  return ql | ((b[e % 32] >> (e / 32)) & 1) << 2;
+}
+
+void q3_k(const uint8_t* b, float* y) {
+  float dl[16];
+  q3_k_scales(b, dl);
+  for (int e = 0; e < 256; ++e) y[e] = dl[e / 16] * float(q3_k_code4(b, e) - 4);
 }
 
 // The eight 6-bit scales and mins of Q4_K / Q5_K, packed in 12 bytes (gguf-py Q4_K.get_scale_min).
@@ -144,48 +146,45 @@ void k_scale_min(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
 }
 
 // Q4_K: d, dmin, scales[12], qs[128]. Group g = 2c + a of 32 elements holds nibble a of
-// qs[32c .. 32c+31]; x = (d·sc_g)·q - (dmin·m_g).
+// qs[32c .. 32c+31]; x = (d·sc_g)·q - (dmin·m_g). Q5_K: d, dmin, scales[12], qh[32], qs[128]: the
+// same nibbles plus bit g of qh[l] as the fifth bit.
+inline int k_nibble(const uint8_t* qs, int g, int l) { return (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0f; }
+inline int q5_k_code(const uint8_t* b, int g, int l) { return k_nibble(b + 48, g, l) | (((b[16 + l] >> g) & 1) << 4); }
+
 void q4_k(const uint8_t* b, float* y) {
   const float d = f16_at(b), dmin = f16_at(b + 2);
   uint8_t sc[8], mn[8];
   k_scale_min(b + 4, sc, mn);
-  const uint8_t* qs = b + 16;
   for (int g = 0; g < 8; ++g) {
     const float dg = d * float(sc[g]), mg = dmin * float(mn[g]);
-    for (int l = 0; l < 32; ++l) y[32 * g + l] = dg * float((qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0f) - mg;
+    for (int l = 0; l < 32; ++l) y[32 * g + l] = dg * float(k_nibble(b + 16, g, l)) - mg;
   }
 }
 
-// Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's nibbles plus bit g of qh[l] as the fifth bit.
 void q5_k(const uint8_t* b, float* y) {
   const float d = f16_at(b), dmin = f16_at(b + 2);
   uint8_t sc[8], mn[8];
   k_scale_min(b + 4, sc, mn);
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
   for (int g = 0; g < 8; ++g) {
     const float dg = d * float(sc[g]), mg = dmin * float(mn[g]);
-    for (int l = 0; l < 32; ++l) {
-      const int q = ((qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0x0f) | (((qh[l] >> g) & 1) << 4);
-      y[32 * g + l] = dg * float(q) - mg;
-    }
+    for (int l = 0; l < 32; ++l) y[32 * g + l] = dg * float(q5_k_code(b, g, l)) - mg;
   }
 }
 
 // Q6_K: ql[128], qh[64], scales[16] (int8), d. Element e = 128·h + 64·a + l (l < 64) takes nibble
 // a of ql[64·h + l]; its top two bits are bits 2s..2s+1 of qh[32·h + e%32] with s = (e%128)/32;
 // x = (d·scale)·(q - 32).
+inline int q6_k_code(const uint8_t* b, int e) {
+  const int h = e / 128, r = e % 128;
+  const int low = (b[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
+  const int high = (b[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+  return low | high << 4;
+}
+
 void q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   const float d = f16_at(b + 208);
-  for (int e = 0; e < 256; ++e) {
-    const int h = e / 128, r = e % 128;
-    const int low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-    const int high = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-    y[e] = (d * float(sc[e / 16])) * float(int8_t(uint8_t(low | high << 4)) - 32);
-  }
+  for (int e = 0; e < 256; ++e) y[e] = (d * float(sc[e / 16])) * float(q6_k_code(b, e) - 32);
 }
 
 // The 16 non-uniform levels of IQ4_NL and IQ4_XS (gguf-py IQ4_NL.kvalues).
@@ -209,6 +208,109 @@ void iq4_xs(const uint8_t* b, float* y) {
     const float dl = d * float(int8_t(uint8_t(scale)) - 32);
     for (int k = 0; k < 32; ++k) y[32 * j + k] = dl * float(kIq4Values[(qs[16 * j + k % 16] >> (4 * (k / 16))) & 0x0f]);
   }
+}
+
+// The affine forms: each fills a block's codes q (one per element) and each group's scale s and
+// bias o, with x = s·q + o. Where the decoder above writes x = d·(q - c), o = -c·d: both products
+// are exact in fp32 (at most 24 significant bits), so the value is the decoder's to the bit.
+using AffineBlock = void (*)(const uint8_t* b, uint8_t* q, float* s, float* o);
+
+void q4_0_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  s[0] = f16_at(b);
+  o[0] = -8.0f * s[0];
+  for (int j = 0; j < 32; ++j) q[j] = nibble32(b + 2, j);
+}
+
+void q4_1_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  s[0] = f16_at(b);
+  o[0] = f16_at(b + 2);
+  for (int j = 0; j < 32; ++j) q[j] = nibble32(b + 4, j);
+}
+
+void q5_0_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  s[0] = f16_at(b);
+  o[0] = -16.0f * s[0];
+  for (int j = 0; j < 32; ++j) q[j] = uint8_t(nibble32(b + 6, j) | qh_bit(b + 2, j) << 4);
+}
+
+void q5_1_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  s[0] = f16_at(b);
+  o[0] = f16_at(b + 2);
+  for (int j = 0; j < 32; ++j) q[j] = uint8_t(nibble32(b + 8, j) | qh_bit(b + 4, j) << 4);
+}
+
+// Signed codes shifted by 128 into unsigned ones.
+void q8_0_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  s[0] = f16_at(b);
+  o[0] = -128.0f * s[0];
+  for (int j = 0; j < 32; ++j) q[j] = uint8_t(b[2 + j] ^ 0x80);
+}
+
+void q2_k_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  for (int g = 0; g < 16; ++g) {
+    s[g] = d * float(b[g] & 0x0f);
+    o[g] = -(dmin * float(b[g] >> 4));
+  }
+  for (int e = 0; e < 256; ++e) q[e] = uint8_t(q2_k_code(b + 16, e));
+}
+
+void q3_k_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  q3_k_scales(b, s);
+  for (int g = 0; g < 16; ++g) o[g] = -4.0f * s[g];
+  for (int e = 0; e < 256; ++e) q[e] = uint8_t(q3_k_code4(b, e));
+}
+
+void k_affine_scales(const uint8_t* b, float* s, float* o) {
+  const float d = f16_at(b), dmin = f16_at(b + 2);
+  uint8_t sc[8], mn[8];
+  k_scale_min(b + 4, sc, mn);
+  for (int g = 0; g < 8; ++g) {
+    s[g] = d * float(sc[g]);
+    o[g] = -(dmin * float(mn[g]));
+  }
+}
+
+void q4_k_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  k_affine_scales(b, s, o);
+  for (int g = 0; g < 8; ++g)
+    for (int l = 0; l < 32; ++l) q[32 * g + l] = uint8_t(k_nibble(b + 16, g, l));
+}
+
+void q5_k_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  k_affine_scales(b, s, o);
+  for (int g = 0; g < 8; ++g)
+    for (int l = 0; l < 32; ++l) q[32 * g + l] = uint8_t(q5_k_code(b, g, l));
+}
+
+void q6_k_affine(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = f16_at(b + 208);
+  for (int g = 0; g < 16; ++g) {
+    s[g] = d * float(sc[g]);
+    o[g] = -32.0f * s[g];
+  }
+  for (int e = 0; e < 256; ++e) q[e] = uint8_t(q6_k_code(b, e));
+}
+
+struct AffineType {
+  GgmlType type;
+  GgmlAffineForm form;
+  AffineBlock block;
+};
+
+constexpr AffineType kAffine[] = {
+    {GgmlType::Q4_0, {4, 32}, q4_0_affine}, {GgmlType::Q4_1, {4, 32}, q4_1_affine},
+    {GgmlType::Q4_K, {4, 32}, q4_k_affine}, {GgmlType::Q5_0, {8, 32}, q5_0_affine},
+    {GgmlType::Q5_1, {8, 32}, q5_1_affine}, {GgmlType::Q5_K, {8, 32}, q5_k_affine},
+    {GgmlType::Q8_0, {8, 32}, q8_0_affine}, {GgmlType::Q2_K, {8, 16}, q2_k_affine},
+    {GgmlType::Q3_K, {8, 16}, q3_k_affine}, {GgmlType::Q6_K, {8, 16}, q6_k_affine},
+};
+
+const AffineType* affine_type(GgmlType t) {
+  for (const AffineType& a : kAffine)
+    if (a.type == t) return &a;
+  return nullptr;
 }
 
 }  // namespace
@@ -259,6 +361,28 @@ void ggml_dequantize_row(GgmlType t, const void* src, int64_t n, float* dst) {
   }
   const GgmlTypeInfo& info = ggml_type_info(t);
   for (int64_t i = 0; i < n / info.block; ++i) block(b + i * info.bytes, dst + i * info.block);
+}
+
+GgmlAffineForm ggml_affine_form(GgmlType t) {
+  const AffineType* a = affine_type(t);
+  return a ? a->form : GgmlAffineForm{};
+}
+
+void ggml_affine_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales, float* biases) {
+  const AffineType* a = affine_type(t);
+  check(a != nullptr, std::string("ggml type ") + ggml_type_name(t) + " has no affine form");
+  const GgmlTypeInfo& info = ggml_type_info(t);
+  const int bits = a->form.bits, per_word = 32 / bits, per_block = int(info.block / a->form.group);
+  const uint8_t* b = static_cast<const uint8_t*>(src);
+  uint8_t q[256];
+  std::fill_n(codes, n / per_word, 0u);
+  for (int64_t i = 0; i < n / info.block; ++i) {
+    a->block(b + i * info.bytes, q, scales + i * per_block, biases + i * per_block);
+    for (int64_t j = 0; j < info.block; ++j) {
+      const int64_t e = i * info.block + j;
+      codes[e / per_word] |= uint32_t(q[j]) << (bits * (e % per_word));
+    }
+  }
 }
 
 }  // namespace petrel

@@ -42,4 +42,19 @@ inline int64_t ggml_row_bytes(GgmlType t, int64_t n) {
 // as gguf-py's dequantize does. `t` must be one of the dequantized types.
 void ggml_dequantize_row(GgmlType t, const void* src, int64_t n, float* dst);
 
+// The affine form of a type whose blocks are x = scale·q + bias per group of elements with
+// unsigned integer codes q: the form the device kernels read (4-bit codes for the 4-bit types,
+// 8-bit codes for the 5-, 6- and 8-bit ones and for the K-quants with 16-element groups). bits 0:
+// the type has none (floats; IQ4_NL and IQ4_XS, whose levels are not evenly spaced).
+struct GgmlAffineForm {
+  int bits = 0;
+  int group = 0;
+};
+GgmlAffineForm ggml_affine_form(GgmlType t);
+
+// Row `src` of n elements in its type's affine form: codes packed into 32-bit words (element i at
+// bits [bits·(i % per_word), ...) of word i / per_word, MLX's order), a scale and a bias per
+// group. For finite scales, scale·q + bias (two fp32 roundings) equals ggml_dequantize_row's value.
+void ggml_affine_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales, float* biases);
+
 }  // namespace petrel

@@ -23,6 +23,11 @@ size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
 int route_ld(const FfnWeights& f) { return (int(f.router.rows) + 1 + 7) / 8 * 8; }
 bool routes_beside(const LayerWeights& L) { return L.ffn.moe && L.ffn.router.rows > 0 && L.ffn.router.cols % 8 == 0; }
 
+// The affine form of a GGUF block matrix; bits 0 for any other matrix.
+GgmlAffineForm ggml_gguf_affine(const Matrix& m) {
+  return m.format == MatrixFormat::Gguf ? ggml_affine_form(m.ggml) : GgmlAffineForm{};
+}
+
 // The trunk's decoder layers, then the multi-token prediction head's.
 std::vector<const LayerWeights*> every_layer(const ModelWeights& w) {
   std::vector<const LayerWeights*> out;
@@ -59,6 +64,8 @@ void check_device_memory(size_t bytes, const std::string& what) {
 
 DeviceWeights::Plan DeviceWeights::plan(const Matrix& m, bool router_like) const {
   if (m.format == MatrixFormat::Affine) return {&m, m.bits == 4 ? WFormat::Q4 : WFormat::Q8, m.group};
+  // GGUF blocks keep their own codes, scales and biases (never quantised twice).
+  if (const GgmlAffineForm a = ggml_gguf_affine(m); a.bits > 0) return {&m, a.bits == 4 ? WFormat::Q4 : WFormat::Q8, a.group};
   if (opt_.int4 && m.cols % kQuantGroup == 0) return {&m, router_like ? WFormat::Q8 : WFormat::Q4, kQuantGroup};
   return {&m, WFormat::BF16, kQuantGroup};
 }
@@ -107,6 +114,39 @@ void DeviceWeights::upload_rows(int64_t rows, size_t row_bytes, const std::funct
   }
 }
 
+// A GGUF block matrix as the affine codes, scales and biases its type's blocks hold
+// (ggml_affine_row), decoded a batch of rows at a time into the staging buffer. Scales and biases
+// go up as bf16, which keeps each weight as precise as a bf16 weight would be.
+void DeviceWeights::fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst) {
+  const int64_t cols = m.cols, words = cols * dst.bits() / 32, groups = cols / dst.group;
+  const size_t row_bytes = size_t(words) * 4 + size_t(groups) * 4, raw_row = size_t(ggml_row_bytes(m.ggml, cols));
+  const int64_t batch = std::max<int64_t>(1, int64_t(staging_bytes_ / row_bytes));
+  std::vector<float> scales(static_cast<size_t>(groups)), biases(static_cast<size_t>(groups));
+  for (int64_t r0 = 0; r0 < m.rows; r0 += batch) {
+    const int64_t n = std::min(batch, m.rows - r0);
+    uint32_t* codes = reinterpret_cast<uint32_t*>(staging_);
+    uint16_t* s16 = reinterpret_cast<uint16_t*>(codes + n * words);
+    uint16_t* b16 = s16 + n * groups;
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r0 + r)) * raw_row;
+      ggml_affine_row(m.ggml, row, cols, codes + r * words, scales.data(), biases.data());
+      for (int64_t g = 0; g < groups; ++g) {
+        s16[r * groups + g] = f32_to_bf16(scales[size_t(g)]);
+        b16[r * groups + g] = f32_to_bf16(biases[size_t(g)]);
+      }
+    }
+    const auto put = [&](void* to, const void* from, size_t bytes) {
+      PETREL_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
+    };
+    put(static_cast<uint32_t*>(const_cast<void*>(dst.w)) + r0 * words, codes, size_t(n * words) * 4);
+    put(const_cast<bf16*>(dst.scales) + r0 * groups, s16, size_t(n * groups) * 2);
+    put(const_cast<bf16*>(dst.biases) + r0 * groups, b16, size_t(n * groups) * 2);
+    PETREL_CUDA(cudaStreamSynchronize(stream_));  // the staging buffer is reused next
+    done_ += size_t(n) * row_bytes;
+    if (progress_) progress_(std::min(done_, planned_), planned_);
+  }
+}
+
 // Writes one matrix (already allocated as `dst`) from the host view, or random values when the
 // view has no data (synthetic benchmark models).
 void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
@@ -137,7 +177,8 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     m.dequant_row(r, f.data());
     for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(f[i]);
   };
-  // Dense and GGUF block rows go up as bf16 (decoded row by row), or quantised at load.
+  if (ggml_gguf_affine(m).bits > 0) return fill_gguf_affine(m, dst);
+  // Dense, FP8 and the other GGUF block rows go up as bf16 (decoded row by row), or quantised at load.
   if (m.format != MatrixFormat::Affine) {
     if (dst.format == WFormat::BF16) {
       upload_rows(rows, cols * 2, bf16_row, const_cast<void*>(dst.w));
