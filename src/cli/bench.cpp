@@ -78,6 +78,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // checkpoint's own tensors on the host (the CPU backend, whose KV cache is fp32).
 enum class WeightBytes { CudaInt4, CudaAsStored, Host };
 
+bool gguf_mix(const std::string& weights) {
+  const std::vector<std::string> mixes = synthetic_gguf_mixes();
+  return std::find(mixes.begin(), mixes.end(), weights) != mixes.end();
+}
+
 // Bytes a decode step of `rows` sequences reads and writes: every non-expert weight, the distinct
 // experts its rows route to (expected, for uniform routing: each expert is missed by all rows with
 // probability (1 - top_k/experts)^rows; top_k for one row) and the shared expert per layer, the LM
@@ -86,6 +91,8 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
   auto bytes = [&](const Matrix& m, bool router_like) -> double {
     if (!m.valid()) return 0;
     if (m.format == MatrixFormat::Affine || where == WeightBytes::Host) return double(m.bytes());
+    if (const GgmlAffineForm a = m.format == MatrixFormat::Gguf ? ggml_affine_form(m.ggml) : GgmlAffineForm{}; a.bits)
+      return double(m.rows * m.cols) * a.bits / 8 + 4.0 * double(m.rows * (m.cols / a.group));  // as uploaded
     if (where == WeightBytes::CudaInt4 && m.cols % 64 == 0)
       return double(m.rows * m.cols) * (router_like ? 1.0 : 0.5) + 4.0 * double(m.rows * (m.cols / 64));
     return 2.0 * double(m.rows * m.cols);
@@ -403,7 +410,10 @@ void run(Args a) {
     if (!a.contexts_set) a.contexts = kCpuContexts;
     if (!a.decode_tokens_set) a.decode_tokens = kCpuDecodeTokens;
   } else {
-    check(a.weights == "int4" || a.weights == "bf16", "--weights '" + a.weights + "': expected int4 or bf16");
+    check(a.weights == "int4" || a.weights == "bf16" || gguf_mix(a.weights),
+          "--weights '" + a.weights + "': expected int4, bf16, q4_0 or q4_k_m");
+    check(!gguf_mix(a.weights) || !a.synthetic.empty(),
+          "--weights " + a.weights + ": only with --synthetic (a checkpoint's matrices go up as they are stored)");
     check(cuda_available(), "petrel bench --device cuda: " + cuda_device_summary());
   }
   const bool int4 = !cpu && a.weights == "int4";
@@ -420,6 +430,7 @@ void run(Args a) {
     // The draft head only where it drafts: its memory would otherwise be taken from the rest.
     if (a.speculative != "mtp") config.mtp_layers = 0;
     synth = synthetic_weights(config);
+    if (!cpu && gguf_mix(a.weights)) store_as_gguf_mix(*synth, a.weights);
   }
   const SpeculativeBench spec = speculative_bench(a, config);
   a.turns.runs = a.runs;
@@ -596,7 +607,9 @@ void add(CLI::App& app) {
                                               "qwen3-next-80b-a3b, qwen3-30b-a3b");
   cmd->add_option("--device", a.device, "auto (cuda when a GPU is present), cuda or cpu")->capture_default_str();
   add_threads_flag(cmd, a.threads);
-  cmd->add_option("--weights", a.weights, "CUDA: int4 (MLX affine, group 64; router 8-bit) or bf16")
+  cmd->add_option("--weights", a.weights,
+                  "CUDA: int4 (MLX affine, group 64; router 8-bit), bf16, or with --synthetic a GGUF mix as "
+                  "llama.cpp quantises it: q4_0 or q4_k_m")
       ->capture_default_str();
   cmd->add_option("--prefill", a.prefill, std::string("Prompt lengths to time (CPU default ") + kCpuPrefill + ")")
       ->capture_default_str();

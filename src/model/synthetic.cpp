@@ -142,3 +142,50 @@ std::unique_ptr<ModelWeights> synthetic_weights(const ModelConfig& c) {
 }
 
 }  // namespace petrel
+
+namespace petrel {
+namespace {
+
+// llama.cpp's "more bits" layers of a Q4_K_M file: the first and last eighth and every third one
+// between, whose attn_v and ffn_down take Q6_K.
+bool more_bits(int layer, int layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+void set_type(Matrix& m, GgmlType t) {
+  if (!m.valid()) return;
+  m.format = MatrixFormat::Gguf;
+  m.ggml = t;
+}
+
+void store_layer(LayerWeights& L, GgmlType base, GgmlType more) {
+  for (Matrix* m : {&L.attn.q, &L.attn.gate, &L.attn.k, &L.attn.o, &L.gdn.qkv, &L.gdn.z, &L.gdn.b, &L.gdn.a,
+                    &L.gdn.out, &L.ffn.dense.gate, &L.ffn.dense.up, &L.ffn.shared.gate, &L.ffn.shared.up})
+    set_type(*m, base);
+  set_type(L.attn.v, more);
+  set_type(L.ffn.dense.down, more);
+  set_type(L.ffn.shared.down, more);
+  for (MlpWeights& e : L.ffn.experts) {
+    set_type(e.gate, base);
+    set_type(e.up, base);
+    set_type(e.down, more);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_gguf_mixes() { return {"q4_0", "q4_k_m"}; }
+
+void store_as_gguf_mix(ModelWeights& w, const std::string& mix) {
+  check(mix == "q4_0" || mix == "q4_k_m", "GGUF mix '" + mix + "' is not known (expected q4_0 or q4_k_m)");
+  const bool k = mix == "q4_k_m";
+  const GgmlType base = k ? GgmlType::Q4_K : GgmlType::Q4_0;
+  set_type(w.embed, base);
+  set_type(w.lm_head, GgmlType::Q6_K);  // both mixes keep the output matrix at 6 bits
+  set_type(w.mtp.fc, base);
+  const int n = int(w.layers.size());
+  for (int i = 0; i < n; ++i) store_layer(w.layers[size_t(i)], base, k && more_bits(i, n) ? GgmlType::Q6_K : base);
+  for (LayerWeights& L : w.mtp.layers) store_layer(L, base, base);
+}
+
+}  // namespace petrel

@@ -18,4 +18,11 @@ std::vector<std::string> synthetic_names();
 // constants (the vectors are small and live on the host like a checkpoint's).
 std::unique_ptr<ModelWeights> synthetic_weights(const ModelConfig& config);
 
+// The GGUF quantisation mixes a synthetic model can be stored as ("q4_0", "q4_k_m").
+std::vector<std::string> synthetic_gguf_mixes();
+// Marks every matrix of synthetic weights w as GGUF blocks of the types llama.cpp's quantiser
+// gives it in `mix` (routers and shared gates stay float, as quantised files keep them), so a
+// device backend stores them as it stores such a file's; throws naming the mixes otherwise.
+void store_as_gguf_mix(ModelWeights& w, const std::string& mix);
+
 }  // namespace petrel
