@@ -101,6 +101,16 @@ __device__ __forceinline__ ChunkMatrix<F> chunk_matrix(const DeviceMatrix& m) {
   return with_data(v, m);
 }
 
+// Starts pulling rows [r0, r1) of m into L2 whatever its format: a kernel's hint for the next
+// kernel's weights, which may be stored in another format than its own.
+__device__ inline void prefetch_matrix_rows(const DeviceMatrix& m, int64_t r0, int64_t r1) {
+  switch (m.format) {
+    case WFormat::Q4: return chunk_matrix<WFormat::Q4>(m).prefetch_rows(r0, r1);
+    case WFormat::Q8: return chunk_matrix<WFormat::Q8>(m).prefetch_rows(r0, r1);
+    case WFormat::BF16: return chunk_matrix<WFormat::BF16>(m).prefetch_rows(r0, r1);
+  }
+}
+
 // One chunk's staged activations in registers: two int8 levels (4 words each for 4-bit weights,
 // x[0..1] the first level, x[2..3] the second; 2 words each for 8-bit: x[0], x[1]) or 8 fp32
 // values (bf16 weights); with the chunk's Σx and second-level scale d/127² (4- and 8-bit).

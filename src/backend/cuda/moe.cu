@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) gate_up_staged_kernel(DeviceMa
   if (threadIdx.x == 0) {
     const DeviceMatrix d = routed ? down.entry(expert) : s_down;
     const int per = (d.rows + gridDim.x - 1) / gridDim.x;
-    chunk_matrix<F>(d).prefetch_rows(int64_t(blockIdx.x) * per, min(d.rows, int(blockIdx.x + 1) * per));
+    prefetch_matrix_rows(d, int64_t(blockIdx.x) * per, min(d.rows, int(blockIdx.x + 1) * per));
   }
 #pragma unroll
   for (int r = 0; r < kStagedRows; ++r) {
@@ -623,26 +623,32 @@ void launch_down_async(const DeviceMatrix& down, const DeviceMatrix* s_down, int
              pick.sums, pick.E + 1);
 }
 
-// The staged kernels need every expert matrix (and the shared expert's) in one chunked layout.
+// True when matrices a, b, c, d (null: absent) share one chunked layout: one format and, quantised,
+// one group size.
+bool one_layout(const DeviceMatrix& a, const DeviceMatrix* b, const DeviceMatrix* c, const DeviceMatrix* d) {
+  for (const DeviceMatrix* m : {&a, b, c, d})
+    if (m && (m->format != a.format || !chunked_layout(*m) || (m->format != WFormat::BF16 && m->group != a.group)))
+      return false;
+  return true;
+}
+
+// The staged kernels read gate and up (and the shared expert's) in one chunked layout and down
+// (and the shared down) in one of its own.
 bool moe_staged_fits(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                      const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k) {
-  const DeviceMatrix* all[] = {&gate, &up, &down, s_gate, s_up, s_down};
-  for (const DeviceMatrix* m : all)  // one format and, quantised, one group size: rows of one layout
-    if (m && (m->format != gate.format || !chunked_layout(*m) ||
-              (m->format != WFormat::BF16 && m->group != gate.group)))
-      return false;
+  if (!one_layout(gate, &up, s_gate, s_up) || !one_layout(down, s_down, nullptr, nullptr)) return false;
   if (s_down && (s_down->cols != down.cols || s_gate->cols != gate.cols)) return false;
   if (std::max(gate.rows, s_gate ? s_gate->rows : 0) % 8) return false;  // staged act rows start 16-byte aligned
-  return k + 1 <= 33 && staged_bytes(gate.format, down.cols, k + 1) <= 48 * 1024 &&
+  return k + 1 <= 33 && staged_bytes(down.format, down.cols, k + 1) <= 48 * 1024 &&
          staged_bytes(gate.format, gate.cols, 1) <= 48 * 1024;
 }
 
+// The gate and up half of the staged expert decode (plus SiLU·mul into act), on gate's format F.
 template <WFormat F>
-void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                       const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
-                       const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
-                       const float* sgate, float* act, int width, StageNorm norm, TopK pick, const GemvOut& out,
-                       cudaStream_t s) {
+void moe_gate_up_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                        const DeviceMatrix* s_gate, const DeviceMatrix* s_up, const DeviceMatrix* s_down,
+                        const void* x, int64_t x_stride, int x_elem, int T, int k, int* ids, float* weights,
+                        float* act, int width, StageNorm norm, TopK pick, cudaStream_t s) {
   const bool shared = s_gate != nullptr;
   const int slots = T * k + (shared ? T : 0);
   const GateUpSplit split = T == 1 ? gate_up_async_split(gate, slots) : GateUpSplit{};
@@ -668,6 +674,15 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                pick);
   }
   PETREL_LAUNCHED("moe gate_up");
+}
+
+// The down half: every staged row of act through its expert's down projection, weighted and
+// summed, on down's format F (GGUF mixes store down with more bits than gate and up).
+template <WFormat F>
+void moe_down_staged(const DeviceMatrix& down, const DeviceMatrix* s_down, int T, int k, const int* ids,
+                     const float* weights, const float* sgate, const float* act, int width, TopK pick,
+                     const GemvOut& out, cudaStream_t s) {
+  const bool shared = s_down != nullptr;
   const int n = k + (shared ? 1 : 0);
   const DownSplit down_split = T == 1 ? down_async_split(down, n) : DownSplit{};
   if (down_split.ppl == 3)
@@ -679,6 +694,16 @@ void moe_decode_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const D
                down, shared ? *s_down : DeviceMatrix{}, shared, T, k, ids, weights, sgate, act, width, out, pick.sums,
                pick.E + 1);
   PETREL_LAUNCHED("moe down");
+}
+
+// Calls fn with format f as a compile-time constant.
+template <typename Fn>
+void with_format(WFormat f, Fn&& fn) {
+  switch (f) {
+    case WFormat::Q4: return fn(std::integral_constant<WFormat, WFormat::Q4>{});
+    case WFormat::Q8: return fn(std::integral_constant<WFormat, WFormat::Q8>{});
+    case WFormat::BF16: return fn(std::integral_constant<WFormat, WFormat::BF16>{});
+  }
 }
 
 // Exclusive prefix sum of v over the block (blockDim.x = kPlanThreads); *total gets the sum.
@@ -799,15 +824,13 @@ void moe_decode(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMa
   const bool shared = s_gate != nullptr;
   const int width = std::max(gate.rows, shared ? s_gate->rows : 0);
   if (moe_staged_fits(gate, up, down, s_gate, s_up, s_down, k)) {
-    if (gate.format == WFormat::Q4)
-      moe_decode_staged<WFormat::Q4>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, pick, out, s);
-    else if (gate.format == WFormat::Q8)
-      moe_decode_staged<WFormat::Q8>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                     sgate, act, width, norm, pick, out, s);
-    else
-      moe_decode_staged<WFormat::BF16>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids, weights,
-                                       sgate, act, width, norm, pick, out, s);
+    with_format(gate.format, [&](auto f) {
+      moe_gate_up_staged<decltype(f)::value>(gate, up, down, s_gate, s_up, s_down, x, x_stride, x_elem, T, k, ids,
+                                             weights, act, width, norm, pick, s);
+    });
+    with_format(down.format, [&](auto f) {
+      moe_down_staged<decltype(f)::value>(down, s_down, T, k, ids, weights, sgate, act, width, pick, out, s);
+    });
     return;
   }
   check(!norm.w && !out.add && out.elem == 2 && !pick.any(),
