@@ -8,13 +8,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <ostream>
 #include <random>
-#include <tuple>
 #include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "checkpoint_logits.h"
 #include "core/dtype.h"
@@ -202,6 +205,7 @@ struct Files {
   }
 };
 
+// 24 ids drawn from the 512-token vocabulary.
 std::vector<int32_t> prompt() {
   std::mt19937 gen(24);
   std::vector<int32_t> ids(24);
@@ -254,12 +258,12 @@ Mix all(GgmlType t) {
   return [t](const std::string&) { return t; };
 }
 
-// Issue 66's bar for K-quant mixes is a logit cosine of 0.99 on real models; random weights have
-// no redundancy and amplify every rounding (Q4_K on the LM head alone gives 0.996, on the
-// embedding alone 0.90-0.93, on a DeltaNet in_proj_qkv alone 0.62 at one position), so the bounds
-// are those measured here (mean / min: Q4_K_M 0.960 / 0.932 and 0.948 / 0.733, Q5_K 0.979 / 0.915
-// and 0.976 / 0.801, Q6_K 0.9957 / 0.978 and 0.9921 / 0.976, Q8_0 0.9993 / 0.993 and 0.9994 /
-// 0.9945), less a margin.
+// The bar for K-quant mixes on real models is a logit cosine of 0.99; random weights have no
+// redundancy and amplify every rounding (Q4_K on the LM head alone gives 0.996, on the embedding
+// alone 0.90-0.93, on a DeltaNet in_proj_qkv alone 0.62 at one position), so the bounds are those
+// measured here less a margin. Mean / min, qwen35moe then qwen3next: Q4_K_M 0.960 / 0.932 and
+// 0.948 / 0.733, Q5_K 0.979 / 0.915 and 0.976 / 0.801, Q6_K 0.9957 / 0.978 and 0.9921 / 0.976,
+// Q8_0 0.9993 / 0.993 and 0.9994 / 0.9945.
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufKQuant,
                          ::testing::Values(Case{"qwen35moe-text-per-expert", "Q4_K_M", q4_k_m, 0.94, 0.85},
                                            Case{"qwen3next-sharded", "Q4_K_M", q4_k_m, 0.93, 0.65},

@@ -28,7 +28,8 @@ inline void q8_0_block(const float* x, std::vector<uint8_t>& out) {
   float amax = 0;
   for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = put_f16(out, amax / 127);
-  for (int i = 0; i < 32; ++i) out.push_back(uint8_t(int8_t(d > 0 ? std::clamp(std::lround(x[i] / d), -127L, 127L) : 0)));
+  for (int i = 0; i < 32; ++i)
+    out.push_back(uint8_t(int8_t(d > 0 ? std::clamp(std::lround(x[i] / d), -127L, 127L) : 0)));
 }
 
 // Q4_K (bits 4) and Q5_K (bits 5): 256 elements as 8 sub-blocks of 32, x ≈ d·sc·q − dmin·m with
