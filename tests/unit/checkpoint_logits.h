@@ -34,11 +34,12 @@ inline std::vector<int32_t> reference_prompt(const std::string& fixture) {
   return j["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-// Every logit of `got` within `rel` times the largest |logit| of `want`.
+// Every logit of `got` within `rel` times the largest |logit| of `want`, and none of either NaN or infinite.
 inline void expect_logits_within(const std::vector<float>& want, const std::vector<float>& got, float rel) {
   ASSERT_EQ(got.size(), want.size());
   float scale = 0, worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(want[i]) && std::isfinite(got[i])) << "logit " << i << ": " << want[i] << " vs " << got[i];
     scale = std::max(scale, std::fabs(want[i]));
     worst = std::max(worst, std::fabs(got[i] - want[i]));
   }
