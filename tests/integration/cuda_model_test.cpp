@@ -17,16 +17,27 @@
 namespace petrel {
 namespace {
 
+// Fixture folders, and GGUF files the real converter made of them (NAME-TYPE.gguf in
+// tests/fixtures/gguf/models: their blocks go up in their own affine form).
 const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
                                             "qwen3next-sharded",   "qwen3moe",                  "qwen3-dense-f32",
-                                            "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen35moe-vlm-fp8"};
+                                            "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen35moe-vlm-fp8",
+                                            "qwen35moe-text-per-expert-Q8_0.gguf", "qwen3next-sharded-Q8_0.gguf",
+                                            "qwen35moe-vlm-fused-BF16.gguf"};
+
+// The checkpoint a fixture name opens, and the folder holding its reference prompt.
+std::pair<std::string, std::string> fixture_paths(const std::string& name) {
+  if (name.size() < 5 || name.substr(name.size() - 5) != ".gguf") return {test::fixture_model(name), test::fixture_model(name)};
+  const std::string folder = name.substr(0, name.rfind('-'));
+  return {std::string(PETREL_FIXTURES_DIR) + "/gguf/models/" + name, test::fixture_model(folder)};
+}
 
 class CudaFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
-  const std::string dir = test::fixture_model(GetParam());
-  auto ck = Checkpoint::open(dir);
+  const auto [path, dir] = fixture_paths(GetParam());
+  auto ck = Checkpoint::open(path);
   const ModelConfig& c = ck->config();
   nlohmann::json ref = nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
   const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
