@@ -46,8 +46,10 @@ __device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_
   out[1] = pack_bf16(v[2], v[3]);
 }
 
+// Scale and bias of a thread's half row of 32 codes: one pair, or one per 16 codes (8-bit weights
+// in groups of 16: GGUF's Q6_K, Q3_K, Q2_K).
 struct Affine {
-  bf16 s, b;
+  bf16 s[2], b[2];
 };
 
 template <int BM, WLoad L>
@@ -114,11 +116,14 @@ struct Gemm {
     for (int c = 0; c < chunks; ++c) cp_async16(smem_addr(dst + 16 * c), ok ? src + 16 * c : W.w, ok);
   }
 
-  // Scale and bias of the thread's half row (a group is a multiple of 32 columns); zero off the matrix.
+  // Scales and biases of the thread's half row (groups of 16 or a multiple of 32 columns); zero off
+  // the matrix.
   __device__ Affine affine(int kt) const {
-    if (!half_ok(kt)) return {__float2bfloat16(0.0f), __float2bfloat16(0.0f)};
+    const bf16 zero = __float2bfloat16(0.0f);
+    if (!half_ok(kt)) return {{zero, zero}, {zero, zero}};
     const int64_t gi = int64_t(n0 + tid / 2) * (K / W.group) + half_k(kt) / W.group;
-    return {W.scales[gi], W.biases[gi]};
+    const int64_t g2 = W.group == 16 ? gi + 1 : gi;
+    return {{W.scales[gi], W.scales[g2]}, {W.biases[gi], W.biases[g2]}};
   }
 
   __device__ void dequant(int stage, Affine a) const {
@@ -127,7 +132,7 @@ struct Gemm {
     if constexpr (L == WLoad::Q4) {
       const uint4 q = raw[0];
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-      const __nv_bfloat162 s = __bfloat162bfloat162(a.s), b = __bfloat162bfloat162(a.b);
+      const __nv_bfloat162 s = __bfloat162bfloat162(a.s[0]), b = __bfloat162bfloat162(a.b[0]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         uint32_t out[4];
@@ -135,9 +140,9 @@ struct Gemm {
         dst[i] = make_uint4(out[0], out[1], out[2], out[3]);
       }
     } else {
-      const float s = __bfloat162float(a.s), b = __bfloat162float(a.b);
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
+      for (int c = 0; c < 2; ++c) {  // 16 codes each, under scale and bias pair c
+        const float s = __bfloat162float(a.s[c]), b = __bfloat162float(a.b[c]);
         const uint4 q = raw[c];
         uint32_t out[8];
         dequant_q8(q.x, s, b, out);
@@ -285,7 +290,8 @@ void launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
 template <int BM>
 void launch_format(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int M, const int* row_token,
                    const int* tile_expert, void* y, int64_t y_stride, int y_elem, cudaStream_t s) {
-  const bool packed = w.group % 32 == 0 && w.cols % 32 == 0;  // whole 16-byte chunks, one group per half k-tile
+  // Whole 16-byte chunks, one group per half k-tile (8-bit: or one per 16 codes).
+  const bool packed = (w.group % 32 == 0 || (w.format == WFormat::Q8 && w.group == 16)) && w.cols % 32 == 0;
   if (w.format == WFormat::BF16)
     launch<BM, WLoad::Bf16>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
   else if (!packed)
