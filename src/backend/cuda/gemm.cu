@@ -36,16 +36,6 @@ __device__ __forceinline__ void store8_bf16(bf16* dst, const float f[8]) {
       make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
 }
 
-// 4 codes of an 8-bit word -> 2 bf16 pairs s·q + b (fp32 arithmetic: 8-bit codes are not exact
-// behind a bf16 magic number).
-__device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_t out[2]) {
-  float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = fmaf(small_uint_to_float((w >> (8 * i)) & 255u), s, b);
-  out[0] = pack_bf16(v[0], v[1]);
-  out[1] = pack_bf16(v[2], v[3]);
-}
-
 // Scale and bias of a thread's half row of 32 codes: one pair, or one per 16 codes (8-bit weights
 // in groups of 16: GGUF's Q6_K, Q3_K, Q2_K).
 struct Affine {

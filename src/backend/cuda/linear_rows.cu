@@ -1,5 +1,5 @@
 // y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once:
-// the weights are the mma's A operand (16 rows a warp, 4-bit codes dequantised in registers, no
+// the weights are the mma's A operand (16 rows a warp, 4-/8-bit codes dequantised in registers, no
 // shared-memory weight tile, no block barrier per k-tile) and the token rows its B operand, staged
 // in shared memory. The grouped form runs a step's routed experts over moe_plan's tiles (an
 // expert's rows, up to 64 a tile): gate and up together with SiLU·mul, then down.
@@ -13,7 +13,8 @@
 // Fragment order. A lane of an m16n8k16 mma holds k columns {2t, 2t+1, 2t+8, 2t+9} (t = lane % 4)
 // of A and of B alike, so one bijection of k applied to both leaves the product unchanged. Per
 // iteration of KI physical columns lane t loads 16 consecutive bytes of each of its rows (32 4-bit
-// codes, or 8 bf16: columns [t·KI/4, (t+1)·KI/4)) and mma step s takes its values 4s..4s+3.
+// codes, 16 8-bit ones or 8 bf16: columns [t·KI/4, (t+1)·KI/4)) and mma step s takes its values
+// 4s..4s+3.
 // Staging writes the activations in that order, so ldmatrix reads B fragments as if k were natural.
 #include <algorithm>
 #include <string>
@@ -46,25 +47,25 @@ struct RowsArgs {
 
 template <WFormat F>
 struct Format {
-  static constexpr int KI = F == WFormat::Q4 ? 128 : 32;  // physical columns an iteration covers
-  static constexpr int kSteps = KI / 16;                  // mma k-steps an iteration
+  static constexpr int kPerChunk = F == WFormat::Q4 ? 32 : F == WFormat::Q8 ? 16 : 8;  // weights in 16 bytes
+  static constexpr int KI = 4 * kPerChunk;  // physical columns an iteration covers
+  static constexpr int kSteps = KI / 16;    // mma k-steps an iteration
 };
 
-// Iteration i's 16 bytes of row `row` for lane t, with the row's group scale and bias (4-bit).
+// Iteration i's 16 bytes of row `row` for lane t, with their group's scale and bias (quantised:
+// a lane's 32 4-bit or 16 8-bit codes lie in one group).
 template <WFormat F>
 struct Slice {
   uint4 v;
   __nv_bfloat162 s, b;
   __device__ void load(const DeviceMatrix& w, int row, int i, int t) {
-    constexpr int KI = Format<F>::KI;
+    constexpr int KI = Format<F>::KI, per = Format<F>::kPerChunk;
     const int K = w.cols;
-    if constexpr (F == WFormat::Q4) {
-      v = reinterpret_cast<const uint4*>(w.w)[int64_t(row) * (K / 32) + i * (KI / 32) + t];
-      const int64_t gi = int64_t(row) * (K / w.group) + (i * KI + t * (KI / 4)) / w.group;
+    v = reinterpret_cast<const uint4*>(w.w)[int64_t(row) * (K / per) + i * 4 + t];
+    if constexpr (F != WFormat::BF16) {
+      const int64_t gi = int64_t(row) * (K / w.group) + (i * KI + t * per) / w.group;
       s = __bfloat162bfloat162(w.scales[gi]);
       b = __bfloat162bfloat162(w.biases[gi]);
-    } else {
-      v = reinterpret_cast<const uint4*>(w.w)[int64_t(row) * (K / 8) + i * (KI / 8) + t];
     }
   }
 };
@@ -77,6 +78,13 @@ __device__ __forceinline__ void a_fragments(const Slice<F>& lo, const Slice<F>& 
     const uint32_t cl = dl[p], ch = dh[p];
     dequant_q4(cl, lo.s, lo.b, dl);
     dequant_q4(ch, hi.s, hi.b, dh);
+  } else if constexpr (F == WFormat::Q8) {  // words 2p and 2p + 1 hold 4 codes each: one step apiece
+    const uint32_t cl[2] = {dl[2 * p], dl[2 * p + 1]}, ch[2] = {dh[2 * p], dh[2 * p + 1]};
+    const float sl = __low2float(lo.s), bl = __low2float(lo.b), sh = __low2float(hi.s), bh = __low2float(hi.b);
+    dequant_q8(cl[0], sl, bl, dl);
+    dequant_q8(cl[1], sl, bl, dl + 2);
+    dequant_q8(ch[0], sh, bh, dh);
+    dequant_q8(ch[1], sh, bh, dh + 2);
   }
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
@@ -354,6 +362,7 @@ void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
 template <bool kPair>
 void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
   if (a.w[0].format == WFormat::Q4) launch_rows<WFormat::Q4, kPair>(a, max_rows, tiles, s);
+  else if (a.w[0].format == WFormat::Q8) launch_rows<WFormat::Q8, kPair>(a, max_rows, tiles, s);
   else launch_rows<WFormat::BF16, kPair>(a, max_rows, tiles, s);
 }
 
@@ -362,13 +371,15 @@ void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
 bool linear_rows_fits(const DeviceMatrix& w) {
   if (w.format == WFormat::Q4)
     return w.group % 32 == 0 && w.cols % w.group == 0 && w.cols % 512 == 0 && w.w_stride % 4 == 0;
+  if (w.format == WFormat::Q8)
+    return w.group % 16 == 0 && w.cols % w.group == 0 && w.cols % 256 == 0 && w.w_stride % 4 == 0;
   return w.format == WFormat::BF16 && w.cols % 128 == 0 && w.w_stride % 8 == 0;
 }
 
 void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
                  cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && linear_rows_fits(w) && x_stride % 8 == 0,
-        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit or bf16 weights");
+        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit or bf16 weights");
   check(!y.add || y.elem == 4, "CUDA linear_rows: an added output must be fp32");
   RowsArgs a{};
   a.w[0] = w;
@@ -386,7 +397,7 @@ void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceM
                  int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && gate.format == up.format && linear_rows_fits(gate) && linear_rows_fits(up) &&
             linear_rows_fits(down) && x_stride % 8 == 0 && act_stride % 8 == 0,
-        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit or bf16 experts");
+        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit or bf16 experts");
   RowsArgs a{};
   a.w[0] = gate;
   a.w[1] = up;

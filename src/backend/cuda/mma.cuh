@@ -1,6 +1,6 @@
 // PTX wrappers of the tensor-core kernels (gemm.cu, linear_rows.cu, attention_prefill.cu):
 // asynchronous 16-byte copies into shared memory, ldmatrix, the m16n8k16 bf16 mma with fp32
-// accumulators, and the 4-bit dequantisation that feeds it.
+// accumulators, and the 4- and 8-bit dequantisation that feeds it.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -72,6 +72,16 @@ __device__ __forceinline__ void dequant_q4(uint32_t w, __nv_bfloat162 s, __nv_bf
     const __nv_bfloat162 v = __hfma2(q, s, b);
     out[i] = *reinterpret_cast<const uint32_t*>(&v);
   }
+}
+
+// 4 codes of an 8-bit word (k order) -> 2 bf16 pairs s·q + b, in fp32 (8-bit codes are not exact
+// behind a bf16 magic number): 0x4B000000|q is the float 2^23 + q exactly.
+__device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_t out[2]) {
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = fmaf(__int_as_float(0x4B000000u | ((w >> (8 * i)) & 255u)) - 8388608.0f, s, b);
+  out[0] = pack_bf16(v[0], v[1]);
+  out[1] = pack_bf16(v[2], v[3]);
 }
 
 }  // namespace petrel::cuda
