@@ -12,7 +12,7 @@
 #include <deque>
 #include <random>
 
-#include "../unit/test_util.h"
+#include "cuda_real_shape.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "model/synthetic.h"
@@ -271,39 +271,11 @@ TEST_P(CudaGgufMoe, MixedAndUniformExpertTypesMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Tokens, CudaGgufMoe, ::testing::Values(1, 2, 9, 64, 200));
 
-// The whole model, prefill then decode steps (a recorded graph after the first), as the
-// real-shape test in cuda_ops_test holds the bf16/4-bit model: the same bounds.
+// The whole model, prefill then decode steps, held to the bounds of the bf16/4-bit real-shape
+// model in cuda_ops_test.
 TEST(CudaGguf, ModelLogitsMatchCpu) {
   REQUIRE_GPU();
-  const GgufModel& m = model();
-  CpuBackend cpu_backend;
-  CudaOptions o;
-  o.progress = false;
-  auto gpu_backend = make_cuda_backend(o);
-  ForwardOptions fo;
-  fo.max_chunk = 48;
-  Model cpu(m.c, m.w, cpu_backend, fo), gpu(m.c, m.w, *gpu_backend, fo);
-  std::vector<int32_t> ids(100);
-  std::mt19937 rng(std::random_device{}());
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(m.c.vocab));
-  const int T = int(ids.size()), V = m.c.vocab;
-  std::vector<float> a(size_t(T + 3) * V), b(size_t(T + 3) * V);
-  auto cs = cpu.new_sequence(T + 3), gs = gpu.new_sequence(T + 3);
-  cpu.forward(ids.data(), T, *cs, nullptr, a.data());
-  gpu.forward(ids.data(), T, *gs, nullptr, b.data());
-  for (int i = 0; i < 3; ++i) {
-    const int32_t next = ids[size_t(i)];
-    cpu.forward(&next, 1, *cs, a.data() + size_t(T + i) * V);
-    gpu.forward(&next, 1, *gs, b.data() + size_t(T + i) * V);
-  }
-  std::vector<double> cosines = test::row_cosines(a, b, T + 3, V);
-  const int below = int(std::count_if(cosines.begin(), cosines.end(), [](double c) { return c < 0.999; }));
-  std::sort(cosines.begin(), cosines.end());
-  std::printf("note: GGUF model cosine min %.6f, median %.6f, %d of %zu positions below 0.999\n", cosines[0],
-              cosines[cosines.size() / 2], below, cosines.size());
-  EXPECT_GE(cosines[cosines.size() / 2], 0.9995);
-  EXPECT_LE(below, int(cosines.size()) * 3 / 10);
-  EXPECT_GE(cosines[0], 0.95);
+  test::expect_real_shape_agreement(test::real_shape_cosines(model().c, model().w), "GGUF model");
 }
 
 }  // namespace
