@@ -58,18 +58,15 @@ BlockScales block_scales(GgmlType t) {
   }
 }
 
-// Host-owned random weights: GGUF block matrices (random codes, scales spanning the range of a
-// uniform ±sqrt(3/cols) weight), and bf16 ones for the router.
-struct GgufWeights {
-  ModelConfig c;
-  ModelWeights w;
-  std::deque<std::vector<uint8_t>> buffers;
-  std::mt19937_64 rng{7};
+// Random weights with GGUF block matrices beside: random codes, scales spanning the range of a
+// uniform ±sqrt(3/cols) weight.
+struct GgufWeights : test::RandomWeights {
+  std::deque<std::vector<uint8_t>> block_buffers;
 
   Matrix blocks(const std::string& name, GgmlType t, int64_t rows, int64_t cols) {
     const GgmlTypeInfo& info = ggml_type_info(t);
-    buffers.emplace_back(size_t(rows * ggml_row_bytes(t, cols)));
-    std::vector<uint8_t>& b = buffers.back();
+    block_buffers.emplace_back(size_t(rows * ggml_row_bytes(t, cols)));
+    std::vector<uint8_t>& b = block_buffers.back();
     for (auto& v : b) v = uint8_t(rng());
     const float range = std::sqrt(3.0f / float(cols));
     const BlockScales s = block_scales(t);
@@ -91,25 +88,6 @@ struct GgufWeights {
     m.ggml = t;
     m.data = b.data();
     return m;
-  }
-  Matrix dense(const std::string& name, int64_t rows, int64_t cols, float gain) {
-    buffers.emplace_back(size_t(rows * cols * 2));
-    uint16_t* v = reinterpret_cast<uint16_t*>(buffers.back().data());
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int64_t i = 0; i < rows * cols; ++i) v[i] = f32_to_bf16(u(rng) * gain * std::sqrt(3.0f / float(cols)));
-    Matrix m;
-    m.name = name;
-    m.rows = rows;
-    m.cols = cols;
-    m.dtype = DType::BF16;
-    m.data = v;
-    return m;
-  }
-  std::vector<float> vec(size_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(rng);
-    return v;
   }
 };
 
@@ -216,14 +194,7 @@ struct Io {
     std::vector<float> a(size_t(cy.rows * cy.cols)), b(a.size());
     pair().cpu.to_host(cy, a.data());
     pair().gpu->to_host(gy, b.data());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const double d = std::fabs(double(a[i]) - double(b[i]));
-      if (!(d <= 1e30)) return INFINITY;
-      num = std::max(num, d);
-      den = std::max(den, std::fabs(double(a[i])));
-    }
-    return num / std::max(den, 1e-30);
+    return test::max_rel_error(a, b);
   }
 };
 

@@ -1,10 +1,12 @@
-// The whole-model check of the real-shape GPU tests (cuda_ops_test, cuda_gguf_test): random weights
-// at Qwen3.5-35B-A3B's layer dimensions, a fresh 100-token prompt, then 3 decode steps (the GPU
-// replays a recorded graph after the first), CPU and CUDA logits compared position by position.
+// What the real-shape GPU tests (cuda_ops_test, cuda_gguf_test) share: host-owned random weights,
+// and the whole-model check: a fresh 100-token prompt, then 3 decode steps (the GPU replays a
+// recorded graph after the first), CPU and CUDA logits compared position by position.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <cstdio>
 #include <random>
 
@@ -14,6 +16,73 @@
 #include "runtime/forward.h"
 
 namespace petrel::test {
+
+// Host-owned random weights, viewed as canonical Matrices.
+struct RandomWeights {
+  ModelConfig c;
+  ModelWeights w;
+  std::deque<std::vector<uint16_t>> bf16_buffers;
+  std::deque<std::vector<uint32_t>> word_buffers;
+  std::mt19937_64 rng{42};
+
+  uint16_t random_bf16(float scale) {
+    const float u = float(rng() >> 40) / float(1 << 24);
+    return f32_to_bf16((2.0f * u - 1.0f) * scale);
+  }
+  Matrix dense(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
+    bf16_buffers.emplace_back(size_t(rows * cols));
+    const float scale = gain * std::sqrt(3.0f / float(cols));
+    for (auto& v : bf16_buffers.back()) v = random_bf16(scale);
+    Matrix m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    m.dtype = DType::BF16;
+    m.data = bf16_buffers.back().data();
+    return m;
+  }
+  // MLX affine `bits`-bit: random codes, scales and biases spanning the range of dense(..., gain).
+  Matrix affine(const std::string& name, int64_t rows, int64_t cols, int bits = 4, int group = 64, float gain = 1.0f) {
+    word_buffers.emplace_back(size_t(rows * cols * bits / 32));
+    for (auto& v : word_buffers.back()) v = uint32_t(rng());
+    const float scale = gain * std::sqrt(3.0f / float(cols));
+    bf16_buffers.emplace_back(size_t(rows * cols / group));
+    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(2.0f * scale / float((1 << bits) - 1));
+    const void* s = bf16_buffers.back().data();
+    bf16_buffers.emplace_back(size_t(rows * cols / group));
+    for (auto& v : bf16_buffers.back()) v = f32_to_bf16(-scale);
+    Matrix m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    m.format = MatrixFormat::Affine;
+    m.dtype = DType::BF16;
+    m.bits = bits;
+    m.group = group;
+    m.data = word_buffers.back().data();
+    m.scales = s;
+    m.biases = bf16_buffers.back().data();
+    return m;
+  }
+  std::vector<float> vec(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  }
+};
+
+// max |gpu - cpu| / max |cpu| over two host copies of an output, NaN-safe (a NaN makes it infinite).
+inline double max_rel_error(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = std::fabs(double(cpu[i]) - double(gpu[i]));
+    if (!(d <= 1e30)) return INFINITY;
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(double(cpu[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
 
 // Per-position cosines of CPU against CUDA logits over prompt and decode steps.
 inline std::vector<double> real_shape_cosines(const ModelConfig& c, const ModelWeights& w) {
