@@ -21,11 +21,6 @@
 namespace petrel {
 namespace {
 
-#define REQUIRE_GPU()                                                            \
-  do {                                                                           \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary(); \
-  } while (0)
-
 // f16 bits of a positive float below 65504 (truncated; subnormal under 2^-14, as the small
 // scales of 6-bit blocks are): the block scales written below.
 uint16_t f16_bits(float x) {

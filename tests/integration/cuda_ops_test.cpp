@@ -20,11 +20,6 @@
 namespace petrel {
 namespace {
 
-#define REQUIRE_GPU()                                                            \
-  do {                                                                           \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary(); \
-  } while (0)
-
 using test::RandomWeights;
 
 // Random weights of the real shapes (experts included).

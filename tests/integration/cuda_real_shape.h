@@ -15,6 +15,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "runtime/forward.h"
 
+// Skips the calling test, saying why, where there is no GPU.
+#define REQUIRE_GPU()                                                            \
+  do {                                                                           \
+    if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary(); \
+  } while (0)
+
 namespace petrel::test {
 
 // Host-owned random weights, viewed as canonical Matrices.
