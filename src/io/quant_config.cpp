@@ -35,7 +35,7 @@ int int_field(const json& q, const char* key, std::initializer_list<int> allowed
   const std::string field = where + "." + key;
   check(q.contains(key) && !q[key].is_null(), field + " is missing; expected " + what);
   const json& v = q[key];
-  bool ok = v.is_number_integer() && v.get<int64_t>() >= -1 && v.get<int64_t>() <= 1 << 16;
+  bool ok = v.is_number_integer() && v.get<int64_t>() >= -(1 << 16) && v.get<int64_t>() <= 1 << 16;
   if (ok && allowed.size()) ok = std::find(allowed.begin(), allowed.end(), v.get<int>()) != allowed.end();
   if (ok && !allowed.size()) ok = v.get<int>() >= 1;
   check(ok, field + " is " + v.dump() + "; petrel reads " + what);
@@ -80,7 +80,8 @@ QuantConfig parse_awq(const json& q, const std::string& where) {
   c.method = QuantMethod::Awq;
   c.bits = int_field(q, "bits", {4}, "4 bits", where);
   c.group_size = group_size(q, where);
-  expect_string(q, "version", "gemm", where);
+  // AutoAWQ's own files spell the version in capitals; transformers lowercases it.
+  if (!(q.contains("version") && q["version"] == "GEMM")) expect_string(q, "version", "gemm", where);
   expect_bool(q, "zero_point", true, where);
   check_module_list(q, where);
   return c;

@@ -205,6 +205,8 @@ TEST(QuantLoader, UnsupportedGptqAndAwqVariantsAreNamed) {
   Copy ck("qwen3moe-gptq8v2");
   EXPECT_EQ(ck.config_error([](nlohmann::json& c) { c["quantization_config"].erase("bits"); }),
             ck.config_path() + ": quantization_config.bits is missing; expected 4 or 8 bits");
+  Copy awq("qwen3moe-awq4");  // AutoAWQ's capitals
+  EXPECT_EQ(awq.config_error([](nlohmann::json& c) { c["quantization_config"]["version"] = "GEMM"; }), "");
 }
 
 TEST(QuantLoader, ScatteredActOrderGroupsAreRefused) {
