@@ -2,10 +2,11 @@
 """GPTQ and AWQ fixtures made from a bf16 one, with numpy only (no torch).
 
     python3 tools/quant4_fixture.py weights SRC DST VARIANT GROUP
-        Quantizes the linear weights of SRC (a Qwen3-MoE fixture, one tensor per expert) with
+        Quantizes the linear weights of SRC (a fixture with one tensor per expert) with
         round-to-nearest group-wise integer codes over GROUP input features and writes them in
         the layout VARIANT names:
           gptq4     GPTQ 4-bit, asymmetric, checkpoint_format "gptq" (zero points stored less 1)
+          gptq4sym  GPTQ 4-bit, symmetric (zero points 8), checkpoint_format "gptq", as Qwen's -GPTQ-Int4
           gptq8v2   GPTQ 8-bit, symmetric, checkpoint_format "gptq_v2" (zero points as they are)
           awq4      AWQ gemm 4-bit with zero points
         GPTQ: qweight int32 [in * bits / 32, out], input features packed low bits first;
@@ -36,9 +37,10 @@ from fp8_fixture import bf16_to_f32, read_safetensors, write_safetensors  # noqa
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]   # output offset held by nibble k of an AWQ word
 
 
-def quantized(name):
-    """A Linear's weight that GPTQ/AWQ replace: attention and MLP projections (routers stay)."""
-    return name.endswith("_proj.weight")
+def quantized(name, rows, bits):
+    """A Linear's weight that GPTQ/AWQ replace: a projection (routers and the shared-expert gate
+    stay) whose output features fill whole int32 words (Qwen3.5's 4-row in_proj_a/b stay)."""
+    return "_proj" in name and name.endswith(".weight") and rows % (32 // bits) == 0
 
 
 def quantize(w, bits, group, sym):
@@ -97,14 +99,15 @@ def unpack_awq(words):
 
 def make_weights(src, dst, variant, group):
     method = variant[:4] if variant.startswith("gptq") else "awq"
-    bits, sym, v2 = {"gptq4": (4, False, False), "gptq8v2": (8, True, True), "awq4": (4, False, False)}[variant]
+    bits, sym, v2 = {"gptq4": (4, False, False), "gptq4sym": (4, True, False), "gptq8v2": (8, True, True),
+                    "awq4": (4, False, False)}[variant]
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     out = {}
     for name, (dtype, arr) in read_safetensors(os.path.join(src, "model.safetensors")).items():
         assert dtype == "BF16", (name, dtype)
         w = bf16_to_f32(arr)
-        if not quantized(name):
+        if not quantized(name, w.shape[0], bits):
             out[name] = ("F16", w.astype(np.float16))
             continue
         module = name[: -len(".weight")]
