@@ -1,7 +1,10 @@
-// GPTQ and AWQ fixtures (tools/quant4_fixture.py from qwen3moe: group 32, one tensor set per
-// expert, unquantized routers/embeddings/lm_head in f16) on the CPU backend, against the logits
-// of their weights dequantized by the tool into a plain f32 checkpoint.
+// GPTQ and AWQ fixtures (tools/quant4_fixture.py from qwen3moe, group 32, and from the hybrid
+// qwen35moe-text-per-expert, group 16: one tensor set per expert, unquantized routers, embeddings
+// and lm_head in f16) on the CPU backend, against the logits of their weights dequantized by the
+// tool into a plain f32 checkpoint.
 #include <gtest/gtest.h>
+
+#include <span>
 
 #include "../unit/checkpoint_logits.h"
 #include "core/npy.h"
@@ -19,10 +22,11 @@ const Variant kVariants[] = {
     {"qwen3moe-gptq4", "gptq 4-bit, group 32", 4},      // asymmetric, zero points stored less 1
     {"qwen3moe-gptq8v2", "gptq 8-bit, group 32", 8},    // symmetric, checkpoint_format gptq_v2
     {"qwen3moe-awq4", "awq 4-bit, group 32", 4},        // gemm, interleaved nibbles
+    {"qwen35moe-gptq4sym", "gptq 4-bit, group 16", 4},  // symmetric v1, as Qwen's -GPTQ-Int4
 };
 
 TEST(GptqAwqModel, LoadsAsAffineWithUnquantizedModulesDense) {
-  for (const Variant& v : kVariants) {
+  for (const Variant& v : std::span(kVariants, 3)) {
     SCOPED_TRACE(v.fixture);
     const auto ck = Checkpoint::open(test::fixture_model(v.fixture));
     EXPECT_EQ(ck->info().format_name, v.format_name);
@@ -40,6 +44,24 @@ TEST(GptqAwqModel, LoadsAsAffineWithUnquantizedModulesDense) {
       EXPECT_EQ(m->format, MatrixFormat::Dense) << m->name;
       EXPECT_EQ(m->dtype, DType::F16) << m->name;
     }
+  }
+}
+
+TEST(GptqAwqModel, HybridLoadsAsAffineWithRowMapsAndTinyHeadsDense) {
+  const auto ck = Checkpoint::open(test::fixture_model("qwen35moe-gptq4sym"));
+  EXPECT_TRUE(ck->info().skipped.empty()) << ck->info().skipped.front() << " was not used";
+  const LayerWeights& gdn = ck->weights().layers[0];
+  const LayerWeights& attn = ck->weights().layers[1];
+  // q_proj's [query | gate] rows are gathered from one repacked matrix.
+  EXPECT_TRUE(attn.attn.q.row_map && attn.attn.gate.row_map);
+  for (const Matrix* m : {&gdn.gdn.qkv, &gdn.gdn.z, &gdn.gdn.out, &attn.attn.q, &attn.attn.gate, &attn.attn.o,
+                          &gdn.ffn.experts[3].up, &gdn.ffn.shared.down}) {
+    EXPECT_EQ(m->format, MatrixFormat::Affine) << m->name;
+    EXPECT_EQ(m->group, 16) << m->name;
+  }
+  for (const Matrix* m : {&gdn.gdn.a, &gdn.gdn.b, &gdn.ffn.router, &gdn.ffn.shared_gate}) {
+    EXPECT_EQ(m->format, MatrixFormat::Dense) << m->name;
+    EXPECT_EQ(m->dtype, DType::F16) << m->name;
   }
 }
 
