@@ -65,6 +65,21 @@ TEST(GptqAwqModel, HybridLoadsAsAffineWithRowMapsAndTinyHeadsDense) {
   }
 }
 
+TEST(GptqAwqModel, RepackingIsPartOfTheLoadProgress) {
+  std::vector<std::pair<size_t, size_t>> calls;  // (done, total)
+  const auto ck = Checkpoint::open(test::fixture_model("qwen3moe-awq4"),
+                                   [&](size_t done, size_t total) { calls.emplace_back(done, total); });
+  size_t bytes = 0;  // every tensor of the file, each counted once
+  for (const auto& f : ck->files())
+    for (const auto& [name, t] : f->tensors()) bytes += t.nbytes;
+  ASSERT_FALSE(calls.empty());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, bytes);
+    if (i > 0) EXPECT_GE(calls[i].first, calls[i - 1].first);
+  }
+  EXPECT_EQ(calls.back().first, bytes);
+}
+
 TEST(GptqAwqModel, LogitsMatchTheDequantizedReferenceAtEveryPosition) {
   for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.fixture);
