@@ -273,18 +273,22 @@ Matrix WeightMapper::packed_matrix(const std::string& module, const std::vector<
       return w;
     };
     const uint32_t mask = (1u << bits) - 1u;
+    // Both layouts are transposed from petrel's: written 64 rows at a time, so those stay in cache.
+    constexpr int64_t kTile = 64;
     if (gptq) {
-      // GPTQ word [j, r] packs features j·per.. of row r as petrel's word [r, j] does: a transpose.
-      for (int64_t j = 0; j < words; ++j)
-        for (int64_t r = 0; r < rows; ++r) codes[r * words + j] = word(qwp, j * rows + r);
+      // GPTQ word [j, r] packs features j·per.. of row r as petrel's word [r, j] does.
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+        for (int64_t j = 0; j < words; ++j)
+          for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) codes[r * words + j] = word(qwp, j * rows + r);
     } else {
       std::fill(codes, codes + rows * words, 0u);
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t w = 0; w < rows / 8; ++w) {
-          const uint32_t v = word(qwp, c * (rows / 8) + w);
-          for (int j = 0; j < 8; ++j)
-            codes[(w * 8 + j) * words + c / 8] |= ((v >> 4 * kAwqNibble[j]) & 15u) << 4 * (c % 8);
-        }
+      for (int64_t w0 = 0; w0 < rows / 8; w0 += kTile / 8)
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t w = w0; w < std::min(rows / 8, w0 + kTile / 8); ++w) {
+            const uint32_t v = word(qwp, c * (rows / 8) + w);
+            for (int j = 0; j < 8; ++j)
+              codes[(w * 8 + j) * words + c / 8] |= ((v >> 4 * kAwqNibble[j]) & 15u) << 4 * (c % 8);
+          }
     }
     // w = s·(q - z) = s·q + bias with bias = -z·s, exact in f32 for an f16/bf16 s and a small integer z.
     for (int64_t g = 0; g < groups; ++g)
