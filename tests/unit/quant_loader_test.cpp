@@ -209,6 +209,13 @@ TEST(QuantLoader, UnsupportedGptqAndAwqVariantsAreNamed) {
   EXPECT_EQ(awq.config_error([](nlohmann::json& c) { c["quantization_config"]["version"] = "GEMM"; }), "");
 }
 
+TEST(QuantLoader, GptqGroupsAreJudgedByGIdxNotByDescAct) {
+  Copy ck("qwen3moe-gptq4");  // desc_act with static groups stores g_idx = i / group_size
+  EXPECT_EQ(ck.config_error([](nlohmann::json& c) { c["quantization_config"]["desc_act"] = true; }), "");
+  Copy ck2("qwen3moe-gptq4");  // files without g_idx group runs of features
+  EXPECT_EQ(ck2.tensor_error([](auto& t) { ASSERT_EQ(t.erase(kGptqK + ".g_idx"), 1u); }), "");
+}
+
 TEST(QuantLoader, ScatteredActOrderGroupsAreRefused) {
   Copy ck("qwen3moe-gptq4");
   const std::string msg = ck.tensor_error([](auto& t) {
