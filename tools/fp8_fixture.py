@@ -36,9 +36,9 @@ import numpy as np
 
 FP8_MAX = np.float32(448.0)
 GEN_TOKENS = 24
-SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1}
+SIZES = {"F32": 4, "I32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1}
 # safetensors' writer orders tensors by dtype (its enum order, descending), then by name.
-DTYPE_ORDER = {"F8_E4M3": 0, "F16": 1, "BF16": 2, "F32": 3}
+DTYPE_ORDER = {"F8_E4M3": 0, "F16": 1, "BF16": 2, "I32": 3, "F32": 4}
 
 
 # ---------------------------------------------------------------------------------------- e4m3
@@ -97,7 +97,7 @@ def read_safetensors(path):
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
-    kinds = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F8_E4M3": np.uint8}
+    kinds = {"F32": np.float32, "I32": np.int32, "F16": np.float16, "BF16": np.uint16, "F8_E4M3": np.uint8}
     out = {}
     for name, t in header.items():
         if name == "__metadata__":

@@ -90,6 +90,9 @@ class WeightMapper {
   // Fills `m` from fp8 codes `w` and their block scales, the codes' shape already checked.
   void fp8_matrix(Matrix& m, const TensorInfo& w, const std::string& module, std::vector<int64_t> lead,
                   int64_t rows, int64_t cols, const std::string& role);
+  // The GPTQ or AWQ tensor set of `module` as an affine matrix, repacked while the weights are paged in.
+  Matrix packed_matrix(const std::string& module, const std::vector<int64_t>& lead, int64_t rows, int64_t cols,
+                       const std::string& role);
   // A [rows, cols] matrix, or a stack [lead..., rows, cols] viewed as one tall matrix.
   Matrix matrix(const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols,
                 const std::string& role);
@@ -161,6 +164,10 @@ Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead
     s.push_back(last);
     return s;
   };
+  const QuantMethod method = ck_.quant_.method;
+  if ((method == QuantMethod::Gptq || method == QuantMethod::Awq) &&
+      (has(module + ".qweight") || has(module + ".qzeros") || has(module + ".scales")))
+    return packed_matrix(module, lead, rows, cols, role);
   if (!has(module + ".scales")) {
     const TensorInfo& w = tensor(module + ".weight", role);
     if (w.dtype == DType::F8_E4M3) {
@@ -203,6 +210,108 @@ Matrix WeightMapper::matrix(const std::string& module, std::vector<int64_t> lead
   m.biases = b.data;
   m.bits = bits;
   m.group = group;
+  return m;
+}
+
+// AWQ's gemm packing puts row offset j (0..7) of a word's eight rows in nibble kAwqNibble[j]
+// (nibbles hold rows 0 2 4 6 1 3 5 7).
+constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+Matrix WeightMapper::packed_matrix(const std::string& module, const std::vector<int64_t>& lead, int64_t rows,
+                                   int64_t cols, const std::string& role) {
+  const QuantConfig& q = ck_.quant_;
+  const bool gptq = q.method == QuantMethod::Gptq;
+  const std::string method = gptq ? "GPTQ" : "AWQ";
+  const TensorInfo& qw = tensor(module + ".qweight", role);
+  const std::string what = qw.file + ": tensor '" + qw.name + "' (" + role + ")";
+  check(lead.empty(), what + " is a stack of " + method + " codes; expected one tensor set per expert");
+  const int bits = q.bits, per = 32 / bits;
+  const int64_t group = q.group_size == -1 ? cols : q.group_size;
+  check(cols % group == 0, what + ": input dim " + std::to_string(cols) + " is not a multiple of group_size " +
+                               std::to_string(group));
+  check(cols % per == 0 && rows % per == 0, what + ": shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                                "] of " + std::to_string(bits) +
+                                                "-bit codes does not fill whole 32-bit words");
+  const TensorInfo& qz = tensor(module + ".qzeros", role + " zero points");
+  const TensorInfo& sc = tensor(module + ".scales", role + " scales");
+  for (const TensorInfo* t : {&qw, &qz})
+    check(t->dtype == DType::I32 || t->dtype == DType::U32, t->file + ": tensor '" + t->name + "' (" + role +
+                                                                ") has dtype " + dtype_name(t->dtype) + ", expected I32");
+  check(is_float_dtype(sc.dtype), sc.file + ": tensor '" + sc.name + "' (" + role + " scales) has dtype " +
+                                      dtype_name(sc.dtype) + ", expected F16, BF16 or F32");
+  const int64_t groups = cols / group, words = cols / per;
+  const std::string layout = " (" + method + " " + std::to_string(bits) + "-bit, group " + std::to_string(group) + ")";
+  expect_shape(qw, gptq ? std::vector<int64_t>{words, rows} : std::vector<int64_t>{cols, rows / per}, role + layout);
+  expect_shape(qz, {groups, rows / per}, role + " zero points" + layout);
+  expect_shape(sc, {groups, rows}, role + " scales" + layout);
+  if (gptq && has(module + ".g_idx")) {
+    // Act-order (desc_act) files scatter a group over the input features; affine groups are runs.
+    const TensorInfo& gi = tensor(module + ".g_idx", role + " g_idx");
+    const std::string gw = gi.file + ": tensor '" + gi.name + "' (" + role + " g_idx)";
+    check(gi.dtype == DType::I32, gw + " has dtype " + dtype_name(gi.dtype) + ", expected I32");
+    expect_shape(gi, {cols}, role + " g_idx");
+    for (int64_t i = 0; i < cols; ++i) {
+      int32_t g = 0;
+      std::memcpy(&g, gi.data + 4 * i, 4);
+      check(g == i / group, gw + ": input feature " + std::to_string(i) + " is in group " + std::to_string(g) +
+                                ", expected " + std::to_string(i / group) + " (feature / group_size " +
+                                std::to_string(group) + "): act-order (desc_act) groups that are not runs of "
+                                "consecutive features cannot be read");
+    }
+  }
+  auto own = [&](int64_t n) { return ck_.owned_.emplace_back(new uint8_t[size_t(n) * 4]).get(); };
+  uint32_t* codes = reinterpret_cast<uint32_t*>(own(rows * words));
+  float* scales = reinterpret_cast<float*>(own(rows * groups));
+  float* biases = reinterpret_cast<float*>(own(rows * groups));
+  const uint8_t *qwp = qw.data, *qzp = qz.data, *scp = sc.data;
+  const DType sdt = sc.dtype;
+  const uint32_t zero_offset = gptq && q.zeros_minus_one ? 1 : 0;
+  auto run = [=] {
+    auto word = [](const uint8_t* p, int64_t i) {
+      uint32_t w;
+      std::memcpy(&w, p + 4 * i, 4);
+      return w;
+    };
+    const uint32_t mask = (1u << bits) - 1u;
+    // Both layouts are transposed from petrel's: written 64 rows at a time, so those stay in cache.
+    constexpr int64_t kTile = 64;
+    if (gptq) {
+      // GPTQ word [j, r] packs features j·per.. of row r as petrel's word [r, j] does.
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+        for (int64_t j = 0; j < words; ++j)
+          for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) codes[r * words + j] = word(qwp, j * rows + r);
+    } else {
+      std::fill(codes, codes + rows * words, 0u);
+      for (int64_t w0 = 0; w0 < rows / 8; w0 += kTile / 8)
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t w = w0; w < std::min(rows / 8, w0 + kTile / 8); ++w) {
+            const uint32_t v = word(qwp, c * (rows / 8) + w);
+            for (int j = 0; j < 8; ++j)
+              codes[(w * 8 + j) * words + c / 8] |= ((v >> 4 * kAwqNibble[j]) & 15u) << 4 * (c % 8);
+          }
+    }
+    // w = s·(q - z) = s·q + bias with bias = -z·s, exact in f32 for an f16/bf16 s and a small integer z.
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int slot = gptq ? int(r % per) : kAwqNibble[r % 8];
+        const uint32_t z = ((word(qzp, g * (rows / per) + r / per) >> bits * slot) & mask) + zero_offset;
+        const float s = load_as_f32(scp, sdt, size_t(g * rows + r));
+        scales[r * groups + g] = s;
+        biases[r * groups + g] = -float(z) * s;
+      }
+  };
+  ck_.repacks_.push_back({{{qw.data, qw.nbytes}, {qz.data, qz.nbytes}, {sc.data, sc.nbytes}}, run});
+  Matrix m;
+  m.name = module;
+  m.rows = rows;
+  m.cols = cols;
+  m.format = MatrixFormat::Affine;
+  m.dtype = DType::F32;
+  m.data = codes;
+  m.scales = scales;
+  m.biases = biases;
+  m.bits = bits;
+  m.group = int(group);
   return m;
 }
 
@@ -521,8 +630,9 @@ void Checkpoint::open_files() {
         info_.skipped.push_back(name);
         continue;
       }
-      if (ends_with(name, ".scales")) info_.format = CheckpointFormat::Mlx;
-      refuse_foreign_quant_tensor(f->path(), name);
+      const bool gptq_or_awq = quant_.method == QuantMethod::Gptq || quant_.method == QuantMethod::Awq;
+      if (ends_with(name, ".scales") && !gptq_or_awq) info_.format = CheckpointFormat::Mlx;
+      refuse_foreign_quant_tensor(f->path(), name, quant_.method);
       const std::string canon = canonical_name(name);
       check(!tensors_.count(canon), f->path() + ": tensor '" + name + "' appears twice (also as '" +
                                         original_name_[canon] + "')");
@@ -532,14 +642,21 @@ void Checkpoint::open_files() {
   }
 }
 
-void Checkpoint::page_in(const LoadProgress& progress) const {
+void Checkpoint::page_in(const LoadProgress& progress) {
+  std::set<const uint8_t*> repacked;
+  size_t total = 0, done = 0;
+  for (const Repack& r : repacks_)
+    for (const auto& s : r.sources) {
+      repacked.insert(s.data());
+      total += s.size();
+    }
   std::vector<std::span<const uint8_t>> spans;
   for (const auto& f : files_)
-    for (const auto& [n, t] : f->tensors()) spans.emplace_back(t.data, t.nbytes);
+    for (const auto& [n, t] : f->tensors())
+      if (!repacked.count(t.data)) spans.emplace_back(t.data, t.nbytes);
   if (gguf_)
     for (const auto& f : gguf_->files())
       for (const GgufTensor& t : f->tensors()) spans.emplace_back(t.data, t.nbytes);
-  size_t total = 0, done = 0;
   for (const auto& s : spans) total += s.size();
   volatile uint8_t sink = 0;
   for (const auto& s : spans) {
@@ -547,6 +664,12 @@ void Checkpoint::page_in(const LoadProgress& progress) const {
     done += s.size();
     if (progress) progress(done, total);
   }
+  for (const Repack& r : repacks_) {
+    r.run();
+    for (const auto& s : r.sources) done += s.size();
+    if (progress) progress(done, total);
+  }
+  repacks_.clear();
 }
 
 // Totals for `petrel inspect` and the load summary.
@@ -611,6 +734,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const LoadP
     info.format_name = "mlx-" + std::to_string(quant_bits) + "bit";
   } else if (ck->quant_.method == QuantMethod::Fp8) {
     info.format_name = "hf-fp8";
+  } else if (ck->quant_.method == QuantMethod::Gptq || ck->quant_.method == QuantMethod::Awq) {
+    const QuantConfig& q = ck->quant_;
+    info.format_name = std::string(q.method == QuantMethod::Gptq ? "gptq " : "awq ") + std::to_string(q.bits) +
+                       "-bit, " + (q.group_size == -1 ? "one group per row" : "group " + std::to_string(q.group_size));
   } else if (W.embed.dtype == DType::F32) {
     info.format_name = "hf-f32";
   } else if (W.embed.dtype == DType::F16) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ class Checkpoint {
   void open_files();
   void open_gguf();
   void choose_mtp_layers(const std::string& cfg_path);
-  void page_in(const LoadProgress& progress) const;
+  // Pages the mapped weights in and runs the repacks, reporting both to `progress`.
+  void page_in(const LoadProgress& progress);
   void count_parameters();
 
   std::string dir_;
@@ -62,6 +64,14 @@ class Checkpoint {
   std::map<std::string, std::string> original_name_;  // canonical name -> name in the file
   std::unique_ptr<GgufModel> gguf_;  // a GGUF checkpoint's files, instead of files_
   std::vector<std::vector<uint8_t>> rewritten_;  // GGUF tensors whose columns had to be reordered
+  // A GPTQ/AWQ tensor set rewritten into petrel's affine layout while the weights are paged in:
+  // `run` reads `sources` (paged in by it, not separately) and fills buffers of `owned_`.
+  struct Repack {
+    std::vector<std::span<const uint8_t>> sources;
+    std::function<void()> run;
+  };
+  std::vector<Repack> repacks_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // repacked codes, scales and biases
 
   friend class WeightMapper;
   friend class GgufWeightMapper;

@@ -1,5 +1,7 @@
 #include "io/quant_config.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace petrel {
@@ -9,13 +11,80 @@ using json = nlohmann::json;
 
 const char* kSupported =
     "supported: unquantized F32/F16/BF16 weights, MLX affine 4/8-bit (config field 'quantization'), fine-grained "
-    "FP8 (quant_method \"fp8\": e4m3 weights with block scales), and GGUF files";
+    "FP8 (quant_method \"fp8\": e4m3 weights with block scales), GPTQ 4/8-bit and AWQ gemm 4-bit (quant_method "
+    "\"gptq\", \"awq\"), and GGUF files";
 
 // Optional string field `key` of `q` that must equal `want` when present.
 void expect_string(const json& q, const char* key, const char* want, const std::string& where) {
   if (!q.contains(key) || q[key].is_null()) return;
   check(q[key].is_string() && q[key].get<std::string>() == want,
         where + "." + key + " is " + q[key].dump() + "; petrel reads \"" + want + "\" only");
+}
+
+void check_module_list(const json& q, const std::string& where) {
+  if (!q.contains("modules_to_not_convert") || q["modules_to_not_convert"].is_null()) return;
+  const json& m = q["modules_to_not_convert"];
+  bool strings = m.is_array();
+  for (const json& e : m) strings = strings && e.is_string();
+  check(strings, where + ".modules_to_not_convert is " + m.dump() + "; expected a list of module names");
+}
+
+// Integer field `key` of `q`, which must be present and one of `allowed` (any value >= 1 when empty).
+int int_field(const json& q, const char* key, std::initializer_list<int> allowed, const std::string& what,
+              const std::string& where) {
+  const std::string field = where + "." + key;
+  check(q.contains(key) && !q[key].is_null(), field + " is missing; expected " + what);
+  const json& v = q[key];
+  bool ok = v.is_number_integer() && v.get<int64_t>() >= -(1 << 16) && v.get<int64_t>() <= 1 << 16;
+  if (ok && allowed.size()) ok = std::find(allowed.begin(), allowed.end(), v.get<int>()) != allowed.end();
+  if (ok && !allowed.size()) ok = v.get<int>() >= 1;
+  check(ok, field + " is " + v.dump() + "; petrel reads " + what);
+  return v.get<int>();
+}
+
+// Optional boolean field `key` of `q` that must equal `want` when present.
+void expect_bool(const json& q, const char* key, bool want, const std::string& where) {
+  if (!q.contains(key) || q[key].is_null()) return;
+  check(q[key].is_boolean() && q[key].get<bool>() == want,
+        where + "." + key + " is " + q[key].dump() + "; petrel reads " + (want ? "true" : "false") + " only");
+}
+
+int group_size(const json& q, const std::string& where) {
+  const std::string what = "a group size of at least 1, or -1 (one group per row)";
+  if (q.contains("group_size") && q["group_size"].is_number_integer() && q["group_size"].get<int64_t>() == -1)
+    return -1;
+  return int_field(q, "group_size", {}, what, where);
+}
+
+// GPTQ (AutoGPTQ / GPTQModel / optimum): act-order (desc_act) is judged per tensor from g_idx.
+QuantConfig parse_gptq(const json& q, const std::string& where) {
+  QuantConfig c;
+  c.method = QuantMethod::Gptq;
+  c.bits = int_field(q, "bits", {4, 8}, "4 or 8 bits", where);
+  c.group_size = group_size(q, where);
+  std::string format = "gptq";
+  if (q.contains("checkpoint_format") && !q["checkpoint_format"].is_null()) {
+    const json& f = q["checkpoint_format"];
+    check(f.is_string() && (f == "gptq" || f == "gptq_v2"),
+          where + ".checkpoint_format is " + f.dump() + "; petrel reads \"gptq\" or \"gptq_v2\"");
+    format = f.get<std::string>();
+  }
+  c.zeros_minus_one = format == "gptq";
+  check_module_list(q, where);
+  return c;
+}
+
+// AWQ (AutoAWQ / transformers): the gemm layout with zero points only.
+QuantConfig parse_awq(const json& q, const std::string& where) {
+  QuantConfig c;
+  c.method = QuantMethod::Awq;
+  c.bits = int_field(q, "bits", {4}, "4 bits", where);
+  c.group_size = group_size(q, where);
+  // AutoAWQ's own files spell the version in capitals; transformers lowercases it.
+  if (!(q.contains("version") && q["version"] == "GEMM")) expect_string(q, "version", "gemm", where);
+  expect_bool(q, "zero_point", true, where);
+  check_module_list(q, where);
+  return c;
 }
 
 QuantConfig parse_fp8(const json& q, const std::string& where) {
@@ -37,26 +106,23 @@ QuantConfig parse_fp8(const json& q, const std::string& where) {
     c.block_rows = b[0].get<int>();
     c.block_cols = b[1].get<int>();
   }
-  if (q.contains("modules_to_not_convert") && !q["modules_to_not_convert"].is_null()) {
-    const json& m = q["modules_to_not_convert"];
-    bool strings = m.is_array();
-    for (const json& e : m) strings = strings && e.is_string();
-    check(strings, where + ".modules_to_not_convert is " + m.dump() + "; expected a list of module names");
-  }
+  check_module_list(q, where);
   return c;
 }
 
 }  // namespace
 
-void refuse_foreign_quant_tensor(const std::string& file, const std::string& name) {
-  static const struct { const char* suffix; const char* method; } kForeign[] = {
-      {".qweight", "GPTQ or AWQ"}, {".qzeros", "GPTQ or AWQ"}, {".absmax", "bitsandbytes"}};
-  for (const auto& f : kForeign) {
-    const std::string suffix = f.suffix;
-    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      throw Error(file + ": tensor '" + name + "' holds " + f.method + "-quantized weights, which petrel cannot read (" +
-                  kSupported + ")");
-  }
+void refuse_foreign_quant_tensor(const std::string& file, const std::string& name, QuantMethod declared) {
+  auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".absmax"))
+    throw Error(file + ": tensor '" + name + "' holds bitsandbytes-quantized weights, which petrel cannot read (" +
+                kSupported + ")");
+  // Older GPTQ folders keep their settings in quantize_config.json, which petrel does not read.
+  if ((ends(".qweight") || ends(".qzeros")) && declared != QuantMethod::Gptq && declared != QuantMethod::Awq)
+    throw Error(file + ": tensor '" + name + "' holds GPTQ or AWQ-quantized weights, but config.json has no "
+                "quantization_config with quant_method \"gptq\" or \"awq\" giving their bits and group_size");
 }
 
 QuantConfig parse_quant_config(const json& root, const std::string& cfg_path) {
@@ -67,8 +133,11 @@ QuantConfig parse_quant_config(const json& root, const std::string& cfg_path) {
     if (q.contains("quant_method")) {
       const json& m = q["quant_method"];
       check(m.is_string(), where + ".quant_method is " + m.dump() + "; expected a string (" + kSupported + ")");
-      check(m.get<std::string>() == "fp8", where + ".quant_method is " + m.dump() +
-                                               ": petrel cannot read weights quantized this way (" + kSupported + ")");
+      const std::string method = m.get<std::string>();
+      if (method == "gptq") return parse_gptq(q, where);
+      if (method == "awq") return parse_awq(q, where);
+      check(method == "fp8", where + ".quant_method is " + m.dump() +
+                                 ": petrel cannot read weights quantized this way (" + kSupported + ")");
       return parse_fp8(q, where);
     }
   }

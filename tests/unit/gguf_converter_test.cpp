@@ -55,9 +55,11 @@ TEST_P(GgufConverterFixture, GivesTheSafetensorsLogits) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const std::string& fixture : test::kFixtureModels)
-    // MLX and FP8 folders are not the converter's input, an f32 fixture does not convert losslessly,
-    // and llama.cpp's qwen3moe has no dense layers, which the qwen3moe fixture holds (mlp_only_layers).
+    // MLX, FP8, GPTQ and AWQ folders are not the converter's input, an f32 fixture does not convert
+    // losslessly, and llama.cpp's qwen3moe has no dense layers, which the qwen3moe fixture holds
+    // (mlp_only_layers).
     if (fixture.rfind("mlx-", 0) != 0 && !fixture.ends_with("-f32") && !fixture.ends_with("-fp8") &&
+        fixture.find("gptq") == std::string::npos && fixture.find("awq") == std::string::npos &&
         fixture != "qwen3moe")
       for (const char* type : {"F16", "BF16"}) out.push_back({fixture, type});
   return out;

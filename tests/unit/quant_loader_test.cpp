@@ -1,5 +1,5 @@
 // Quantized checkpoints: methods petrel cannot read are refused by name before any tensor is read,
-// and a malformed fine-grained FP8 checkpoint is an error naming the file, tensor or field.
+// and a malformed fine-grained FP8, GPTQ or AWQ checkpoint is an error naming the file, tensor or field.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,7 +18,8 @@ using test::open_error;
 
 const char* kSupported =
     "(supported: unquantized F32/F16/BF16 weights, MLX affine 4/8-bit (config field 'quantization'), fine-grained "
-    "FP8 (quant_method \"fp8\": e4m3 weights with block scales), and GGUF files)";
+    "FP8 (quant_method \"fp8\": e4m3 weights with block scales), GPTQ 4/8-bit and AWQ gemm 4-bit (quant_method "
+    "\"gptq\", \"awq\"), and GGUF files)";
 
 // A copy of a fixture checkpoint that a test may break.
 struct Copy {
@@ -53,7 +54,7 @@ const std::string kKProj = "model.language_model.layers.1.self_attn.k_proj.weigh
 // ------------------------------------------------------------------------------- other methods
 
 TEST(QuantLoader, OtherMethodsAreRefusedByName) {
-  for (const char* method : {"gptq", "awq", "bitsandbytes", "compressed-tensors", "hqq"}) {
+  for (const char* method : {"bitsandbytes", "compressed-tensors", "hqq", "GPTQ"}) {
     Copy ck("qwen3-dense-f32");
     const std::string msg = ck.config_error([&](nlohmann::json& c) {
       c["quantization_config"] = {{"quant_method", method}, {"bits", 4}, {"group_size", 128}};
@@ -71,13 +72,15 @@ TEST(QuantLoader, MethodThatIsNoStringIsNamed) {
 
 TEST(QuantLoader, PackedTensorsOfOtherMethodsAreRefusedWithoutAConfig) {
   // Older GPTQ folders declare the method in quantize_config.json only; the tensors still say it.
-  for (const auto& [suffix, method] : {std::pair{".qweight", "GPTQ or AWQ"}, std::pair{".absmax", "bitsandbytes"}}) {
-    Copy ck("qwen3-dense-f32");
-    const std::string name = "model.layers.0.self_attn.k_proj" + std::string(suffix);
-    const std::string msg = ck.tensor_error([&](auto& t) { t[name] = {"I32", {16, 64}, std::vector<uint8_t>(4096)}; });
-    EXPECT_EQ(msg, ck.weights() + ": tensor '" + name + "' holds " + method + "-quantized weights, which petrel cannot "
-                   "read " + kSupported);
-  }
+  const std::string name = "model.layers.0.self_attn.k_proj.";
+  Copy ck("qwen3-dense-f32");
+  std::string msg = ck.tensor_error([&](auto& t) { t[name + "qweight"] = {"I32", {16, 64}, std::vector<uint8_t>(4096)}; });
+  EXPECT_EQ(msg, ck.weights() + ": tensor '" + name + "qweight' holds GPTQ or AWQ-quantized weights, but config.json "
+                 "has no quantization_config with quant_method \"gptq\" or \"awq\" giving their bits and group_size");
+  Copy ck2("qwen3moe-gptq4");  // a declared GPTQ model still refuses bitsandbytes parts
+  msg = ck2.tensor_error([&](auto& t) { t[name + "absmax"] = {"F32", {4}, std::vector<uint8_t>(16)}; });
+  EXPECT_EQ(msg, ck2.weights() + ": tensor '" + name + "absmax' holds bitsandbytes-quantized weights, which petrel "
+                 "cannot read " + kSupported);
 }
 
 TEST(QuantLoader, MlxCopyWithoutMethodStillLoads) {
@@ -176,6 +179,102 @@ TEST(QuantLoader, Fp8NormIsNamed) {
     t.at(norm).bytes.resize(64);
   });
   EXPECT_EQ(msg, ck.weights() + ": tensor '" + norm + "' (final norm) has dtype F8_E4M3, expected a float type");
+}
+
+// ------------------------------------------------------------------------------- gptq / awq
+
+const std::string kGptqK = "model.layers.0.self_attn.k_proj";  // [64, 64], groups of 32
+const std::string kGptqQ = "model.layers.0.self_attn.q_proj";  // [128, 64]: read first
+
+TEST(QuantLoader, UnsupportedGptqAndAwqVariantsAreNamed) {
+  const struct { const char* fixture; const char* field; nlohmann::json value; const char* reads; } kCases[] = {
+      {"qwen3moe-gptq4", "bits", 3, "4 or 8 bits"},
+      {"qwen3moe-gptq4", "bits", "4", "4 or 8 bits"},
+      {"qwen3moe-gptq4", "group_size", 0, "a group size of at least 1, or -1 (one group per row)"},
+      {"qwen3moe-gptq4", "checkpoint_format", "marlin", "\"gptq\" or \"gptq_v2\""},
+      {"qwen3moe-awq4", "bits", 8, "4 bits"},
+      {"qwen3moe-awq4", "version", "gemv", "\"gemm\" only"},
+      {"qwen3moe-awq4", "zero_point", false, "true only"},
+  };
+  for (const auto& c : kCases) {
+    Copy ck(c.fixture);
+    const std::string msg = ck.config_error([&](nlohmann::json& cfg) { cfg["quantization_config"][c.field] = c.value; });
+    EXPECT_EQ(msg, ck.config_path() + ": quantization_config." + c.field + " is " + c.value.dump() + "; petrel reads " +
+                       c.reads);
+  }
+  Copy ck("qwen3moe-gptq8v2");
+  EXPECT_EQ(ck.config_error([](nlohmann::json& c) { c["quantization_config"].erase("bits"); }),
+            ck.config_path() + ": quantization_config.bits is missing; expected 4 or 8 bits");
+  Copy awq("qwen3moe-awq4");  // AutoAWQ's capitals
+  EXPECT_EQ(awq.config_error([](nlohmann::json& c) { c["quantization_config"]["version"] = "GEMM"; }), "");
+}
+
+TEST(QuantLoader, GptqGroupsAreJudgedByGIdxNotByDescAct) {
+  Copy ck("qwen3moe-gptq4");  // desc_act with static groups stores g_idx = i / group_size
+  EXPECT_EQ(ck.config_error([](nlohmann::json& c) { c["quantization_config"]["desc_act"] = true; }), "");
+  Copy ck2("qwen3moe-gptq4");  // files without g_idx group runs of features
+  EXPECT_EQ(ck2.tensor_error([](auto& t) { ASSERT_EQ(t.erase(kGptqK + ".g_idx"), 1u); }), "");
+}
+
+TEST(QuantLoader, ScatteredActOrderGroupsAreRefused) {
+  Copy ck("qwen3moe-gptq4");
+  const std::string msg = ck.tensor_error([](auto& t) {
+    std::vector<uint8_t>& g = t.at(kGptqK + ".g_idx").bytes;  // features 0 and 40 trade groups
+    std::swap_ranges(g.begin(), g.begin() + 4, g.begin() + 160);
+  });
+  EXPECT_EQ(msg, ck.weights() + ": tensor '" + kGptqK + ".g_idx' (layer 0 attention k_proj g_idx): input feature 0 is "
+                 "in group 1, expected 0 (feature / group_size 32): act-order (desc_act) groups that are not runs of "
+                 "consecutive features cannot be read");
+}
+
+TEST(QuantLoader, MissingGptqAndAwqTensorsAreNamed) {
+  for (const char* fixture : {"qwen3moe-gptq4", "qwen3moe-awq4"}) {
+    for (const auto& [part, role] : {std::pair{"qzeros", " zero points"}, std::pair{"scales", " scales"},
+                                     std::pair{"qweight", ""}}) {
+      Copy ck(fixture);
+      const std::string name = kGptqK + "." + part;
+      const std::string msg = ck.tensor_error([&](auto& t) { ASSERT_EQ(t.erase(name), 1u); });
+      EXPECT_EQ(msg, "checkpoint " + ck.dir.str() + ": missing tensor '" + name + "' (layer 0 attention k_proj" + role +
+                         ")");
+    }
+  }
+}
+
+TEST(QuantLoader, GptqAndAwqShapesAndTypesAreChecked) {
+  Copy ck("qwen3moe-gptq4");
+  std::string msg = ck.tensor_error([](auto& t) { t.at(kGptqK + ".qweight").shape = {64, 8}; });
+  EXPECT_EQ(msg, ck.weights() + ": tensor '" + kGptqK + ".qweight' (layer 0 attention k_proj (GPTQ 4-bit, group 32)) "
+                 "has shape [64, 8], expected [8, 64]");
+  Copy awq("qwen3moe-awq4");  // AWQ packs the other way
+  msg = awq.tensor_error([](auto& t) { t.at(kGptqK + ".qweight").shape = {8, 64}; });
+  EXPECT_EQ(msg, awq.weights() + ": tensor '" + kGptqK + ".qweight' (layer 0 attention k_proj (AWQ 4-bit, group 32)) "
+                 "has shape [8, 64], expected [64, 8]");
+  Copy ck2("qwen3moe-gptq4");  // tensors made for groups of 32 read as groups of 64
+  msg = ck2.config_error([](nlohmann::json& c) { c["quantization_config"]["group_size"] = 64; });
+  EXPECT_EQ(msg, ck2.weights() + ": tensor '" + kGptqQ + ".qzeros' (layer 0 attention q_proj zero points (GPTQ "
+                 "4-bit, group 64)) has shape [2, 16], expected [1, 16]");
+  Copy ck3("qwen3moe-gptq4");
+  msg = ck3.config_error([](nlohmann::json& c) { c["quantization_config"]["group_size"] = 48; });
+  EXPECT_EQ(msg, ck3.weights() + ": tensor '" + kGptqQ + ".qweight' (layer 0 attention q_proj): input dim 64 is not a "
+                 "multiple of group_size 48");
+  Copy ck4("qwen3moe-gptq4");
+  msg = ck4.tensor_error([](auto& t) { t.at(kGptqK + ".qzeros").dtype = "F32"; });
+  EXPECT_EQ(msg, ck4.weights() + ": tensor '" + kGptqK + ".qzeros' (layer 0 attention k_proj) has dtype F32, expected "
+                 "I32");
+  Copy ck5("qwen3moe-awq4");
+  msg = ck5.tensor_error([](auto& t) {
+    t.at(kGptqK + ".scales").dtype = "I32";
+    t.at(kGptqK + ".scales").shape = {2, 32};
+  });
+  EXPECT_EQ(msg, ck5.weights() + ": tensor '" + kGptqK + ".scales' (layer 0 attention k_proj scales) has dtype I32, "
+                 "expected F16, BF16 or F32");
+}
+
+TEST(QuantLoader, OneGroupPerRowIsGroupSizeMinusOne) {
+  Copy ck("qwen3moe-gptq4");  // -1 reads a [64, 64] matrix as one group of 64 per row
+  const std::string msg = ck.config_error([](nlohmann::json& c) { c["quantization_config"]["group_size"] = -1; });
+  EXPECT_EQ(msg, ck.weights() + ": tensor '" + kGptqQ + ".qzeros' (layer 0 attention q_proj zero points (GPTQ "
+                 "4-bit, group 64)) has shape [2, 16], expected [1, 16]");
 }
 
 }  // namespace
