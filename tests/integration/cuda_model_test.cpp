@@ -17,11 +17,12 @@
 namespace petrel {
 namespace {
 
-// Fixture folders, and GGUF files the real converter made of them (NAME-TYPE.gguf in
-// tests/fixtures/gguf/models: their blocks go up in their own affine form).
+// Fixture folders (GPTQ and AWQ ones included), and GGUF files the real converter made of them
+// (NAME-TYPE.gguf in tests/fixtures/gguf/models): their codes go up in their own affine form.
 const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
                                             "qwen3next-sharded",   "qwen3moe",                  "qwen3-dense-f32",
                                             "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen35moe-vlm-fp8",
+                                            "qwen3moe-gptq4", "qwen3moe-gptq8v2", "qwen3moe-awq4", "qwen35moe-gptq4sym",
                                             "qwen35moe-text-per-expert-Q8_0.gguf", "qwen3next-sharded-Q8_0.gguf",
                                             "qwen35moe-vlm-fused-BF16.gguf"};
 
