@@ -94,6 +94,8 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
     if (m.format == MatrixFormat::Affine || where == WeightBytes::Host) return double(m.bytes());
     if (const GgmlAffineForm a = m.format == MatrixFormat::Gguf ? ggml_affine_form(m.ggml) : GgmlAffineForm{}; a.bits)
       return double(m.rows * m.cols) * a.bits / 8 + 4.0 * double(m.rows * (m.cols / a.group));  // as uploaded
+    if (m.format == MatrixFormat::Gguf && ggml_is_iq4(m.ggml) && where == WeightBytes::CudaAsStored)
+      return double(m.rows * m.cols) / 2 + 4.0 * double(m.rows * (m.cols / 32));  // codes, a scale pair per 32
     if (m.format == MatrixFormat::Fp8 && where == WeightBytes::CudaAsStored)  // codes, a scale pair per 128 columns
       return double(m.rows * m.cols) + 4.0 * double(m.rows * ((m.cols + 127) / 128));
     if (where == WeightBytes::CudaInt4 && m.cols % 64 == 0)

@@ -187,27 +187,38 @@ void q6_k(const uint8_t* b, float* y) {
   for (int e = 0; e < 256; ++e) y[e] = (d * float(sc[e / 16])) * float(q6_k_code(b, e) - 32);
 }
 
-// The 16 non-uniform levels of IQ4_NL and IQ4_XS (gguf-py IQ4_NL.kvalues).
-constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-// IQ4_NL: d, nibbles laid out as Q4_0's; x = d·level[q].
-void iq4_nl(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * float(kIq4Values[nibble32(b + 2, j)]);
+// IQ4_NL's codes and scale: d, nibbles laid out as Q4_0's; x = d·level[q].
+float iq4_nl_codes(const uint8_t* b, uint8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = nibble32(b + 2, j);
+  return f16_at(b);
 }
 
-// IQ4_XS: d, scales_h (u16: 2 bits per group), scales_l[4] (a nibble per group), qs[128]. Group j
-// of 32 takes nibble a of qs[16j .. 16j+15] at element 16a + l; x = (d·(scale - 32))·level[q].
-void iq4_xs(const uint8_t* b, float* y) {
+void iq4_nl(const uint8_t* b, float* y) {
+  uint8_t q[32];
+  const float d = iq4_nl_codes(b, q);
+  for (int j = 0; j < 32; ++j) y[j] = d * float(kIq4Levels[q[j]]);
+}
+
+// IQ4_XS's codes and the scale of each group of 32: d, scales_h (u16: 2 bits per group),
+// scales_l[4] (a nibble per group), qs[128]. Group j takes nibble a of qs[16j .. 16j+15] at element
+// 16a + l; x = (d·(scale - 32))·level[q].
+void iq4_xs_codes(const uint8_t* b, uint8_t* q, float* group_scales) {
   const float d = f16_at(b);
   const uint16_t sh = uint16_t(b[2] | b[3] << 8);
   const uint8_t* sl = b + 4;
   const uint8_t* qs = b + 8;
   for (int j = 0; j < 8; ++j) {
     const int scale = ((sl[j / 2] >> (4 * (j % 2))) & 0x0f) | (((sh >> (2 * j)) & 3) << 4);
-    const float dl = d * float(int8_t(uint8_t(scale)) - 32);
-    for (int k = 0; k < 32; ++k) y[32 * j + k] = dl * float(kIq4Values[(qs[16 * j + k % 16] >> (4 * (k / 16))) & 0x0f]);
+    group_scales[j] = d * float(int8_t(uint8_t(scale)) - 32);
+    for (int k = 0; k < 32; ++k) q[32 * j + k] = (qs[16 * j + k % 16] >> (4 * (k / 16))) & 0x0f;
   }
+}
+
+void iq4_xs(const uint8_t* b, float* y) {
+  uint8_t q[256];
+  float dl[8];
+  iq4_xs_codes(b, q, dl);
+  for (int e = 0; e < 256; ++e) y[e] = dl[e / 32] * float(kIq4Levels[q[e]]);
 }
 
 // The affine forms: each fills a block's codes q (one per element) and each group's scale s and
@@ -366,6 +377,23 @@ void ggml_dequantize_row(GgmlType t, const void* src, int64_t n, float* dst) {
 GgmlAffineForm ggml_affine_form(GgmlType t) {
   const AffineType* a = affine_type(t);
   return a ? a->form : GgmlAffineForm{};
+}
+
+void ggml_iq4_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales) {
+  check(ggml_is_iq4(t), std::string("ggml type ") + ggml_type_name(t) + " is not an IQ4 type");
+  const GgmlTypeInfo& info = ggml_type_info(t);
+  const uint8_t* b = static_cast<const uint8_t*>(src);
+  uint8_t q[256];
+  std::fill_n(codes, n / 8, 0u);
+  for (int64_t i = 0; i < n / info.block; ++i) {
+    const uint8_t* block = b + i * info.bytes;
+    if (t == GgmlType::IQ4_NL) scales[i] = iq4_nl_codes(block, q);
+    else iq4_xs_codes(block, q, scales + i * 8);
+    for (int64_t j = 0; j < info.block; ++j) {
+      const int64_t e = i * info.block + j;
+      codes[e / 8] |= uint32_t(q[j]) << (4 * (e % 8));
+    }
+  }
 }
 
 void ggml_affine_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales, float* biases) {

@@ -57,4 +57,12 @@ GgmlAffineForm ggml_affine_form(GgmlType t);
 // group. For finite scales, scale·q + bias (two fp32 roundings) equals ggml_dequantize_row's value.
 void ggml_affine_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales, float* biases);
 
+// The 16 non-uniform levels of IQ4_NL and IQ4_XS (gguf-py IQ4_NL.kvalues).
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// True for IQ4_NL and IQ4_XS, whose blocks are x = scale·kIq4Levels[q] per group of 32 elements.
+inline bool ggml_is_iq4(GgmlType t) { return t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS; }
+// Row `src` of n elements of an IQ4 type as 4-bit codes, packed as ggml_affine_row packs them, and
+// a scale per 32 elements: scale·kIq4Levels[q] (one fp32 product) is ggml_dequantize_row's value.
+void ggml_iq4_row(GgmlType t, const void* src, int64_t n, uint32_t* codes, float* scales);
+
 }  // namespace petrel

@@ -1,7 +1,8 @@
 // GGUF block matrices on the CUDA backend against the CPU reference: every block type with an
-// affine form (Q4_0 .. Q6_K) goes up as its own codes, scales and biases, and each projection, an
-// MoE block mixing types as llama.cpp's Q4_K_M does (4-bit gate/up, 6-bit down), and a whole
-// model must agree with the CPU, which decodes the blocks as gguf-py does. Random valid blocks at
+// affine form (Q4_0 .. Q6_K) goes up as its own codes, scales and biases, IQ4_NL and IQ4_XS as
+// their codes and scales read through the 16 levels, and each projection, an MoE block mixing
+// types as llama.cpp's Q4_K_M does (4-bit gate/up, 6-bit down), one all IQ4, and a whole model
+// must agree with the CPU, which decodes the blocks as gguf-py does. Random valid blocks at
 // the Qwen3.5-35B-A3B layer dimensions, fresh inputs each run, outputs poisoned. Skipped, with a
 // message, where there is no GPU.
 #include <gtest/gtest.h>
@@ -49,6 +50,8 @@ BlockScales block_scales(GgmlType t) {
     case GgmlType::Q4_K: return {0, 2, 2.0f / (63 * 15), 1.0f / 63};
     case GgmlType::Q5_K: return {0, 2, 2.0f / (63 * 31), 1.0f / 63};
     case GgmlType::Q6_K: return {208, -1, 1.0f / (128 * 32), 0};
+    case GgmlType::IQ4_NL: return {0, -1, 1.0f / 127, 0};
+    case GgmlType::IQ4_XS: return {0, -1, 1.0f / (127 * 32), 0};  // times a sub-scale of -32..31
     default: ADD_FAILURE() << "no block scales for " << ggml_type_name(t); return {};
   }
 }
@@ -87,7 +90,7 @@ struct GgufWeights : test::RandomWeights {
 };
 
 // Qwen3.5-35B-A3B's layer dimensions with 32 experts: a DeltaNet and an attention layer, every
-// matrix a GGUF block type (all ten affine ones between them).
+// matrix a GGUF block type (all ten affine ones and both IQ4 ones between them).
 struct GgufModel : GgufWeights {
   GgufModel() {
     c = synthetic_config("qwen3.5-35b-a3b");
@@ -110,12 +113,13 @@ struct GgufModel : GgufWeights {
       L.ffn.moe = true;
       L.ffn.router = dense("router", c.n_experts, H, 8.0f);  // a clear top-k (cuda_ops_test says why)
       // Layer 0 as Q4_K_M stores experts (4-bit gate/up, 6-bit down: two formats in one block),
-      // layer 1 all Q4_K (one format: the staged expert kernels).
-      const GgmlType down = i == 0 ? GgmlType::Q6_K : GgmlType::Q4_K;
+      // layer 1 all IQ4 (one device format: the staged expert kernels).
+      const GgmlType gate_up = i == 0 ? GgmlType::Q4_K : GgmlType::IQ4_XS;
+      const GgmlType down = i == 0 ? GgmlType::Q6_K : GgmlType::IQ4_XS;
       for (int e = 0; e < c.n_experts; ++e)
-        L.ffn.experts.push_back({blocks("gate", GgmlType::Q4_K, I, H), blocks("up", GgmlType::Q4_K, I, H),
+        L.ffn.experts.push_back({blocks("gate", gate_up, I, H), blocks("up", gate_up, I, H),
                                  blocks("down", down, H, I)});
-      const GgmlType shared = i == 0 ? GgmlType::Q8_0 : GgmlType::Q4_0;  // Q4_0: Q4_K's device layout
+      const GgmlType shared = i == 0 ? GgmlType::Q8_0 : GgmlType::IQ4_NL;  // IQ4_NL: IQ4_XS's device layout
       L.ffn.has_shared = true;
       L.ffn.shared = {blocks("sgate", shared, I, H), blocks("sup", shared, I, H), blocks("sdown", shared, H, I)};
       L.ffn.shared_gate = dense("shared_expert_gate", 1, H, 1.0f);
@@ -124,7 +128,7 @@ struct GgufModel : GgufWeights {
     G.qkv = blocks("qkv", GgmlType::Q4_0, c.gdn_conv_channels(), H);
     G.z = blocks("z", GgmlType::Q5_K, c.gdn_value_dim(), H);
     G.b = blocks("b", GgmlType::Q8_0, c.lin_v_heads, H);
-    G.a = blocks("a", GgmlType::Q8_0, c.lin_v_heads, H);
+    G.a = blocks("a", GgmlType::IQ4_NL, c.lin_v_heads, H);
     G.out = blocks("out", GgmlType::Q2_K, H, c.gdn_value_dim());
     G.conv = vec(size_t(c.gdn_conv_channels()) * 4, -0.5f, 0.5f);
     G.A_log = vec(c.lin_v_heads, 0.0f, 2.7f);
@@ -209,8 +213,8 @@ TEST_P(CudaGgufLinear, EveryBlockTypeMatchesCpu) {
   const AttentionWeights& A = w.layers[1].attn;
   const MlpWeights& S0 = w.layers[0].ffn.shared;
   const MlpWeights& S1 = w.layers[1].ffn.shared;
-  for (const Matrix* m : {&w.lm_head, &G.qkv, &G.z, &G.b, &G.out, &A.q, &A.gate, &A.k, &A.v, &A.o, &S0.gate, &S0.down,
-                          &S1.up, &S1.down}) {
+  for (const Matrix* m : {&w.lm_head, &G.qkv, &G.z, &G.b, &G.a, &G.out, &A.q, &A.gate, &A.k, &A.v, &A.o, &S0.gate,
+                          &S0.down, &S1.up, &S1.down}) {
     Io io(T, m->cols, m->rows);
     pair().cpu.linear(io.cx, *m, io.cy);
     pair().gpu->linear(io.gx, *m, io.gy);
@@ -222,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Tokens, CudaGgufLinear, ::testing::Values(1, 3, 8, 16, 
 
 class CudaGgufMoe : public ::testing::TestWithParam<int> {};
 
-// Routed plus shared experts of both layers: mixed Q4_K/Q6_K experts and all-Q4_K ones.
+// Routed plus shared experts of both layers: mixed Q4_K/Q6_K experts and all-IQ4 ones.
 TEST_P(CudaGgufMoe, MixedAndUniformExpertTypesMatchCpu) {
   REQUIRE_GPU();
   const int T = GetParam();

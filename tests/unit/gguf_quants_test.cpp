@@ -96,6 +96,38 @@ TEST_P(GgufAffine, ScaleTimesCodePlusBiasIsGgufPysValue) {
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufAffine, ::testing::ValuesIn(kAffine),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
+class GgufIq4 : public ::testing::TestWithParam<GgmlType> {};
+
+// The device kernels read IQ4_NL and IQ4_XS as scale·level[q] per 32 elements: unpacking the
+// fixture's random rows that way must give gguf-py's values to the bit.
+TEST_P(GgufIq4, ScaleTimesLevelIsGgufPysValue) {
+  const GgmlType type = GetParam();
+  ASSERT_TRUE(ggml_is_iq4(type));
+  const std::string base = std::string(PETREL_FIXTURES_DIR) + "/gguf/dequant/" + ggml_type_name(type);
+  const std::vector<uint8_t> raw = read_bytes(base + ".bin");
+  const NpyArray want = read_npy_f32(base + ".npy");
+  const int64_t rows = want.shape[0], n = want.shape[1], row_bytes = ggml_row_bytes(type, n);
+  std::vector<uint32_t> codes(size_t(n / 8));
+  std::vector<float> scales(size_t(n / 32));
+  int64_t mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    ggml_iq4_row(type, raw.data() + r * row_bytes, n, codes.data(), scales.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t q = (codes[size_t(i / 8)] >> (4 * (i % 8))) & 15u;
+      const float got = scales[size_t(i / 32)] * float(kIq4Levels[q]), w = want.data[size_t(r * n + i)];
+      const bool same = std::memcmp(&w, &got, 4) == 0 || (std::isnan(w) && std::isnan(got));
+      if (!same && ++mismatches <= 5)
+        ADD_FAILURE() << ggml_type_name(type) << " row " << r << " element " << i << ": gguf-py " << w << ", iq4 form "
+                      << got << " (q " << q << ", scale " << scales[size_t(i / 32)] << ")";
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_THROW(ggml_iq4_row(GgmlType::Q4_0, raw.data(), 32, codes.data(), scales.data()), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufIq4, ::testing::Values(GgmlType::IQ4_NL, GgmlType::IQ4_XS),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
 TEST(GgufAffineForms, FloatAndNonUniformTypesHaveNone) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::IQ4_NL, GgmlType::IQ4_XS})
     EXPECT_EQ(ggml_affine_form(t).bits, 0) << ggml_type_name(t);

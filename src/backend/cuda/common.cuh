@@ -26,8 +26,20 @@ inline void check_cuda(cudaError_t e, const char* what) {
 // or F8: e4m3 codes (a byte each, packed as 8-bit codes are) with w = e4m3(q)·(scale + bias): the
 // group's fp32 block scale split into its bf16 rounding (`scales`) and the remainder (`biases`), so
 // that everything that moves a group's scale and bias moves an FP8 scale unchanged and exactly
-// (16 bits of mantissa against fp32's 24: an error of 2^-17 at most).
-enum class WFormat : int { BF16 = 0, Q4 = 1, Q8 = 2, F8 = 3 };
+// (16 bits of mantissa against fp32's 24: an error of 2^-17 at most); or I4: GGUF's IQ4_NL and
+// IQ4_XS, 4-bit codes (packed as 4-bit codes are) through their 16 levels, w = kIq4Levels[q]·(scale
+// + bias), the group's scale split as F8's.
+enum class WFormat : int { BF16 = 0, Q4 = 1, Q8 = 2, F8 = 3, I4 = 4 };
+
+// The IQ4 levels (kIq4Levels) of the 4 codes in the low 16 bits of q (code i in bits 4i..4i+3) as 4
+// int8 bytes, code i's in byte i: two byte permutes pick each code's level among the table's first
+// and last 8 (its low 3 bits select a byte of two words), a third keeps the one its bit 3 names.
+__device__ __forceinline__ uint32_t iq4_levels4(uint32_t q) {
+  constexpr uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;  // kIq4Levels
+  const uint32_t low3 = q & 0x7777u;  // selector nibbles of 0-7: no sign-replicating mode
+  const uint32_t first = __byte_perm(t0, t1, low3), last = __byte_perm(t2, t3, low3);
+  return __byte_perm(first, last, 0x3210u | ((q & 0x8888u) >> 1));  // byte i of first, or (4 + i) of last
+}
 
 // 2^120: e4m3_top(w) times this is the value of the code in w's top byte.
 constexpr float kE4m3Unscale = kE4m3TopUnscale;
@@ -47,11 +59,9 @@ struct DeviceMatrix {
   int64_t w_stride = 0;  // between stacked matrices, in bf16 elements (BF16) or u32 words (Q4/Q8)
   int64_t s_stride = 0;  // between stacked matrices' scales/biases, in elements
 
-  __host__ __device__ int bits() const { return format == WFormat::Q4 ? 4 : 8; }
-  // The scale of group gi of an F8 matrix, times 2^120 (see e4m3_top).
-  __device__ float f8_scale(int64_t gi) const {
-    return (__bfloat162float(scales[gi]) + __bfloat162float(biases[gi])) * kE4m3Unscale;
-  }
+  __host__ __device__ int bits() const { return format == WFormat::Q4 || format == WFormat::I4 ? 4 : 8; }
+  // The scale of group gi of an F8 or I4 matrix: its two bf16 parts summed (WFormat).
+  __device__ float split_scale(int64_t gi) const { return __bfloat162float(scales[gi]) + __bfloat162float(biases[gi]); }
   // The matrix of stack entry e.
   __host__ __device__ DeviceMatrix entry(int e) const {
     DeviceMatrix m = *this;
@@ -87,9 +97,15 @@ __device__ __forceinline__ void load8(const DeviceMatrix& m, int64_t row, int c8
     const uint32_t q = static_cast<const uint32_t*>(m.w)[row * (m.cols / 8) + c8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = s * float((q >> (4 * i)) & 15u) + b;
+  } else if (m.format == WFormat::I4) {
+    const uint32_t q = static_cast<const uint32_t*>(m.w)[row * (m.cols / 8) + c8];
+    const float scale = m.split_scale(gi);
+    const uint32_t levels[2] = {iq4_levels4(q), iq4_levels4(q >> 16)};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = scale * float(int8_t(levels[i / 4] >> (8 * (i % 4))));
   } else if (m.format == WFormat::F8) {
     const uint2 q = reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 4))[c8];
-    const float scale = m.f8_scale(gi);
+    const float scale = m.split_scale(gi) * kE4m3Unscale;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = e4m3_top(q.x << (24 - 8 * i)) * scale;

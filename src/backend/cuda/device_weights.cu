@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <tuple>
+#include <utility>
 
 #include "backend/cuda/kernels.cuh"
 #include "core/progress.h"
@@ -15,7 +17,7 @@ constexpr int kQuantGroup = 64;
 
 size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
   if (f == WFormat::BF16) return size_t(rows * cols) * 2;
-  const int bits = f == WFormat::Q4 ? 4 : 8;
+  const int bits = f == WFormat::Q4 || f == WFormat::I4 ? 4 : 8;
   return size_t(rows * cols * bits / 8) + 2 * size_t(rows * (cols / group)) * 2;
 }
 
@@ -31,6 +33,13 @@ int fp8_group(const Matrix& m) {
   for (int g : {128, 64, 32, 16})
     if (m.cols % g == 0 && m.fp8.block_cols % g == 0) return g;
   return 0;
+}
+
+// A scale as the two bf16 parts of WFormat::F8 and I4: its rounding to bf16, then what that
+// rounding left out.
+std::pair<uint16_t, uint16_t> split_scale(float s) {
+  const uint16_t hi = f32_to_bf16(s);
+  return {hi, f32_to_bf16(s - bf16_to_f32(hi))};
 }
 
 // The affine form of a GGUF block matrix; bits 0 for any other matrix.
@@ -76,7 +85,8 @@ DeviceWeights::Plan DeviceWeights::plan(const Matrix& m, bool router_like) const
   if (m.format == MatrixFormat::Affine) return {&m, m.bits == 4 ? WFormat::Q4 : WFormat::Q8, m.group};
   // GGUF blocks keep their own codes, scales and biases (never quantised twice).
   if (const GgmlAffineForm a = ggml_gguf_affine(m); a.bits > 0) return {&m, a.bits == 4 ? WFormat::Q4 : WFormat::Q8, a.group};
-  // FP8 keeps its codes and block scales, unless --quantize int4 asks for 4 bits.
+  // IQ4 and FP8 keep their codes and scales, unless --quantize int4 asks for MLX's 4 bits.
+  if (m.format == MatrixFormat::Gguf && ggml_is_iq4(m.ggml) && !opt_.int4) return {&m, WFormat::I4, 32};
   if (m.format == MatrixFormat::Fp8 && !opt_.int4 && fp8_group(m) > 0) return {&m, WFormat::F8, fp8_group(m)};
   if (opt_.int4 && m.cols % kQuantGroup == 0) return {&m, router_like ? WFormat::Q8 : WFormat::Q4, kQuantGroup};
   return {&m, WFormat::BF16, kQuantGroup};
@@ -159,8 +169,38 @@ void DeviceWeights::fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst) {
   }
 }
 
-// An FP8 matrix's codes as stored (rows gathered) and each device group's block scale as two bf16
-// parts (WFormat::F8): its rounding to bf16, then what that rounding left out.
+// An IQ4_NL / IQ4_XS matrix as its 4-bit codes and each group of 32's scale in two parts
+// (WFormat::I4), decoded a batch of rows at a time into the staging buffer.
+void DeviceWeights::fill_gguf_iq4(const Matrix& m, const DeviceMatrix& dst) {
+  const int64_t cols = m.cols, words = cols / 8, groups = cols / 32;
+  const size_t row_bytes = size_t(words) * 4 + size_t(groups) * 4, raw_row = size_t(ggml_row_bytes(m.ggml, cols));
+  const int64_t batch = std::max<int64_t>(1, int64_t(staging_bytes_ / row_bytes));
+  std::vector<float> scales(static_cast<size_t>(groups));
+  for (int64_t r0 = 0; r0 < m.rows; r0 += batch) {
+    const int64_t n = std::min(batch, m.rows - r0);
+    uint32_t* codes = reinterpret_cast<uint32_t*>(staging_);
+    uint16_t* hi = reinterpret_cast<uint16_t*>(codes + n * words);
+    uint16_t* lo = hi + n * groups;
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r0 + r)) * raw_row;
+      ggml_iq4_row(m.ggml, row, cols, codes + r * words, scales.data());
+      for (int64_t g = 0; g < groups; ++g)
+        std::tie(hi[r * groups + g], lo[r * groups + g]) = split_scale(scales[size_t(g)]);
+    }
+    const auto put = [&](void* to, const void* from, size_t bytes) {
+      PETREL_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
+    };
+    put(static_cast<uint32_t*>(const_cast<void*>(dst.w)) + r0 * words, codes, size_t(n * words) * 4);
+    put(const_cast<bf16*>(dst.scales) + r0 * groups, hi, size_t(n * groups) * 2);
+    put(const_cast<bf16*>(dst.biases) + r0 * groups, lo, size_t(n * groups) * 2);
+    PETREL_CUDA(cudaStreamSynchronize(stream_));  // the staging buffer is reused next
+    done_ += size_t(n) * row_bytes;
+    if (progress_) progress_(std::min(done_, planned_), planned_);
+  }
+}
+
+// An FP8 matrix's codes as stored (rows gathered) and each device group's block scale in two parts
+// (WFormat::F8).
 void DeviceWeights::fill_fp8(const Matrix& m, const DeviceMatrix& dst) {
   const int64_t cols = m.cols, groups = cols / dst.group;
   upload_rows(m.rows, size_t(cols), [&](int64_t r, uint8_t* out) {
@@ -174,8 +214,7 @@ void DeviceWeights::fill_fp8(const Matrix& m, const DeviceMatrix& dst) {
         // The kernels multiply the scale by 2^120 in fp32 (e4m3_top).
         check(std::fabs(s) < 256.0f, m.name + ": FP8 block scale " + std::to_string(s) +
                                          " is out of the range the CUDA kernels take (below 256)");
-        const uint16_t hi = f32_to_bf16(s);
-        o[g] = part == 0 ? hi : f32_to_bf16(s - bf16_to_f32(hi));
+        o[g] = part == 0 ? split_scale(s).first : split_scale(s).second;
       }
     }, const_cast<bf16*>(part == 0 ? dst.scales : dst.biases));
   }
@@ -191,9 +230,11 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     const float scale = std::sqrt(3.0f / float(cols));
     if (dst.format == WFormat::BF16) {
       fill_random_bf16(static_cast<bf16*>(const_cast<void*>(dst.w)), rows * cols, scale, seed, stream_);
-    } else if (dst.format == WFormat::F8) {
-      // Codes with even exponents (never NaN; RMS ~65) under scales of ~1/65 the bf16 weights' RMS.
-      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_, 0xF7F7F7F7u);
+    } else if (dst.format == WFormat::F8 || dst.format == WFormat::I4) {
+      // Codes of RMS ~65 (FP8: even exponents, never NaN; IQ4's levels: ~67) under scales of ~1/65
+      // the bf16 weights' RMS, as one part (the other zero).
+      const uint32_t mask = dst.format == WFormat::F8 ? 0xF7F7F7F7u : ~0u;
+      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_, mask);
       fill_random_bf16(const_cast<bf16*>(dst.scales), dst.s_stride, 2.0f * scale / std::sqrt(3.0f) / 65.0f, seed + 1,
                        stream_);
       PETREL_CUDA(cudaMemsetAsync(const_cast<bf16*>(dst.biases), 0, size_t(dst.s_stride) * 2, stream_));
@@ -219,6 +260,7 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
   };
   if (ggml_gguf_affine(m).bits > 0) return fill_gguf_affine(m, dst);
   if (dst.format == WFormat::F8) return fill_fp8(m, dst);
+  if (dst.format == WFormat::I4) return fill_gguf_iq4(m, dst);
   // Dense, FP8 and the other GGUF block rows go up as bf16 (decoded row by row), or quantised at load.
   if (m.format != MatrixFormat::Affine) {
     if (dst.format == WFormat::BF16) {

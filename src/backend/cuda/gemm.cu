@@ -1,7 +1,7 @@
 // The prefill GEMM y = x · Wᵀ on tensor cores: mma.sync m16n8k16 (bf16 in, fp32 accumulate), both
 // operands fed by ldmatrix from padded shared memory, filled by a multi-stage cp.async pipeline.
-// 4/8-bit and FP8 weights arrive packed and are dequantised once per k-tile into a bf16 tile all
-// warps share.
+// 4/8-bit, FP8 and IQ4 weights arrive packed and are dequantised once per k-tile into a bf16 tile
+// all warps share.
 //
 // Block tile BM x 128 (BM 128 dense, 64 = kGemmTileM grouped), k-tile 64, 8 warps as 2 (m) x 4 (n),
 // each warp BM/2 x 32: BM/32 m16 fragments x 4 n8 fragments. Shared memory per stage: the
@@ -18,15 +18,16 @@ namespace {
 
 constexpr int BN = 128, BK = 64, kPitch = BK + 8, kThreads = 256;
 
-// How the weight tile reaches shared memory: bf16 rows and packed 4/8-bit or FP8 codes by cp.async;
-// other quantised layouts (groups not a multiple of 32) decoded element-wise through load8.
-enum class WLoad { Bf16, Q4, Q8, F8, Decode };
+// How the weight tile reaches shared memory: bf16 rows and packed 4/8-bit, FP8 or IQ4 codes by
+// cp.async; other quantised layouts (groups not a multiple of 32) decoded element-wise through load8.
+enum class WLoad { Bf16, Q4, Q8, F8, I4, Decode };
 
 template <int BM, WLoad L>
 struct Tile {
-  static constexpr bool kPacked = L == WLoad::Q4 || L == WLoad::Q8 || L == WLoad::F8;
-  static constexpr int kStages = L == WLoad::Q4 ? 4 : 3;  // as many as keep two blocks per multiprocessor
-  static constexpr int kRawRow = L == WLoad::Q4 ? BK / 2 : BK;  // packed bytes of a weight row per k-tile
+  static constexpr bool kPacked = L == WLoad::Q4 || L == WLoad::Q8 || L == WLoad::F8 || L == WLoad::I4;
+  static constexpr bool kFourBit = L == WLoad::Q4 || L == WLoad::I4;
+  static constexpr int kStages = kFourBit ? 4 : 3;  // as many as keep two blocks per multiprocessor
+  static constexpr int kRawRow = kFourBit ? BK / 2 : BK;  // packed bytes of a weight row per k-tile
   static constexpr int kA = BM * kPitch * 2;
   static constexpr int kW = kPacked ? BN * kRawRow : BN * kPitch * 2;
   static constexpr int kBytes = kStages * (kA + kW) + (kPacked ? BN * kPitch * 2 : 0);
@@ -98,7 +99,7 @@ struct Gemm {
   __device__ bool half_ok(int kt) const { return n0 + tid / 2 < N && half_k(kt) < K; }
 
   __device__ void load_w_packed(int stage, int kt) const {
-    constexpr int bits = L == WLoad::Q4 ? 4 : 8, chunks = bits / 4;
+    constexpr int bits = G::kFourBit ? 4 : 8, chunks = bits / 4;
     const int n = n0 + tid / 2, k = half_k(kt);
     const bool ok = half_ok(kt);
     uint8_t* dst = w_tile(stage) + (tid / 2) * G::kRawRow + (tid % 2) * (G::kRawRow / 2);
@@ -128,6 +129,16 @@ struct Gemm {
       for (int i = 0; i < 4; ++i) {
         uint32_t out[4];
         dequant_q4(words[i], s, b, out);
+        dst[i] = make_uint4(out[0], out[1], out[2], out[3]);
+      }
+    } else if constexpr (L == WLoad::I4) {  // 32 codes of one group (WFormat: scale + bias is its scale)
+      const uint4 q = raw[0];
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      const float s = __bfloat162float(a.s[0]) + __bfloat162float(a.b[0]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t out[4];
+        dequant_i4(words[i], s, out);
         dst[i] = make_uint4(out[0], out[1], out[2], out[3]);
       }
     } else if constexpr (L == WLoad::F8) {  // 32 codes of one group (WFormat: scale + bias is its scale)
@@ -304,6 +315,8 @@ void launch_format(const DeviceMatrix& w, const void* x, int64_t x_stride, int x
     launch<BM, WLoad::Q4>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
   else if (w.format == WFormat::F8)
     launch<BM, WLoad::F8>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else if (w.format == WFormat::I4)
+    launch<BM, WLoad::I4>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
   else
     launch<BM, WLoad::Q8>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
 }

@@ -1,8 +1,9 @@
 // Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
 // block stages its activation rows in shared memory (fp32 for bf16 and FP8 weights, two int8
-// levels with a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring
-// chunks hit distinct banks, together with each chunk's Σx; weights then stream from HBM in
-// 16-byte chunks (32 4-bit, 16 8-bit or FP8, or 8 bf16 weights), several rows in flight per lane.
+// levels with a scale per chunk for 4-bit, 8-bit and IQ4 ones), padded so that lanes reading
+// neighbouring chunks hit distinct banks, together with each chunk's Σx; weights then stream from
+// HBM in 16-byte chunks (32 4-bit or IQ4, 16 8-bit or FP8, or 8 bf16 weights), several rows in
+// flight per lane.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
@@ -13,11 +14,13 @@ namespace petrel::cuda {
 
 // Weights in one 16-byte chunk of a row.
 __host__ __device__ constexpr int chunk_weights(WFormat f) {
-  return f == WFormat::Q4 ? 32 : f == WFormat::Q8 || f == WFormat::F8 ? 16 : 8;
+  return f == WFormat::Q4 || f == WFormat::I4 ? 32 : f == WFormat::Q8 || f == WFormat::F8 ? 16 : 8;
 }
 // True where activations are staged as two int8 levels for the integer dot-product units (affine
-// codes); bf16 and FP8 weights meet fp32 activations.
-__host__ __device__ constexpr bool int8_staged(WFormat f) { return f == WFormat::Q4 || f == WFormat::Q8; }
+// and IQ4 codes); bf16 and FP8 weights meet fp32 activations.
+__host__ __device__ constexpr bool int8_staged(WFormat f) {
+  return f == WFormat::Q4 || f == WFormat::Q8 || f == WFormat::I4;
+}
 // Floats of shared memory between consecutive chunks' staged activations: fp32 activations take a
 // float per weight, two int8 levels a byte per weight each; plus 4 floats of padding, which keeps
 // the 16-byte reads of 8 neighbouring lanes on distinct banks.
@@ -111,17 +114,18 @@ __device__ inline void prefetch_matrix_rows(const DeviceMatrix& m, int64_t r0, i
     case WFormat::Q4: return chunk_matrix<WFormat::Q4>(m).prefetch_rows(r0, r1);
     case WFormat::Q8: return chunk_matrix<WFormat::Q8>(m).prefetch_rows(r0, r1);
     case WFormat::F8: return chunk_matrix<WFormat::F8>(m).prefetch_rows(r0, r1);
+    case WFormat::I4: return chunk_matrix<WFormat::I4>(m).prefetch_rows(r0, r1);
     case WFormat::BF16: return chunk_matrix<WFormat::BF16>(m).prefetch_rows(r0, r1);
   }
 }
 
-// One chunk's staged activations in registers: two int8 levels (4 words each for 4-bit weights,
-// x[0..1] the first level, x[2..3] the second; 2 words each for 8-bit: x[0], x[1]) or 8 fp32
+// One chunk's staged activations in registers: two int8 levels (4 words each for 4-bit and IQ4
+// weights, x[0..1] the first level, x[2..3] the second; 2 words each for 8-bit: x[0], x[1]) or 8 fp32
 // values (bf16 weights: x[0..1]) or 16 (FP8: x[0..3]); with the chunk's Σx and second-level scale
-// d/127² (4- and 8-bit).
+// d/127² (int8 levels).
 template <WFormat F>
 struct ChunkX {
-  uint4 x[F == WFormat::Q4 || F == WFormat::F8 ? 4 : 2];
+  uint4 x[chunk_weights(F) * (int8_staged(F) ? 2 : 4) / 16];  // two bytes a weight, or a float
   float sum, level_scale;
 };
 
@@ -178,6 +182,25 @@ __device__ __forceinline__ float dot_bf16(const Chunk& ch, const uint4 (&x)[2]) 
   return a0 + a1;
 }
 
+// Σ level[q]·(127·x1 + x2) over 32 IQ4 codes and their activations' two int8 levels, in natural
+// order (4 activations a word): each word of codes gives two words of int8 levels (iq4_levels4),
+// signed times signed. Exact: |Σ| < 2^27.
+__device__ __forceinline__ int dot_i4_int8x2(const uint4& raw, const uint4 (&x)[4]) {
+  const uint32_t hi[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const uint32_t lo[8] = {x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  int acc_hi = 0, acc_lo = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int v0 = int(iq4_levels4(words[i])), v1 = int(iq4_levels4(words[i] >> 16));
+    acc_hi = __dp4a(v0, int(hi[2 * i]), acc_hi);
+    acc_hi = __dp4a(v1, int(hi[2 * i + 1]), acc_hi);
+    acc_lo = __dp4a(v0, int(lo[2 * i]), acc_lo);
+    acc_lo = __dp4a(v1, int(lo[2 * i + 1]), acc_lo);
+  }
+  return 127 * acc_hi + acc_lo;
+}
+
 // Σ e4m3_top(q)·x over one chunk of 16 FP8 codes and their 16 fp32 activations (x[0..3] as float4
 // bits): word i holds codes 4i..4i+3, low byte first, each shifted to the top for e4m3_top.
 __device__ __forceinline__ float dot_f8(const uint4& raw, const uint4 (&x)[4]) {
@@ -201,6 +224,8 @@ __device__ __forceinline__ float dot_x(const Chunk& ch, const ChunkX<F>& cx) {
     return dot_bf16(ch, cx.x);
   } else if constexpr (F == WFormat::F8) {  // the group's scale is ch.scale + ch.bias (WFormat)
     return (ch.scale + ch.bias) * kE4m3Unscale * dot_f8(ch.raw, cx.x);
+  } else if constexpr (F == WFormat::I4) {  // likewise; x ≈ (d/127)·(127·x1 + x2)
+    return (ch.scale + ch.bias) * cx.level_scale * float(dot_i4_int8x2(ch.raw, cx.x));
   } else {
     // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127²)·Σ q·(127·x1 + x2) + b·Σx
     int q;
@@ -230,7 +255,7 @@ struct Staged {
   __device__ __forceinline__ ChunkX<F> load_x(int row, int c) const {
     ChunkX<F> cx;
     const uint4* p = reinterpret_cast<const uint4*>(chunk(row, c));
-    if constexpr (F == WFormat::Q4 || F == WFormat::F8) {
+    if constexpr (sizeof(cx.x) == 4 * sizeof(uint4)) {
       cx.x[0] = p[0];
       cx.x[1] = p[1];
       cx.x[2] = p[2];
@@ -296,7 +321,7 @@ __device__ __forceinline__ StageInputs stage_ahead_second(const void* x, int x_e
 // (adjacent lanes) combine Σx and, for 4- and 8-bit weights, max |x|, which sets the chunk's int8
 // scale d = max|x|/127: x1 = round(x/d), then the remainder's x2 = round(127·(x - d·x1)/d) (about
 // 14 bits in all, above fp16's 11). For 4-bit weights a thread's 8 values of each level are
-// stored even ones first (the order dot_q4_int8x2 reads), for 8-bit ones in order.
+// stored even ones first (the order dot_q4_int8x2 reads), for 8-bit and IQ4 ones in order.
 // Under a norm (cols a multiple of kNormWarpCols: a warp's lanes share a row) x·w is staged, each
 // warp stores its Σx² and a row's parts are summed in order, so the norm is the same every run.
 // The first AHEAD passes (0-2) take their inputs from `ahead` and `ahead2`.
@@ -532,8 +557,10 @@ __device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_
   }
 }
 
-// Most chunks a lane holds of a register-held activation row: 16 words a chunk (4-bit, FP8) or 8.
-__host__ __device__ constexpr int max_lane_chunks(WFormat f) { return f == WFormat::Q4 || f == WFormat::F8 ? 4 : 8; }
+// Most chunks a lane holds of a register-held activation row: 16 words a chunk (4-bit, FP8, IQ4) or 8.
+__host__ __device__ constexpr int max_lane_chunks(WFormat f) {
+  return f == WFormat::Q4 || f == WFormat::F8 || f == WFormat::I4 ? 4 : 8;
+}
 
 // Chunks per lane where one activation row of `chunks` chunks is held in registers (chunks lane +
 // 32j, at most 72 registers of them), else 0.

@@ -1,5 +1,5 @@
 // y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once:
-// the weights are the mma's A operand (16 rows a warp, 4-/8-bit or FP8 codes dequantised in registers, no
+// the weights are the mma's A operand (16 rows a warp, 4-/8-bit, FP8 or IQ4 codes dequantised in registers, no
 // shared-memory weight tile, no block barrier per k-tile) and the token rows its B operand, staged
 // in shared memory. The grouped form runs a step's routed experts over moe_plan's tiles (an
 // expert's rows, up to 64 a tile): gate and up together with SiLU·mul, then down.
@@ -47,7 +47,7 @@ struct RowsArgs {
 
 template <WFormat F>
 struct Format {
-  static constexpr int kPerChunk = F == WFormat::Q4 ? 32 : F == WFormat::BF16 ? 8 : 16;  // weights in 16 bytes
+  static constexpr int kPerChunk = F == WFormat::Q4 || F == WFormat::I4 ? 32 : F == WFormat::BF16 ? 8 : 16;  // in 16 bytes
   static constexpr int KI = 4 * kPerChunk;  // physical columns an iteration covers
   static constexpr int kSteps = KI / 16;    // mma k-steps an iteration
 };
@@ -78,6 +78,10 @@ __device__ __forceinline__ void a_fragments(const Slice<F>& lo, const Slice<F>& 
     const uint32_t cl = dl[p], ch = dh[p];
     dequant_q4(cl, lo.s, lo.b, dl);
     dequant_q4(ch, hi.s, hi.b, dh);
+  } else if constexpr (F == WFormat::I4) {  // as 4-bit codes, under the group's scale (WFormat)
+    const uint32_t cl = dl[p], ch = dh[p];
+    dequant_i4(cl, __low2float(lo.s) + __low2float(lo.b), dl);
+    dequant_i4(ch, __low2float(hi.s) + __low2float(hi.b), dh);
   } else if constexpr (F == WFormat::Q8) {  // words 2p and 2p + 1 hold 4 codes each: one step apiece
     const uint32_t cl[2] = {dl[2 * p], dl[2 * p + 1]}, ch[2] = {dh[2 * p], dh[2 * p + 1]};
     const float sl = __low2float(lo.s), bl = __low2float(lo.b), sh = __low2float(hi.s), bh = __low2float(hi.b);
@@ -372,13 +376,14 @@ void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
   if (a.w[0].format == WFormat::Q4) launch_rows<WFormat::Q4, kPair>(a, max_rows, tiles, s);
   else if (a.w[0].format == WFormat::Q8) launch_rows<WFormat::Q8, kPair>(a, max_rows, tiles, s);
   else if (a.w[0].format == WFormat::F8) launch_rows<WFormat::F8, kPair>(a, max_rows, tiles, s);
+  else if (a.w[0].format == WFormat::I4) launch_rows<WFormat::I4, kPair>(a, max_rows, tiles, s);
   else launch_rows<WFormat::BF16, kPair>(a, max_rows, tiles, s);
 }
 
 }  // namespace
 
 bool linear_rows_fits(const DeviceMatrix& w) {
-  if (w.format == WFormat::Q4)
+  if (w.format == WFormat::Q4 || w.format == WFormat::I4)
     return w.group % 32 == 0 && w.cols % w.group == 0 && w.cols % 512 == 0 && w.w_stride % 4 == 0;
   if (w.format == WFormat::Q8 || w.format == WFormat::F8)
     return w.group % 16 == 0 && w.cols % w.group == 0 && w.cols % 256 == 0 && w.w_stride % 4 == 0;
@@ -388,7 +393,7 @@ bool linear_rows_fits(const DeviceMatrix& w) {
 void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
                  cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && linear_rows_fits(w) && x_stride % 8 == 0,
-        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8 or bf16 weights");
+        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8, IQ4 or bf16 weights");
   check(!y.add || y.elem == 4, "CUDA linear_rows: an added output must be fp32");
   RowsArgs a{};
   a.w[0] = w;
@@ -406,7 +411,7 @@ void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceM
                  int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && gate.format == up.format && linear_rows_fits(gate) && linear_rows_fits(up) &&
             linear_rows_fits(down) && x_stride % 8 == 0 && act_stride % 8 == 0,
-        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8 or bf16 experts");
+        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8, IQ4 or bf16 experts");
   RowsArgs a{};
   a.w[0] = gate;
   a.w[1] = up;

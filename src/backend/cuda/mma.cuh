@@ -1,6 +1,6 @@
 // PTX wrappers of the tensor-core kernels (gemm.cu, linear_rows.cu, attention_prefill.cu):
 // asynchronous 16-byte copies into shared memory, ldmatrix, the m16n8k16 bf16 mma with fp32
-// accumulators, and the 4-bit, 8-bit and FP8 dequantisation that feeds it.
+// accumulators, and the 4-bit, 8-bit, FP8 and IQ4 dequantisation that feeds it.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -85,10 +85,20 @@ __device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_
 }
 
 // 4 e4m3 codes of a word (k order) -> 2 bf16 pairs e4m3(q)·scale, where `scale` is the group's
-// scale times kE4m3Unscale (DeviceMatrix::f8_scale): one rounding, to bf16.
+// scale times kE4m3Unscale (DeviceMatrix::split_scale): one rounding, to bf16.
 __device__ __forceinline__ void dequant_f8(uint32_t w, float scale, uint32_t out[2]) {
   out[0] = pack_bf16(e4m3_top(w << 24) * scale, e4m3_top(w << 16) * scale);
   out[1] = pack_bf16(e4m3_top(w << 8) * scale, e4m3_top(w) * scale);
+}
+
+// 8 IQ4 codes of a word (k order) -> 4 bf16 pairs level[q]·scale (DeviceMatrix::split_scale).
+__device__ __forceinline__ void dequant_i4(uint32_t w, float scale, uint32_t out[4]) {
+  const uint32_t levels[2] = {iq4_levels4(w), iq4_levels4(w >> 16)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t l = levels[i / 2] >> (16 * (i % 2));
+    out[i] = pack_bf16(float(int8_t(l)) * scale, float(int8_t(l >> 8)) * scale);
+  }
 }
 
 }  // namespace petrel::cuda

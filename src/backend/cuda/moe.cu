@@ -703,6 +703,7 @@ void with_format(WFormat f, Fn&& fn) {
     case WFormat::Q4: return fn(std::integral_constant<WFormat, WFormat::Q4>{});
     case WFormat::Q8: return fn(std::integral_constant<WFormat, WFormat::Q8>{});
     case WFormat::F8: return fn(std::integral_constant<WFormat, WFormat::F8>{});
+    case WFormat::I4: return fn(std::integral_constant<WFormat, WFormat::I4>{});
     case WFormat::BF16: return fn(std::integral_constant<WFormat, WFormat::BF16>{});
   }
 }
