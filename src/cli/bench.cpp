@@ -27,6 +27,7 @@
 #include "core/progress.h"
 #include "io/checkpoint.h"
 #include "io/model_tokenizer.h"
+#include "model/fp8_quantize.h"
 #include "model/synthetic.h"
 #include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
@@ -93,6 +94,8 @@ double decode_bytes(const ModelConfig& c, const ModelWeights& w, WeightBytes whe
     if (m.format == MatrixFormat::Affine || where == WeightBytes::Host) return double(m.bytes());
     if (const GgmlAffineForm a = m.format == MatrixFormat::Gguf ? ggml_affine_form(m.ggml) : GgmlAffineForm{}; a.bits)
       return double(m.rows * m.cols) * a.bits / 8 + 4.0 * double(m.rows * (m.cols / a.group));  // as uploaded
+    if (m.format == MatrixFormat::Fp8 && where == WeightBytes::CudaAsStored)  // codes, a scale pair per 128 columns
+      return double(m.rows * m.cols) + 4.0 * double(m.rows * ((m.cols + 127) / 128));
     if (where == WeightBytes::CudaInt4 && m.cols % 64 == 0)
       return double(m.rows * m.cols) * (router_like ? 1.0 : 0.5) + 4.0 * double(m.rows * (m.cols / 64));
     return 2.0 * double(m.rows * m.cols);
@@ -410,8 +413,8 @@ void run(Args a) {
     if (!a.contexts_set) a.contexts = kCpuContexts;
     if (!a.decode_tokens_set) a.decode_tokens = kCpuDecodeTokens;
   } else {
-    check(a.weights == "int4" || a.weights == "bf16" || gguf_mix(a.weights),
-          "--weights '" + a.weights + "': expected int4, bf16, q4_0 or q4_k_m");
+    check(a.weights == "int4" || a.weights == "bf16" || a.weights == "fp8" || gguf_mix(a.weights),
+          "--weights '" + a.weights + "': expected int4, bf16, fp8, q4_0 or q4_k_m");
     check(!gguf_mix(a.weights) || !a.synthetic.empty(),
           "--weights " + a.weights + ": only with --synthetic (a checkpoint's matrices go up as they are stored)");
     check(cuda_available(), "petrel bench --device cuda: " + cuda_device_summary());
@@ -431,7 +434,11 @@ void run(Args a) {
     if (a.speculative != "mtp") config.mtp_layers = 0;
     synth = synthetic_weights(config);
     if (!cpu && gguf_mix(a.weights)) store_as_gguf_mix(*synth, a.weights);
+    if (!cpu && a.weights == "fp8") store_as_fp8(*synth);
   }
+  // A checkpoint's float matrices as FP8, as --quantize fp8 makes them.
+  std::unique_ptr<Fp8Copy> fp8;
+  if (ck && !cpu && a.weights == "fp8") fp8 = std::make_unique<Fp8Copy>(ck->weights());
   const SpeculativeBench spec = speculative_bench(a, config);
   a.turns.runs = a.runs;
   a.turns.prefill_chunk = a.chunk;
@@ -439,7 +446,7 @@ void run(Args a) {
                              << 20;
   if (a.multi_turn) check_multi_turn(a.turns, config);
   a.arrival.prefill_chunk = a.serving_chunk;
-  const ModelWeights& weights = ck ? ck->weights() : *synth;
+  const ModelWeights& weights = fp8 ? fp8->weights() : ck ? ck->weights() : *synth;
   const double bandwidth = cpu ? cpu_copy_bandwidth(a.threads) : cuda_copy_bandwidth();
   std::unique_ptr<Backend> backend;
   if (cpu) {
@@ -608,8 +615,8 @@ void add(CLI::App& app) {
   cmd->add_option("--device", a.device, "auto (cuda when a GPU is present), cuda or cpu")->capture_default_str();
   add_threads_flag(cmd, a.threads);
   cmd->add_option("--weights", a.weights,
-                  "CUDA: int4 (MLX affine, group 64; router 8-bit), bf16, or with --synthetic a GGUF mix as "
-                  "llama.cpp quantises it: q4_0 or q4_k_m")
+                  "CUDA: int4 (MLX affine, group 64; router 8-bit), bf16, fp8 (e4m3, 128x128 block scales, as "
+                  "Qwen's FP8 releases), or with --synthetic a GGUF mix as llama.cpp quantises it: q4_0 or q4_k_m")
       ->capture_default_str();
   cmd->add_option("--prefill", a.prefill, std::string("Prompt lengths to time (CPU default ") + kCpuPrefill + ")")
       ->capture_default_str();

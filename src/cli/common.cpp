@@ -21,7 +21,8 @@ void add_device_flags(CLI::App* cmd, LoadOptions& opts) {
   cmd->add_option("--device", opts.device, "Where to run: auto (cuda when a GPU is present), cuda or cpu")
       ->capture_default_str();
   cmd->add_option("--quantize", opts.quantize,
-                  "none; int4 (CUDA) or fp8 (CPU: e4m3, 128x128 block scales) to quantise float weights at load")
+                  "none; int4 (CUDA) or fp8 (e4m3, 128x128 block scales, as Qwen's FP8 releases) to quantise "
+                  "float weights at load")
       ->capture_default_str();
   add_threads_flag(cmd, opts.threads);
 }

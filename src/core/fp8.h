@@ -33,6 +33,14 @@ inline constexpr std::array<float, 256> kE4m3Values = [] {
 
 inline bool e4m3_is_nan(uint8_t code) { return (code & 0x7f) == 0x7f; }
 
+// The fp32 bits of the value of the e4m3 code in w's top byte, times 2^-120, in two integer
+// operations (the GPU kernels' decode, no conversion instruction): the arithmetic shift moves the
+// code's 7 exponent and mantissa bits to bits 20-26, where its exponent field lands 120 below its
+// fp32 place (bias 7 against 127), and copies its sign bit upwards; the mask keeps bit 31 and those
+// 7. Subnormal codes become fp32 denormals of the same value. Not for NaN codes.
+constexpr uint32_t e4m3_top_bits(uint32_t w) { return uint32_t((int32_t(w) >> 4) & int32_t(0x87F00000u)); }
+constexpr float kE4m3TopUnscale = 0x1p120f;  // e4m3_top_bits' value times this is the code's
+
 // Index of the first NaN code among n bytes, or n when there is none.
 size_t find_e4m3_nan(const uint8_t* codes, size_t n);
 

@@ -20,8 +20,9 @@ int64_t stored_rows(const Matrix& m) {
   return int64_t(*std::max_element(m.row_map->begin(), m.row_map->end())) + 1;
 }
 
-// Every matrix that FP8 releases quantize: all but the embedding, the LM head and the routers.
-void for_each_quantized(ModelWeights& w, const std::function<void(Matrix&)>& fn) {
+}  // namespace
+
+void for_each_fp8_matrix(ModelWeights& w, const std::function<void(Matrix&)>& fn) {
   if (w.mtp.fc.valid()) fn(w.mtp.fc);
   for (auto* layers : {&w.layers, &w.mtp.layers})
     for (LayerWeights& L : *layers) {
@@ -33,8 +34,6 @@ void for_each_quantized(ModelWeights& w, const std::function<void(Matrix&)>& fn)
         for (Matrix* m : {&e.gate, &e.up, &e.down}) fn(*m);
     }
 }
-
-}  // namespace
 
 void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int br, int bc, uint8_t* codes,
                          float* inv_scales) {
@@ -56,10 +55,10 @@ void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int br, int
 }
 
 Fp8Copy::Fp8Copy(const ModelWeights& source) : weights_(source) {
-  for_each_quantized(weights_, [&](Matrix& m) {
+  for_each_fp8_matrix(weights_, [&](Matrix& m) {
     if (converted(m)) stored_[m.data].rows = std::max(stored_[m.data].rows, stored_rows(m));
   });
-  for_each_quantized(weights_, [&](Matrix& m) {
+  for_each_fp8_matrix(weights_, [&](Matrix& m) {
     if (converted(m)) convert(m);
   });
 }

@@ -5,6 +5,7 @@
 // stored, as those releases keep them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -32,6 +33,10 @@ class Fp8Copy {
   ModelWeights weights_;
   std::map<const void*, Codes> stored_;
 };
+
+// Calls fn for every matrix FP8 releases quantize: all but the embedding, the LM head, the routers
+// and the shared-expert gates.
+void for_each_fp8_matrix(ModelWeights& w, const std::function<void(Matrix&)>& fn);
 
 // Quantizes a [rows, cols] fp32 matrix (row-major) in blocks of br x bc: codes [rows, cols] and
 // inverse scales [ceil(rows / br), ceil(cols / bc)].

@@ -1,6 +1,7 @@
 #include "model/synthetic.h"
 
 #include "core/error.h"
+#include "model/fp8_quantize.h"
 
 namespace petrel {
 namespace {
@@ -186,6 +187,15 @@ void store_as_gguf_mix(ModelWeights& w, const std::string& mix) {
   const int n = int(w.layers.size());
   for (int i = 0; i < n; ++i) store_layer(w.layers[size_t(i)], base, k && more_bits(i, n) ? GgmlType::Q6_K : base);
   for (LayerWeights& L : w.mtp.layers) store_layer(L, base, base);
+}
+
+void store_as_fp8(ModelWeights& w) {
+  for_each_fp8_matrix(w, [](Matrix& m) {
+    if (!m.valid()) return;
+    m.format = MatrixFormat::Fp8;
+    m.dtype = DType::F32;
+    m.fp8 = Fp8Blocks{128, 128, m.rows, 0};
+  });
 }
 
 }  // namespace petrel

@@ -24,5 +24,8 @@ std::vector<std::string> synthetic_gguf_mixes();
 // gives it in `mix` (routers and shared gates stay float, as quantised files keep them), so a
 // device backend stores them as it stores such a file's; throws naming the mixes otherwise.
 void store_as_gguf_mix(ModelWeights& w, const std::string& mix);
+// Marks a synthetic model's matrices as fine-grained FP8 (e4m3, 128x128 block scales), those an FP8
+// release quantizes: the CUDA upload then fills them as FP8 codes.
+void store_as_fp8(ModelWeights& w);
 
 }  // namespace petrel

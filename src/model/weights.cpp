@@ -7,13 +7,18 @@
 namespace petrel {
 namespace {
 
-// Row sr of an Fp8 matrix: each code's value times the scale of its block.
-void dequant_fp8_row(const Matrix& m, int64_t sr, float* out) {
+// Index of the scale of stored row sr's first block in an Fp8 matrix's scale grid.
+int64_t fp8_scale_row(const Matrix& m, int64_t sr) {
   const Fp8Blocks& b = m.fp8;
   const int64_t row = b.first_row + sr;
   const int64_t slab = row / b.slab_rows, in_slab = row % b.slab_rows;
-  const int64_t grid_cols = b.grid_cols(m.cols);
-  const int64_t scale0 = (slab * b.grid_rows() + in_slab / b.block_rows) * grid_cols;
+  return (slab * b.grid_rows() + in_slab / b.block_rows) * b.grid_cols(m.cols);
+}
+
+// Row sr of an Fp8 matrix: each code's value times the scale of its block.
+void dequant_fp8_row(const Matrix& m, int64_t sr, float* out) {
+  const Fp8Blocks& b = m.fp8;
+  const int64_t grid_cols = b.grid_cols(m.cols), scale0 = fp8_scale_row(m, sr);
   const uint8_t* codes = static_cast<const uint8_t*>(m.data) + sr * m.cols;
   for (int64_t g = 0; g < grid_cols; ++g) {
     const float s = load_as_f32(m.scales, m.dtype, scale0 + g);
@@ -23,6 +28,10 @@ void dequant_fp8_row(const Matrix& m, int64_t sr, float* out) {
 }
 
 }  // namespace
+
+float Matrix::fp8_scale(int64_t sr, int64_t col) const {
+  return load_as_f32(scales, dtype, fp8_scale_row(*this, sr) + col / fp8.block_cols);
+}
 
 void Matrix::dequant_row(int64_t r, float* out) const {
   const int64_t sr = stored_row(r);

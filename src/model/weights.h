@@ -49,6 +49,8 @@ struct Matrix {
   int64_t stored_row(int64_t r) const { return row_map ? (*row_map)[r] : r; }
   // Decodes logical row r into `out` (cols floats).
   void dequant_row(int64_t r, float* out) const;
+  // Fp8: the scale of stored row sr's block that holds column col.
+  float fp8_scale(int64_t sr, int64_t col) const;
   // Bytes a full read of this matrix moves (weights + scales + biases).
   size_t bytes() const;
   // Stored rows [row0, row0 + nrows) as a matrix of their own (one expert of a stacked tensor);

@@ -57,8 +57,6 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
   check(options.quantize == "none" || options.quantize == "int4" || options.quantize == "fp8",
         "--quantize '" + options.quantize + "' is not supported (expected none, int4 or fp8)");
   if (device == "cuda") {
-    check(options.quantize != "fp8", "--quantize fp8 applies to --device cpu: the GPU does not compute in FP8 yet "
-                                     "(--quantize int4 quantises there)");
     CudaOptions cuda;
     cuda.weights = options.quantize == "int4" ? DeviceWeights::Int4 : DeviceWeights::AsStored;
     cuda.graphs = options.cuda_graphs;

@@ -42,6 +42,22 @@ TEST(E4m3, EveryCodeDecodesExactly) {
   }
 }
 
+// The GPU kernels' decode (e4m3_top_bits): any code in a word's top byte, whatever the lower bytes
+// hold, gives its exact value times 2^-120, subnormals included.
+TEST(E4m3, TopByteBitsAreEveryCodesValueScaledDown) {
+  std::mt19937 rng(7);
+  for (int c = 0; c < 256; ++c) {
+    if (e4m3_is_nan(uint8_t(c))) continue;
+    for (int trial = 0; trial < 4; ++trial) {
+      const uint32_t w = uint32_t(c) << 24 | (trial == 0 ? 0u : rng() & 0xFFFFFFu);
+      float f;
+      const uint32_t b = e4m3_top_bits(w);
+      std::memcpy(&f, &b, 4);
+      EXPECT_EQ(bits_of(f * kE4m3TopUnscale), bits_of(kE4m3Values[size_t(c)])) << "code " << c << " word " << w;
+    }
+  }
+}
+
 TEST(E4m3, KnownValues) {
   EXPECT_EQ(kE4m3Values[0x7e], 448.0f);                     // the largest finite value
   EXPECT_EQ(kE4m3Values[0xfe], -448.0f);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace petrel::cuda {
 
@@ -20,9 +21,21 @@ inline void check_cuda(cudaError_t e, const char* what) {
 #define PETREL_CUDA(call) ::petrel::cuda::check_cuda((call), #call)
 #define PETREL_LAUNCHED(name) ::petrel::cuda::check_cuda(cudaGetLastError(), name)
 
-// Device weight formats: bf16, or MLX-style affine 4/8-bit (unsigned codes packed little-endian into
-// u32 words along a row, w = scale·q + bias per group of `group` columns, bf16 scales and biases).
-enum class WFormat : int { BF16 = 0, Q4 = 1, Q8 = 2 };
+// Device weight formats: bf16, MLX-style affine 4/8-bit (unsigned codes packed little-endian into
+// u32 words along a row, w = scale·q + bias per group of `group` columns, bf16 scales and biases),
+// or F8: e4m3 codes (a byte each, packed as 8-bit codes are) with w = e4m3(q)·(scale + bias): the
+// group's fp32 block scale split into its bf16 rounding (`scales`) and the remainder (`biases`), so
+// that everything that moves a group's scale and bias moves an FP8 scale unchanged and exactly
+// (16 bits of mantissa against fp32's 24: an error of 2^-17 at most).
+enum class WFormat : int { BF16 = 0, Q4 = 1, Q8 = 2, F8 = 3 };
+
+// 2^120: e4m3_top(w) times this is the value of the code in w's top byte.
+constexpr float kE4m3Unscale = kE4m3TopUnscale;
+
+// The e4m3 code in the top byte of w, times 2^-120 (e4m3_top_bits; exact: kernels are built
+// without flushing denormals). A scale must stay below 2^8 to be multiplied by kE4m3Unscale in
+// fp32; block scales of real weights are far smaller.
+__device__ __forceinline__ float e4m3_top(uint32_t w) { return __uint_as_float(e4m3_top_bits(w)); }
 
 // A [rows, cols] matrix in device memory, or a stack of `count` of them (experts) at fixed strides.
 struct DeviceMatrix {
@@ -35,6 +48,10 @@ struct DeviceMatrix {
   int64_t s_stride = 0;  // between stacked matrices' scales/biases, in elements
 
   __host__ __device__ int bits() const { return format == WFormat::Q4 ? 4 : 8; }
+  // The scale of group gi of an F8 matrix, times 2^120 (see e4m3_top).
+  __device__ float f8_scale(int64_t gi) const {
+    return (__bfloat162float(scales[gi]) + __bfloat162float(biases[gi])) * kE4m3Unscale;
+  }
   // The matrix of stack entry e.
   __host__ __device__ DeviceMatrix entry(int e) const {
     DeviceMatrix m = *this;
@@ -70,6 +87,14 @@ __device__ __forceinline__ void load8(const DeviceMatrix& m, int64_t row, int c8
     const uint32_t q = static_cast<const uint32_t*>(m.w)[row * (m.cols / 8) + c8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = s * float((q >> (4 * i)) & 15u) + b;
+  } else if (m.format == WFormat::F8) {
+    const uint2 q = reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 4))[c8];
+    const float scale = m.f8_scale(gi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = e4m3_top(q.x << (24 - 8 * i)) * scale;
+      out[4 + i] = e4m3_top(q.y << (24 - 8 * i)) * scale;
+    }
   } else {
     const uint2 q = reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 4))[c8];
 #pragma unroll

@@ -1,5 +1,6 @@
 #include "backend/cuda/device_weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -22,6 +23,15 @@ size_t matrix_bytes(WFormat f, int64_t rows, int64_t cols, int group) {
 // whole 16-byte rows.
 int route_ld(const FfnWeights& f) { return (int(f.router.rows) + 1 + 7) / 8 * 8; }
 bool routes_beside(const LayerWeights& L) { return L.ffn.moe && L.ffn.router.rows > 0 && L.ffn.router.cols % 8 == 0; }
+
+// The device group of an FP8 matrix: the widest of 128, 64, 32 and 16 columns that divides its
+// width and its scale blocks' width (so a group lies in one block); 0 where none does (it goes up
+// as bf16 then).
+int fp8_group(const Matrix& m) {
+  for (int g : {128, 64, 32, 16})
+    if (m.cols % g == 0 && m.fp8.block_cols % g == 0) return g;
+  return 0;
+}
 
 // The affine form of a GGUF block matrix; bits 0 for any other matrix.
 GgmlAffineForm ggml_gguf_affine(const Matrix& m) {
@@ -66,6 +76,8 @@ DeviceWeights::Plan DeviceWeights::plan(const Matrix& m, bool router_like) const
   if (m.format == MatrixFormat::Affine) return {&m, m.bits == 4 ? WFormat::Q4 : WFormat::Q8, m.group};
   // GGUF blocks keep their own codes, scales and biases (never quantised twice).
   if (const GgmlAffineForm a = ggml_gguf_affine(m); a.bits > 0) return {&m, a.bits == 4 ? WFormat::Q4 : WFormat::Q8, a.group};
+  // FP8 keeps its codes and block scales, unless --quantize int4 asks for 4 bits.
+  if (m.format == MatrixFormat::Fp8 && !opt_.int4 && fp8_group(m) > 0) return {&m, WFormat::F8, fp8_group(m)};
   if (opt_.int4 && m.cols % kQuantGroup == 0) return {&m, router_like ? WFormat::Q8 : WFormat::Q4, kQuantGroup};
   return {&m, WFormat::BF16, kQuantGroup};
 }
@@ -147,6 +159,28 @@ void DeviceWeights::fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst) {
   }
 }
 
+// An FP8 matrix's codes as stored (rows gathered) and each device group's block scale as two bf16
+// parts (WFormat::F8): its rounding to bf16, then what that rounding left out.
+void DeviceWeights::fill_fp8(const Matrix& m, const DeviceMatrix& dst) {
+  const int64_t cols = m.cols, groups = cols / dst.group;
+  upload_rows(m.rows, size_t(cols), [&](int64_t r, uint8_t* out) {
+    std::memcpy(out, static_cast<const uint8_t*>(m.data) + m.stored_row(r) * cols, size_t(cols));
+  }, const_cast<void*>(dst.w));
+  for (int part = 0; part < 2; ++part) {
+    upload_rows(m.rows, size_t(groups) * 2, [&](int64_t r, uint8_t* out) {
+      uint16_t* o = reinterpret_cast<uint16_t*>(out);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float s = m.fp8_scale(m.stored_row(r), g * dst.group);
+        // The kernels multiply the scale by 2^120 in fp32 (e4m3_top).
+        check(std::fabs(s) < 256.0f, m.name + ": FP8 block scale " + std::to_string(s) +
+                                         " is out of the range the CUDA kernels take (below 256)");
+        const uint16_t hi = f32_to_bf16(s);
+        o[g] = part == 0 ? hi : f32_to_bf16(s - bf16_to_f32(hi));
+      }
+    }, const_cast<bf16*>(part == 0 ? dst.scales : dst.biases));
+  }
+}
+
 // Writes one matrix (already allocated as `dst`) from the host view, or random values when the
 // view has no data (synthetic benchmark models).
 void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
@@ -157,6 +191,12 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     const float scale = std::sqrt(3.0f / float(cols));
     if (dst.format == WFormat::BF16) {
       fill_random_bf16(static_cast<bf16*>(const_cast<void*>(dst.w)), rows * cols, scale, seed, stream_);
+    } else if (dst.format == WFormat::F8) {
+      // Codes with even exponents (never NaN; RMS ~65) under scales of ~1/65 the bf16 weights' RMS.
+      fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_, 0xF7F7F7F7u);
+      fill_random_bf16(const_cast<bf16*>(dst.scales), dst.s_stride, 2.0f * scale / std::sqrt(3.0f) / 65.0f, seed + 1,
+                       stream_);
+      PETREL_CUDA(cudaMemsetAsync(const_cast<bf16*>(dst.biases), 0, size_t(dst.s_stride) * 2, stream_));
     } else {
       fill_random_u32(static_cast<uint32_t*>(const_cast<void*>(dst.w)), dst.w_stride, seed, stream_);
       const float step = 2.0f * scale / float((1 << dst.bits()) - 1);
@@ -178,6 +218,7 @@ void DeviceWeights::fill(const Plan& p, const DeviceMatrix& dst) {
     for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16(f[i]);
   };
   if (ggml_gguf_affine(m).bits > 0) return fill_gguf_affine(m, dst);
+  if (dst.format == WFormat::F8) return fill_fp8(m, dst);
   // Dense, FP8 and the other GGUF block rows go up as bf16 (decoded row by row), or quantised at load.
   if (m.format != MatrixFormat::Affine) {
     if (dst.format == WFormat::BF16) {

@@ -1,6 +1,6 @@
 // Model weights in device memory: every canonical Matrix uploaded (row gathers applied, bf16 or
-// affine 4/8-bit; GGUF block types in their own affine form), experts stacked per layer so kernels index them by expert id, norm and DeltaNet
-// vectors in fp32. Streams from the mapped checkpoint through one pinned staging buffer.
+// affine 4/8-bit; GGUF block types in their own affine form; FP8 as its codes and block scales),
+// experts stacked per layer so kernels index them by expert id, norm and DeltaNet vectors in fp32. Streams from the mapped checkpoint through one pinned staging buffer.
 #pragma once
 #include <functional>
 #include <string>
@@ -51,6 +51,7 @@ class DeviceWeights {
   DeviceMatrix allocate(const Plan& p, int count);
   void fill(const Plan& p, const DeviceMatrix& dst);
   void fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst);
+  void fill_fp8(const Matrix& m, const DeviceMatrix& dst);
   void upload_rows(int64_t rows, size_t row_bytes, const std::function<void(int64_t, uint8_t*)>& row, void* dst);
   void add_matrix(const Matrix& m, bool router_like);
   void add_experts(const FfnWeights& f);

@@ -1,6 +1,7 @@
 // The prefill GEMM y = x · Wᵀ on tensor cores: mma.sync m16n8k16 (bf16 in, fp32 accumulate), both
 // operands fed by ldmatrix from padded shared memory, filled by a multi-stage cp.async pipeline.
-// 4/8-bit weights arrive packed and are dequantised once per k-tile into a bf16 tile all warps share.
+// 4/8-bit and FP8 weights arrive packed and are dequantised once per k-tile into a bf16 tile all
+// warps share.
 //
 // Block tile BM x 128 (BM 128 dense, 64 = kGemmTileM grouped), k-tile 64, 8 warps as 2 (m) x 4 (n),
 // each warp BM/2 x 32: BM/32 m16 fragments x 4 n8 fragments. Shared memory per stage: the
@@ -17,13 +18,13 @@ namespace {
 
 constexpr int BN = 128, BK = 64, kPitch = BK + 8, kThreads = 256;
 
-// How the weight tile reaches shared memory: bf16 rows and packed 4/8-bit codes by cp.async; other
-// quantised layouts (groups not a multiple of 32) decoded element-wise through load8.
-enum class WLoad { Bf16, Q4, Q8, Decode };
+// How the weight tile reaches shared memory: bf16 rows and packed 4/8-bit or FP8 codes by cp.async;
+// other quantised layouts (groups not a multiple of 32) decoded element-wise through load8.
+enum class WLoad { Bf16, Q4, Q8, F8, Decode };
 
 template <int BM, WLoad L>
 struct Tile {
-  static constexpr bool kPacked = L == WLoad::Q4 || L == WLoad::Q8;
+  static constexpr bool kPacked = L == WLoad::Q4 || L == WLoad::Q8 || L == WLoad::F8;
   static constexpr int kStages = L == WLoad::Q4 ? 4 : 3;  // as many as keep two blocks per multiprocessor
   static constexpr int kRawRow = L == WLoad::Q4 ? BK / 2 : BK;  // packed bytes of a weight row per k-tile
   static constexpr int kA = BM * kPitch * 2;
@@ -128,6 +129,19 @@ struct Gemm {
         uint32_t out[4];
         dequant_q4(words[i], s, b, out);
         dst[i] = make_uint4(out[0], out[1], out[2], out[3]);
+      }
+    } else if constexpr (L == WLoad::F8) {  // 32 codes of one group (WFormat: scale + bias is its scale)
+      const float s = (__bfloat162float(a.s[0]) + __bfloat162float(a.b[0])) * kE4m3Unscale;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const uint4 q = raw[c];
+        uint32_t out[8];
+        dequant_f8(q.x, s, out);
+        dequant_f8(q.y, s, out + 2);
+        dequant_f8(q.z, s, out + 4);
+        dequant_f8(q.w, s, out + 6);
+        dst[2 * c] = make_uint4(out[0], out[1], out[2], out[3]);
+        dst[2 * c + 1] = make_uint4(out[4], out[5], out[6], out[7]);
       }
     } else {
 #pragma unroll
@@ -288,6 +302,8 @@ void launch_format(const DeviceMatrix& w, const void* x, int64_t x_stride, int x
     launch<BM, WLoad::Decode>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
   else if (w.format == WFormat::Q4)
     launch<BM, WLoad::Q4>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
+  else if (w.format == WFormat::F8)
+    launch<BM, WLoad::F8>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
   else
     launch<BM, WLoad::Q8>(w, x, x_stride, x_elem, M, row_token, tile_expert, y, y_stride, y_elem, s);
 }

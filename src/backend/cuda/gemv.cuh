@@ -1,8 +1,8 @@
 // Building blocks of the decode matrix-vector kernels (dense GEMV, router and MoE experts). A
-// block stages its activation rows in shared memory (fp32 for bf16 weights, two int8 levels with
-// a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring chunks hit
-// distinct banks, together with each chunk's Σx; weights then stream from HBM in 16-byte chunks
-// (32 4-bit, 16 8-bit or 8 bf16 weights), several rows in flight per lane.
+// block stages its activation rows in shared memory (fp32 for bf16 and FP8 weights, two int8
+// levels with a scale per chunk for 4- and 8-bit ones), padded so that lanes reading neighbouring
+// chunks hit distinct banks, together with each chunk's Σx; weights then stream from HBM in
+// 16-byte chunks (32 4-bit, 16 8-bit or FP8, or 8 bf16 weights), several rows in flight per lane.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
@@ -13,13 +13,16 @@ namespace petrel::cuda {
 
 // Weights in one 16-byte chunk of a row.
 __host__ __device__ constexpr int chunk_weights(WFormat f) {
-  return f == WFormat::Q4 ? 32 : f == WFormat::Q8 ? 16 : 8;
+  return f == WFormat::Q4 ? 32 : f == WFormat::Q8 || f == WFormat::F8 ? 16 : 8;
 }
-// Floats of shared memory between consecutive chunks' staged activations: bf16 weights meet fp32
-// activations, 4- and 8-bit weights two int8 levels (a byte per weight each); plus 4 floats of
-// padding, which keeps the 16-byte reads of 8 neighbouring lanes on distinct banks.
+// True where activations are staged as two int8 levels for the integer dot-product units (affine
+// codes); bf16 and FP8 weights meet fp32 activations.
+__host__ __device__ constexpr bool int8_staged(WFormat f) { return f == WFormat::Q4 || f == WFormat::Q8; }
+// Floats of shared memory between consecutive chunks' staged activations: fp32 activations take a
+// float per weight, two int8 levels a byte per weight each; plus 4 floats of padding, which keeps
+// the 16-byte reads of 8 neighbouring lanes on distinct banks.
 __host__ __device__ constexpr int chunk_pitch(WFormat f) {
-  return f == WFormat::BF16 ? chunk_weights(f) + 4 : chunk_weights(f) / 2 + 4;
+  return int8_staged(f) ? chunk_weights(f) / 2 + 4 : chunk_weights(f) + 4;
 }
 // Floats from a chunk's first int8 level to its second.
 __host__ __device__ constexpr int level_offset(WFormat f) { return chunk_weights(f) / 4; }
@@ -107,16 +110,18 @@ __device__ inline void prefetch_matrix_rows(const DeviceMatrix& m, int64_t r0, i
   switch (m.format) {
     case WFormat::Q4: return chunk_matrix<WFormat::Q4>(m).prefetch_rows(r0, r1);
     case WFormat::Q8: return chunk_matrix<WFormat::Q8>(m).prefetch_rows(r0, r1);
+    case WFormat::F8: return chunk_matrix<WFormat::F8>(m).prefetch_rows(r0, r1);
     case WFormat::BF16: return chunk_matrix<WFormat::BF16>(m).prefetch_rows(r0, r1);
   }
 }
 
 // One chunk's staged activations in registers: two int8 levels (4 words each for 4-bit weights,
 // x[0..1] the first level, x[2..3] the second; 2 words each for 8-bit: x[0], x[1]) or 8 fp32
-// values (bf16 weights); with the chunk's Σx and second-level scale d/127² (4- and 8-bit).
+// values (bf16 weights: x[0..1]) or 16 (FP8: x[0..3]); with the chunk's Σx and second-level scale
+// d/127² (4- and 8-bit).
 template <WFormat F>
 struct ChunkX {
-  uint4 x[F == WFormat::Q4 ? 4 : 2];
+  uint4 x[F == WFormat::Q4 || F == WFormat::F8 ? 4 : 2];
   float sum, level_scale;
 };
 
@@ -173,11 +178,29 @@ __device__ __forceinline__ float dot_bf16(const Chunk& ch, const uint4 (&x)[2]) 
   return a0 + a1;
 }
 
+// Σ e4m3_top(q)·x over one chunk of 16 FP8 codes and their 16 fp32 activations (x[0..3] as float4
+// bits): word i holds codes 4i..4i+3, low byte first, each shifted to the top for e4m3_top.
+__device__ __forceinline__ float dot_f8(const uint4& raw, const uint4 (&x)[4]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  float a0 = 0.0f, a1 = 0.0f;  // two chains hide the FMA latency
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = words[i];
+    a0 = fmaf(e4m3_top(w << 24), __uint_as_float(x[i].x), a0);
+    a1 = fmaf(e4m3_top(w << 16), __uint_as_float(x[i].y), a1);
+    a0 = fmaf(e4m3_top(w << 8), __uint_as_float(x[i].z), a0);
+    a1 = fmaf(e4m3_top(w), __uint_as_float(x[i].w), a1);
+  }
+  return a0 + a1;
+}
+
 // Σ w·x of one chunk of weights with its staged activations.
 template <WFormat F>
 __device__ __forceinline__ float dot_x(const Chunk& ch, const ChunkX<F>& cx) {
   if constexpr (F == WFormat::BF16) {
     return dot_bf16(ch, cx.x);
+  } else if constexpr (F == WFormat::F8) {  // the group's scale is ch.scale + ch.bias (WFormat)
+    return (ch.scale + ch.bias) * kE4m3Unscale * dot_f8(ch.raw, cx.x);
   } else {
     // w = s·q + b, x ≈ (d/127)·(127·x1 + x2): Σ w·x = s·(d/127²)·Σ q·(127·x1 + x2) + b·Σx
     int q;
@@ -207,7 +230,7 @@ struct Staged {
   __device__ __forceinline__ ChunkX<F> load_x(int row, int c) const {
     ChunkX<F> cx;
     const uint4* p = reinterpret_cast<const uint4*>(chunk(row, c));
-    if constexpr (F == WFormat::Q4) {
+    if constexpr (F == WFormat::Q4 || F == WFormat::F8) {
       cx.x[0] = p[0];
       cx.x[1] = p[1];
       cx.x[2] = p[2];
@@ -216,7 +239,7 @@ struct Staged {
       cx.x[0] = p[0];
       cx.x[1] = p[1];
     }
-    if constexpr (F != WFormat::BF16) {
+    if constexpr (int8_staged(F)) {
       const int i = row * chunks + c;
       cx.sum = sums[i];
       cx.level_scale = level_scale[i];
@@ -316,7 +339,7 @@ __device__ Staged<F> stage_rows_from(float* smem, const void* x, int x_elem, int
     }
     if (!active) continue;
     float* dst = xs + int64_t(p) * pitch;
-    if constexpr (F != WFormat::BF16) {
+    if constexpr (int8_staged(F)) {
       const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
       uint32_t hi[2] = {}, lo[2] = {};  // the two words of each level
 #pragma unroll
@@ -509,11 +532,14 @@ __device__ void bulk_rows(const AsyncTile<F>& a, const ChunkMatrix<F>& m, int64_
   }
 }
 
+// Most chunks a lane holds of a register-held activation row: 16 words a chunk (4-bit, FP8) or 8.
+__host__ __device__ constexpr int max_lane_chunks(WFormat f) { return f == WFormat::Q4 || f == WFormat::F8 ? 4 : 8; }
+
 // Chunks per lane where one activation row of `chunks` chunks is held in registers (chunks lane +
 // 32j, at most 72 registers of them), else 0.
 inline int lane_x_chunks(WFormat f, int chunks) {
   if (chunks % 32) return 0;
-  const int cpl = chunks / 32, max_cpl = f == WFormat::Q4 ? 4 : 8;
+  const int cpl = chunks / 32, max_cpl = max_lane_chunks(f);
   return cpl <= max_cpl && (cpl == 1 || cpl == 2 || cpl == 4 || cpl == 8) ? cpl : 0;
 }
 

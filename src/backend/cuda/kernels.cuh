@@ -451,6 +451,7 @@ void quantize_affine(const bf16* w, int rows, int cols, int bits, int group, uin
                      bf16* biases, cudaStream_t s);
 // Fills n bf16 values with uniform noise in [-scale, scale] (synthetic benchmark weights).
 void fill_random_bf16(bf16* p, int64_t n, float scale, uint64_t seed, cudaStream_t s);
-void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s);
+// Fills n words with random bits, each word ANDed with `mask` (0xF7F7F7F7: FP8 codes that are never NaN).
+void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s, uint32_t mask = ~0u);
 
 }  // namespace petrel::cuda

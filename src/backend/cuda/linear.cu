@@ -359,7 +359,7 @@ int gemv_async(const GemvSegments& segs, const void* x, int64_t x_stride, int x_
     case 2: return launch_gemv_async<F, 1, 2>(segs, x, x_stride, x_elem, T, norm, s);
     case 4: return launch_gemv_async<F, 1, 4>(segs, x, x_stride, x_elem, T, norm, s);
     case 8:
-      if constexpr (F != WFormat::Q4) return launch_gemv_async<F, 1, 8>(segs, x, x_stride, x_elem, T, norm, s);
+      if constexpr (max_lane_chunks(F) >= 8) return launch_gemv_async<F, 1, 8>(segs, x, x_stride, x_elem, T, norm, s);
   }
   if (T == 1) return launch_gemv_async<F, 1, 0>(segs, x, x_stride, x_elem, T, norm, s);
   if (T == 2) return launch_gemv_async<F, 2, 0>(segs, x, x_stride, x_elem, T, norm, s);
@@ -384,6 +384,7 @@ void gemv_staged(const GemvSegments& segs, const void* x, int64_t x_stride, int 
   switch (segs.w[0].format) {
     case WFormat::Q4: return gemv_staged<WFormat::Q4>(segs, x, x_stride, x_elem, T, norm, s);
     case WFormat::Q8: return gemv_staged<WFormat::Q8>(segs, x, x_stride, x_elem, T, norm, s);
+    case WFormat::F8: return gemv_staged<WFormat::F8>(segs, x, x_stride, x_elem, T, norm, s);
     case WFormat::BF16: return gemv_staged<WFormat::BF16>(segs, x, x_stride, x_elem, T, norm, s);
   }
 }
@@ -554,6 +555,7 @@ bool gemv_one_row_fits(const DeviceMatrix& w, int64_t x_stride, bool norm, int r
   segs.add(w, {});
   const bool async = w.format == WFormat::Q4   ? gemv_async_fits<WFormat::Q4>(segs, 1)
                      : w.format == WFormat::Q8 ? gemv_async_fits<WFormat::Q8>(segs, 1)
+                     : w.format == WFormat::F8 ? gemv_async_fits<WFormat::F8>(segs, 1)
                                                : gemv_async_fits<WFormat::BF16>(segs, 1);
   if (!async) return false;
   const int align = async_row_align(w), per = div_up(div_up(w.rows, sm_count()), align) * align;
@@ -567,6 +569,7 @@ int gemv_async_x1(const GemvSegments& segs, const void* x, int64_t x_stride, int
   switch (segs.w[0].format) {
     case WFormat::Q4: return gemv_async<WFormat::Q4>(segs, x, x_stride, x_elem, 1, norm, s);
     case WFormat::Q8: return gemv_async<WFormat::Q8>(segs, x, x_stride, x_elem, 1, norm, s);
+    case WFormat::F8: return gemv_async<WFormat::F8>(segs, x, x_stride, x_elem, 1, norm, s);
     default: return gemv_async<WFormat::BF16>(segs, x, x_stride, x_elem, 1, norm, s);
   }
 }

@@ -1,5 +1,5 @@
 // y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once:
-// the weights are the mma's A operand (16 rows a warp, 4-/8-bit codes dequantised in registers, no
+// the weights are the mma's A operand (16 rows a warp, 4-/8-bit or FP8 codes dequantised in registers, no
 // shared-memory weight tile, no block barrier per k-tile) and the token rows its B operand, staged
 // in shared memory. The grouped form runs a step's routed experts over moe_plan's tiles (an
 // expert's rows, up to 64 a tile): gate and up together with SiLU·mul, then down.
@@ -47,7 +47,7 @@ struct RowsArgs {
 
 template <WFormat F>
 struct Format {
-  static constexpr int kPerChunk = F == WFormat::Q4 ? 32 : F == WFormat::Q8 ? 16 : 8;  // weights in 16 bytes
+  static constexpr int kPerChunk = F == WFormat::Q4 ? 32 : F == WFormat::BF16 ? 8 : 16;  // weights in 16 bytes
   static constexpr int KI = 4 * kPerChunk;  // physical columns an iteration covers
   static constexpr int kSteps = KI / 16;    // mma k-steps an iteration
 };
@@ -85,6 +85,14 @@ __device__ __forceinline__ void a_fragments(const Slice<F>& lo, const Slice<F>& 
     dequant_q8(cl[1], sl, bl, dl + 2);
     dequant_q8(ch[0], sh, bh, dh);
     dequant_q8(ch[1], sh, bh, dh + 2);
+  } else if constexpr (F == WFormat::F8) {  // as 8-bit codes, under the group's scale (WFormat)
+    const uint32_t cl[2] = {dl[2 * p], dl[2 * p + 1]}, ch[2] = {dh[2 * p], dh[2 * p + 1]};
+    const float sl = (__low2float(lo.s) + __low2float(lo.b)) * kE4m3Unscale;
+    const float sh = (__low2float(hi.s) + __low2float(hi.b)) * kE4m3Unscale;
+    dequant_f8(cl[0], sl, dl);
+    dequant_f8(cl[1], sl, dl + 2);
+    dequant_f8(ch[0], sh, dh);
+    dequant_f8(ch[1], sh, dh + 2);
   }
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
@@ -363,6 +371,7 @@ template <bool kPair>
 void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
   if (a.w[0].format == WFormat::Q4) launch_rows<WFormat::Q4, kPair>(a, max_rows, tiles, s);
   else if (a.w[0].format == WFormat::Q8) launch_rows<WFormat::Q8, kPair>(a, max_rows, tiles, s);
+  else if (a.w[0].format == WFormat::F8) launch_rows<WFormat::F8, kPair>(a, max_rows, tiles, s);
   else launch_rows<WFormat::BF16, kPair>(a, max_rows, tiles, s);
 }
 
@@ -371,7 +380,7 @@ void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
 bool linear_rows_fits(const DeviceMatrix& w) {
   if (w.format == WFormat::Q4)
     return w.group % 32 == 0 && w.cols % w.group == 0 && w.cols % 512 == 0 && w.w_stride % 4 == 0;
-  if (w.format == WFormat::Q8)
+  if (w.format == WFormat::Q8 || w.format == WFormat::F8)
     return w.group % 16 == 0 && w.cols % w.group == 0 && w.cols % 256 == 0 && w.w_stride % 4 == 0;
   return w.format == WFormat::BF16 && w.cols % 128 == 0 && w.w_stride % 8 == 0;
 }
@@ -379,7 +388,7 @@ bool linear_rows_fits(const DeviceMatrix& w) {
 void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
                  cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && linear_rows_fits(w) && x_stride % 8 == 0,
-        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit or bf16 weights");
+        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8 or bf16 weights");
   check(!y.add || y.elem == 4, "CUDA linear_rows: an added output must be fp32");
   RowsArgs a{};
   a.w[0] = w;
@@ -397,7 +406,7 @@ void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceM
                  int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s) {
   check(T >= 1 && T <= kRowsMaxTokens && gate.format == up.format && linear_rows_fits(gate) && linear_rows_fits(up) &&
             linear_rows_fits(down) && x_stride % 8 == 0 && act_stride % 8 == 0,
-        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit or bf16 experts");
+        "CUDA expert_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8 or bf16 experts");
   RowsArgs a{};
   a.w[0] = gate;
   a.w[1] = up;

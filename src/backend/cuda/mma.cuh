@@ -1,6 +1,6 @@
 // PTX wrappers of the tensor-core kernels (gemm.cu, linear_rows.cu, attention_prefill.cu):
 // asynchronous 16-byte copies into shared memory, ldmatrix, the m16n8k16 bf16 mma with fp32
-// accumulators, and the 4- and 8-bit dequantisation that feeds it.
+// accumulators, and the 4-bit, 8-bit and FP8 dequantisation that feeds it.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -82,6 +82,13 @@ __device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_
   for (int i = 0; i < 4; ++i) v[i] = fmaf(__int_as_float(0x4B000000u | ((w >> (8 * i)) & 255u)) - 8388608.0f, s, b);
   out[0] = pack_bf16(v[0], v[1]);
   out[1] = pack_bf16(v[2], v[3]);
+}
+
+// 4 e4m3 codes of a word (k order) -> 2 bf16 pairs e4m3(q)·scale, where `scale` is the group's
+// scale times kE4m3Unscale (DeviceMatrix::f8_scale): one rounding, to bf16.
+__device__ __forceinline__ void dequant_f8(uint32_t w, float scale, uint32_t out[2]) {
+  out[0] = pack_bf16(e4m3_top(w << 24) * scale, e4m3_top(w << 16) * scale);
+  out[1] = pack_bf16(e4m3_top(w << 8) * scale, e4m3_top(w) * scale);
 }
 
 }  // namespace petrel::cuda

@@ -214,7 +214,7 @@ constexpr int kRouterChunksPerLane = 8;  // the staged router holds a whole row 
 // True when router rows fit the staged router: bf16 or 8-bit (the formats routers are stored in;
 // 8-bit rows meet two int8 levels of activations, ~14 bits, bf16 rows fp32), at most 8 chunks per lane.
 bool router_staged_fits(const DeviceMatrix& router) {
-  return router.format != WFormat::Q4 && chunked_layout(router) &&
+  return (router.format == WFormat::BF16 || router.format == WFormat::Q8) && chunked_layout(router) &&
          router.cols / chunk_weights(router.format) <= 32 * kRouterChunksPerLane;
 }
 
@@ -663,7 +663,7 @@ void moe_gate_up_staged(const DeviceMatrix& gate, const DeviceMatrix& up, const 
       case 2: launch(std::integral_constant<int, 2>{}); break;
       case 4: launch(std::integral_constant<int, 4>{}); break;
       default:
-        if constexpr (F != WFormat::Q4) launch(std::integral_constant<int, 8>{});
+        if constexpr (max_lane_chunks(F) >= 8) launch(std::integral_constant<int, 8>{});
     }
   } else {
     const int lpr = lanes_per_row(gate.cols / chunk_weights(F));
@@ -702,6 +702,7 @@ void with_format(WFormat f, Fn&& fn) {
   switch (f) {
     case WFormat::Q4: return fn(std::integral_constant<WFormat, WFormat::Q4>{});
     case WFormat::Q8: return fn(std::integral_constant<WFormat, WFormat::Q8>{});
+    case WFormat::F8: return fn(std::integral_constant<WFormat, WFormat::F8>{});
     case WFormat::BF16: return fn(std::integral_constant<WFormat, WFormat::BF16>{});
   }
 }

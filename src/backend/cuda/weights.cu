@@ -59,9 +59,9 @@ __global__ void random_bf16_kernel(bf16* p, int64_t n, float scale, uint64_t see
   }
 }
 
-__global__ void random_u32_kernel(uint32_t* p, int64_t n, uint64_t seed) {
+__global__ void random_u32_kernel(uint32_t* p, int64_t n, uint64_t seed, uint32_t mask) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = uint32_t(mix64(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)));
+    p[i] = uint32_t(mix64(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull))) & mask;
 }
 
 }  // namespace
@@ -78,8 +78,8 @@ void fill_random_bf16(bf16* p, int64_t n, float scale, uint64_t seed, cudaStream
   PETREL_LAUNCHED("fill_random_bf16");
 }
 
-void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s) {
-  random_u32_kernel<<<1024, 256, 0, s>>>(p, n, seed);
+void fill_random_u32(uint32_t* p, int64_t n, uint64_t seed, cudaStream_t s, uint32_t mask) {
+  random_u32_kernel<<<1024, 256, 0, s>>>(p, n, seed, mask);
   PETREL_LAUNCHED("fill_random_u32");
 }
 
