@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one device call: build, the GPU tests of the serving path, then the open
 # issues' figures in priority order, each skipped (and said so) when less of the call's time is
-# left than it needs. Logs per step go to $OUT (else build-gpu/figures); the last lines of each
-# step's log are printed as it ends.
+# left than it needs. Logs per step go to build-gpu/figures, packed after each step into
+# $OUT/figures.tgz (one file: the device returns few); the last lines of each step's log are
+# printed as it ends, and every failed test's name and first lines of its failure.
 #   device tool: carry [".deps", "tests/fixtures/.cache/qwen3-tokenizer"],
 #                command "scripts/gpu-figures.sh [SECONDS]" (default 540: the call's budget)
 set -u
 cd "$(dirname "$0")/.."
 budget="${1:-540}"
-logs="${OUT:-build-gpu/figures}"
+logs=build-gpu/figures
+rm -rf "$logs"
 mkdir -p "$logs"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 t0=$(date +%s)
@@ -21,6 +23,8 @@ step() {
   timeout $(($(left) - 5)) "$@" > "$logs/$name.log" 2>&1
   echo "== $name rc=$? at $(($(date +%s) - t0)) s"
   tail -"$lines" "$logs/$name.log"
+  grep -q '^\[  FAILED  \]' "$logs/$name.log" && grep -A8 'Failure$' "$logs/$name.log" | cut -c1-300 | head -150
+  [ -n "${OUT:-}" ] && tar czf "$OUT/figures.tgz" -C "$logs" .
 }
 scripts/gpu-build.sh "$logs/build" petrel petrel_tests || exit 1
 echo "== build at $(($(date +%s) - t0)) s"
