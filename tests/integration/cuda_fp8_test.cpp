@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "cuda_real_shape.h"
@@ -234,8 +236,9 @@ TEST(CudaFp8, CommandLineQuantizesOnTheGpu) {
   REQUIRE_GPU();
   const std::string bf16 = test::fixture_model("qwen35moe-vlm-fused");
   test::TempDir tmp;
+  const auto prompt = nlohmann::json::parse(std::ifstream(bf16 + "/reference.json"))["prompt_ids"];
   std::string ids;
-  for (int i = 0; i < 40; ++i) ids += (ids.empty() ? "" : ",") + std::to_string((37 * i + 11) % 256);
+  for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   for (const char* device : {"cpu", "cuda"}) {
     const auto run = test::run_petrel(std::string("dump-logits ") + bf16 + " --device " + device +
                                       " --quantize fp8 --prompt-ids " + ids + " --out " + tmp.str(device));
@@ -243,7 +246,7 @@ TEST(CudaFp8, CommandLineQuantizesOnTheGpu) {
   }
   const std::vector<float> cpu = read_npy_f32(tmp.str("cpu")).data, gpu = read_npy_f32(tmp.str("cuda")).data;
   ASSERT_EQ(cpu.size(), gpu.size());
-  const int T = 40, V = int(cpu.size()) / T;
+  const int T = int(prompt.size()), V = int(cpu.size()) / T;
   // The fixture bounds of cuda_model_test: the tiny random fixtures amplify bf16 noise at a few
   // positions (docs/cuda-backend.md, Precision).
   std::vector<double> cosines = test::row_cosines(cpu, gpu, T, V);

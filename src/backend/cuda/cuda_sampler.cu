@@ -66,7 +66,11 @@ class DrawBatch {
   }
   void launch() {
     if (jobs_.empty()) return;
-    PETREL_CUDA(cudaEventSynchronize(copied_));  // the last launch's copy has read the pinned table
+    // The last launch's copy must have read the pinned table: long since, once the host has read
+    // that launch's token, so a query (no blocking call) settles it; else wait.
+    const cudaError_t copied = cudaEventQuery(copied_);
+    if (copied == cudaErrorNotReady) PETREL_CUDA(cudaEventSynchronize(copied_));
+    else PETREL_CUDA(copied);
     const size_t job_bytes = sizeof(SampleJob) * jobs_.size(), bytes = job_bytes + sizeof(uint32_t) * masks_.size();
     reserve(bytes);
     const auto* device_masks = reinterpret_cast<const uint32_t*>(device_ + job_bytes);
