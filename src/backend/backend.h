@@ -60,6 +60,10 @@ class Backend {
   // Bytes the backend could still allocate for states, where it manages a memory of its own (a
   // GPU's); none on the host, where the operating system decides.
   virtual std::optional<size_t> free_memory() const { return std::nullopt; }
+  // The calling thread hands the model's work to another thread (a scheduler's) and runs none of
+  // it for a while: it lets go of what it holds for parallel work, so that the thread that runs
+  // the steps has the cores.
+  virtual void release_calling_thread() {}
   // The state of the multi-token prediction head for one sequence: the KV caches of its layers,
   // which ops address as layers n_layers + j, and nothing of the trunk.
   virtual std::unique_ptr<SequenceState> new_mtp_sequence(int capacity) = 0;

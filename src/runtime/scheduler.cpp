@@ -181,6 +181,7 @@ Scheduler::Impl::Impl(Model& m, const SchedulerOptions& o)
           o.prefix_cache, [&m](int capacity) { return m.new_sequence(capacity); },
           [&m](int capacity) { return m.new_host_sequence(capacity); }) {
   check_options(options, model);
+  model.backend().release_calling_thread();  // the steps run on this scheduler's thread
   if (options.speculative.draft > 0) {
     drafter = std::make_unique<MtpDrafter>(model, options.context);
     scratch = model.new_sequence(options.context);

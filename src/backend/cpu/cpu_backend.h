@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
                 int layer, SequenceState& st, Tensor out) override;
   void mlp(const Tensor& x, const MlpWeights& w, Tensor out) override;
   void moe(const Tensor& x, const FfnWeights& w, Tensor out) override;
+  void release_calling_thread() override;
 
  private:
   void use_threads() const;
