@@ -32,7 +32,7 @@ P=build-gpu/src/petrel
 S=(--synthetic qwen3.5-35b-a3b --prefill 16 --decode-context 0)
 TOK=tests/fixtures/.cache/qwen3-tokenizer
 step 60 tests 4 build-gpu/tests/petrel_tests --gtest_brief=1 \
-  --gtest_filter='*CudaGguf*:*CudaFp8*:*CudaFixture*:*CudaSampler*:*CudaPrefix*:*CudaLinear*:*CudaMoe*:CudaOps.Linear*:*CudaBatched*:*CudaScheduler*:*CudaMtp*'
+  --gtest_filter='*CudaGguf*:*CudaFp8*:*CudaDecodeStep*:*CudaFixture*:*CudaSampler*:*CudaPrefix*:*CudaLinear*:*CudaMoe*:CudaOps.Linear*:*CudaBatched*:*CudaScheduler*:*CudaMtp*'
 step 60 serving 6 $P bench "${S[@]}" --weights int4 --runs 3 --concurrency 1,8,32,64
 step 60 breakdown 40 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
 step 90 http 4 python3 scripts/serve-bench.py --petrel $P --model '' --concurrency 64 --tokens 128 --runs 3 \
