@@ -133,52 +133,10 @@ Fp8Model& model() {
   return m;
 }
 
-struct Pair {
-  CpuBackend cpu;
-  std::unique_ptr<Backend> gpu;
-  Pair() {
-    CudaOptions o;
-    o.progress = false;
-    gpu = make_cuda_backend(o);
-    cpu.prepare(model().c, model().w);
-    gpu->prepare(model().c, model().w);
-    cpu.reserve(512);
-    gpu->reserve(512);
-  }
-};
-
-Pair& pair() {
-  static Pair p;
+test::BackendPair& pair() {
+  static test::BackendPair p(model().c, model().w);
   return p;
 }
-
-// Fresh bf16-exact inputs on both backends, and NaN-poisoned outputs.
-struct Io {
-  Tensor cx, gx, cy, gy;
-  Io(int64_t rows, int64_t in, int64_t out) {
-    std::mt19937_64 rng(std::random_device{}());
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> x(size_t(rows * in));
-    for (auto& v : x) v = bf16_to_f32(f32_to_bf16(d(rng)));
-    Pair& p = pair();
-    cx = p.cpu.alloc(rows, in);
-    gx = p.gpu->alloc(rows, in);
-    p.cpu.from_host(x.data(), cx);
-    p.gpu->from_host(x.data(), gx);
-    cy = p.cpu.alloc(rows, out);
-    gy = p.gpu->alloc(rows, out);
-    std::vector<float> nan(size_t(rows * out), NAN);
-    p.cpu.from_host(nan.data(), cy);
-    p.gpu->from_host(nan.data(), gy);
-  }
-  // max |gpu - cpu| / max |cpu| of the outputs (NaN: infinite).
-  double rel_error() {
-    std::vector<float> a(size_t(cy.rows * cy.cols)), b(a.size());
-    pair().cpu.to_host(cy, a.data());
-    pair().gpu->to_host(gy, b.data());
-    return test::max_rel_error(a, b);
-  }
-};
 
 // The decode GEMV multiplies exact code values by the scale in fp32; the rows kernel and the GEMM
 // round each weight to bf16 for the tensor cores, and outputs round to bf16 once: the projections'
@@ -197,9 +155,9 @@ TEST_P(CudaFp8Linear, EveryProjectionMatchesCpu) {
   const AttentionWeights& A = w.layers[1].attn;
   const MlpWeights& S = w.layers[0].ffn.shared;
   for (const Matrix* m : {&G.qkv, &G.z, &G.b, &G.out, &A.q, &A.gate, &A.k, &A.v, &A.o, &S.gate, &S.down}) {
-    Io io(T, m->cols, m->rows);
-    pair().cpu.linear(io.cx, *m, io.cy);
-    pair().gpu->linear(io.gx, *m, io.gy);
+    test::PairIo io(pair(), T, m->cols, m->rows);
+    io.p.cpu.linear(io.cx, *m, io.cy);
+    io.p.gpu->linear(io.gx, *m, io.gy);
     EXPECT_LT(io.rel_error(), kLinearTol) << m->name << " T=" << T;
   }
 }
@@ -214,9 +172,9 @@ TEST_P(CudaFp8Moe, ExpertsOfOwnAndStackedTensorsMatchCpu) {
   const int T = GetParam();
   for (int layer = 0; layer < 2; ++layer) {
     const int64_t H = model().c.hidden;
-    Io io(T, H, H);
-    pair().cpu.moe(io.cx, model().w.layers[size_t(layer)].ffn, io.cy);
-    pair().gpu->moe(io.gx, model().w.layers[size_t(layer)].ffn, io.gy);
+    test::PairIo io(pair(), T, H, H);
+    io.p.cpu.moe(io.cx, model().w.layers[size_t(layer)].ffn, io.cy);
+    io.p.gpu->moe(io.gx, model().w.layers[size_t(layer)].ffn, io.gy);
     EXPECT_LT(io.rel_error(), kMoeTol) << "layer " << layer << " T=" << T;
   }
 }

@@ -1,13 +1,14 @@
-// What the real-shape GPU tests (cuda_ops_test, cuda_gguf_test) share: host-owned random weights,
-// and the whole-model check: a fresh 100-token prompt, then 3 decode steps (the GPU replays a
+// What the real-shape GPU tests (cuda_ops_test, cuda_gguf_test, cuda_fp8_test) share: host-owned
+// random weights, a CPU and a CUDA backend for op-by-op comparisons, and the whole-model check: a fresh 100-token prompt, then 3 decode steps (the GPU replays a
 // recorded graph after the first), CPU and CUDA logits compared position by position.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <cstdio>
+#include <deque>
+#include <memory>
 #include <random>
 
 #include "../unit/test_util.h"
@@ -89,6 +90,49 @@ inline double max_rel_error(const std::vector<float>& cpu, const std::vector<flo
   }
   return num / std::max(den, 1e-30);
 }
+
+// A CPU and a CUDA backend prepared with the same weights, for comparing ops one by one.
+struct BackendPair {
+  CpuBackend cpu;
+  std::unique_ptr<Backend> gpu;
+  BackendPair(const ModelConfig& c, const ModelWeights& w, int max_tokens = 512) {
+    CudaOptions o;
+    o.progress = false;
+    gpu = make_cuda_backend(o);
+    cpu.prepare(c, w);
+    gpu->prepare(c, w);
+    cpu.reserve(max_tokens);
+    gpu->reserve(max_tokens);
+  }
+};
+
+// One op's fresh bf16-exact inputs on both backends of a pair, and its outputs poisoned with NaN.
+struct PairIo {
+  BackendPair& p;
+  Tensor cx, gx, cy, gy;
+  PairIo(BackendPair& pair, int64_t rows, int64_t in, int64_t out) : p(pair) {
+    std::mt19937_64 rng(std::random_device{}());
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> x(size_t(rows * in));
+    for (auto& v : x) v = bf16_to_f32(f32_to_bf16(d(rng)));
+    cx = p.cpu.alloc(rows, in);
+    gx = p.gpu->alloc(rows, in);
+    p.cpu.from_host(x.data(), cx);
+    p.gpu->from_host(x.data(), gx);
+    cy = p.cpu.alloc(rows, out);
+    gy = p.gpu->alloc(rows, out);
+    std::vector<float> nan(size_t(rows * out), NAN);
+    p.cpu.from_host(nan.data(), cy);
+    p.gpu->from_host(nan.data(), gy);
+  }
+  // max |gpu - cpu| / max |cpu| of the outputs (NaN: infinite).
+  double rel_error() {
+    std::vector<float> a(size_t(cy.rows * cy.cols)), b(a.size());
+    p.cpu.to_host(cy, a.data());
+    p.gpu->to_host(gy, b.data());
+    return max_rel_error(a, b);
+  }
+};
 
 // Per-position cosines of CPU against CUDA logits over prompt and decode steps.
 inline std::vector<double> real_shape_cosines(const ModelConfig& c, const ModelWeights& w) {
