@@ -60,8 +60,6 @@ struct DeviceMatrix {
   int64_t s_stride = 0;  // between stacked matrices' scales/biases, in elements
 
   __host__ __device__ int bits() const { return format == WFormat::Q4 || format == WFormat::I4 ? 4 : 8; }
-  // The scale of group gi of an F8 or I4 matrix: its two bf16 parts summed (WFormat).
-  __device__ float split_scale(int64_t gi) const { return __bfloat162float(scales[gi]) + __bfloat162float(biases[gi]); }
   // The matrix of stack entry e.
   __host__ __device__ DeviceMatrix entry(int e) const {
     DeviceMatrix m = *this;
@@ -99,13 +97,13 @@ __device__ __forceinline__ void load8(const DeviceMatrix& m, int64_t row, int c8
     for (int i = 0; i < 8; ++i) out[i] = s * float((q >> (4 * i)) & 15u) + b;
   } else if (m.format == WFormat::I4) {
     const uint32_t q = static_cast<const uint32_t*>(m.w)[row * (m.cols / 8) + c8];
-    const float scale = m.split_scale(gi);
+    const float scale = s + b;  // the scale's two parts (WFormat)
     const uint32_t levels[2] = {iq4_levels4(q), iq4_levels4(q >> 16)};
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = scale * float(int8_t(levels[i / 4] >> (8 * (i % 4))));
   } else if (m.format == WFormat::F8) {
     const uint2 q = reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(m.w) + row * (m.cols / 4))[c8];
-    const float scale = m.split_scale(gi) * kE4m3Unscale;
+    const float scale = (s + b) * kE4m3Unscale;  // the scale's two parts (WFormat)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = e4m3_top(q.x << (24 - 8 * i)) * scale;

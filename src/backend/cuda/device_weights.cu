@@ -136,88 +136,74 @@ void DeviceWeights::upload_rows(int64_t rows, size_t row_bytes, const std::funct
   }
 }
 
-// A GGUF block matrix as the affine codes, scales and biases its type's blocks hold
-// (ggml_affine_row), decoded a batch of rows at a time into the staging buffer. Scales and biases
-// go up as bf16, which keeps each weight as precise as a bf16 weight would be.
-void DeviceWeights::fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst) {
-  const int64_t cols = m.cols, words = cols * dst.bits() / 32, groups = cols / dst.group;
-  const size_t row_bytes = size_t(words) * 4 + size_t(groups) * 4, raw_row = size_t(ggml_row_bytes(m.ggml, cols));
+// A matrix of codes with two bf16 values per group, a batch of rows at a time through the staging
+// buffer: unpack(r, codes, first, second) writes logical row r's code words and each group's
+// two values (scale and bias; F8 and I4: the two parts of the scale, split_scale).
+void DeviceWeights::upload_coded_rows(const Matrix& m, const DeviceMatrix& dst, const UnpackRow& unpack) {
+  const int64_t words = int64_t(m.cols) * dst.bits() / 32, groups = m.cols / dst.group;
+  const size_t row_bytes = size_t(words) * 4 + size_t(groups) * 4;
   const int64_t batch = std::max<int64_t>(1, int64_t(staging_bytes_ / row_bytes));
-  std::vector<float> scales(static_cast<size_t>(groups)), biases(static_cast<size_t>(groups));
   for (int64_t r0 = 0; r0 < m.rows; r0 += batch) {
     const int64_t n = std::min(batch, m.rows - r0);
     uint32_t* codes = reinterpret_cast<uint32_t*>(staging_);
-    uint16_t* s16 = reinterpret_cast<uint16_t*>(codes + n * words);
-    uint16_t* b16 = s16 + n * groups;
-    for (int64_t r = 0; r < n; ++r) {
-      const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r0 + r)) * raw_row;
-      ggml_affine_row(m.ggml, row, cols, codes + r * words, scales.data(), biases.data());
-      for (int64_t g = 0; g < groups; ++g) {
-        s16[r * groups + g] = f32_to_bf16(scales[size_t(g)]);
-        b16[r * groups + g] = f32_to_bf16(biases[size_t(g)]);
-      }
-    }
+    uint16_t* first = reinterpret_cast<uint16_t*>(codes + n * words);
+    uint16_t* second = first + n * groups;
+    for (int64_t r = 0; r < n; ++r) unpack(r0 + r, codes + r * words, first + r * groups, second + r * groups);
     const auto put = [&](void* to, const void* from, size_t bytes) {
       PETREL_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
     };
     put(static_cast<uint32_t*>(const_cast<void*>(dst.w)) + r0 * words, codes, size_t(n * words) * 4);
-    put(const_cast<bf16*>(dst.scales) + r0 * groups, s16, size_t(n * groups) * 2);
-    put(const_cast<bf16*>(dst.biases) + r0 * groups, b16, size_t(n * groups) * 2);
+    put(const_cast<bf16*>(dst.scales) + r0 * groups, first, size_t(n * groups) * 2);
+    put(const_cast<bf16*>(dst.biases) + r0 * groups, second, size_t(n * groups) * 2);
     PETREL_CUDA(cudaStreamSynchronize(stream_));  // the staging buffer is reused next
     done_ += size_t(n) * row_bytes;
     if (progress_) progress_(std::min(done_, planned_), planned_);
   }
 }
 
-// An IQ4_NL / IQ4_XS matrix as its 4-bit codes and each group of 32's scale in two parts
-// (WFormat::I4), decoded a batch of rows at a time into the staging buffer.
-void DeviceWeights::fill_gguf_iq4(const Matrix& m, const DeviceMatrix& dst) {
-  const int64_t cols = m.cols, words = cols / 8, groups = cols / 32;
-  const size_t row_bytes = size_t(words) * 4 + size_t(groups) * 4, raw_row = size_t(ggml_row_bytes(m.ggml, cols));
-  const int64_t batch = std::max<int64_t>(1, int64_t(staging_bytes_ / row_bytes));
-  std::vector<float> scales(static_cast<size_t>(groups));
-  for (int64_t r0 = 0; r0 < m.rows; r0 += batch) {
-    const int64_t n = std::min(batch, m.rows - r0);
-    uint32_t* codes = reinterpret_cast<uint32_t*>(staging_);
-    uint16_t* hi = reinterpret_cast<uint16_t*>(codes + n * words);
-    uint16_t* lo = hi + n * groups;
-    for (int64_t r = 0; r < n; ++r) {
-      const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r0 + r)) * raw_row;
-      ggml_iq4_row(m.ggml, row, cols, codes + r * words, scales.data());
-      for (int64_t g = 0; g < groups; ++g)
-        std::tie(hi[r * groups + g], lo[r * groups + g]) = split_scale(scales[size_t(g)]);
+// A GGUF block matrix as the affine codes, scales and biases its type's blocks hold
+// (ggml_affine_row). Scales and biases go up as bf16, which keeps each weight as precise as a
+// bf16 weight would be.
+void DeviceWeights::fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst) {
+  const size_t raw_row = size_t(ggml_row_bytes(m.ggml, m.cols));
+  std::vector<float> scales(size_t(m.cols / dst.group)), biases(scales.size());
+  upload_coded_rows(m, dst, [&](int64_t r, uint32_t* codes, uint16_t* s16, uint16_t* b16) {
+    const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r)) * raw_row;
+    ggml_affine_row(m.ggml, row, m.cols, codes, scales.data(), biases.data());
+    for (size_t g = 0; g < scales.size(); ++g) {
+      s16[g] = f32_to_bf16(scales[g]);
+      b16[g] = f32_to_bf16(biases[g]);
     }
-    const auto put = [&](void* to, const void* from, size_t bytes) {
-      PETREL_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_));
-    };
-    put(static_cast<uint32_t*>(const_cast<void*>(dst.w)) + r0 * words, codes, size_t(n * words) * 4);
-    put(const_cast<bf16*>(dst.scales) + r0 * groups, hi, size_t(n * groups) * 2);
-    put(const_cast<bf16*>(dst.biases) + r0 * groups, lo, size_t(n * groups) * 2);
-    PETREL_CUDA(cudaStreamSynchronize(stream_));  // the staging buffer is reused next
-    done_ += size_t(n) * row_bytes;
-    if (progress_) progress_(std::min(done_, planned_), planned_);
-  }
+  });
+}
+
+// An IQ4_NL / IQ4_XS matrix as its 4-bit codes and each group of 32's scale in two parts
+// (WFormat::I4).
+void DeviceWeights::fill_gguf_iq4(const Matrix& m, const DeviceMatrix& dst) {
+  const size_t raw_row = size_t(ggml_row_bytes(m.ggml, m.cols));
+  std::vector<float> scales(size_t(m.cols / 32));
+  upload_coded_rows(m, dst, [&](int64_t r, uint32_t* codes, uint16_t* hi, uint16_t* lo) {
+    const uint8_t* row = static_cast<const uint8_t*>(m.data) + size_t(m.stored_row(r)) * raw_row;
+    ggml_iq4_row(m.ggml, row, m.cols, codes, scales.data());
+    for (size_t g = 0; g < scales.size(); ++g) std::tie(hi[g], lo[g]) = split_scale(scales[g]);
+  });
 }
 
 // An FP8 matrix's codes as stored (rows gathered) and each device group's block scale in two parts
 // (WFormat::F8).
 void DeviceWeights::fill_fp8(const Matrix& m, const DeviceMatrix& dst) {
   const int64_t cols = m.cols, groups = cols / dst.group;
-  upload_rows(m.rows, size_t(cols), [&](int64_t r, uint8_t* out) {
-    std::memcpy(out, static_cast<const uint8_t*>(m.data) + m.stored_row(r) * cols, size_t(cols));
-  }, const_cast<void*>(dst.w));
-  for (int part = 0; part < 2; ++part) {
-    upload_rows(m.rows, size_t(groups) * 2, [&](int64_t r, uint8_t* out) {
-      uint16_t* o = reinterpret_cast<uint16_t*>(out);
-      for (int64_t g = 0; g < groups; ++g) {
-        const float s = m.fp8_scale(m.stored_row(r), g * dst.group);
-        // The kernels multiply the scale by 2^120 in fp32 (e4m3_top).
-        check(std::fabs(s) < 256.0f, m.name + ": FP8 block scale " + std::to_string(s) +
-                                         " is out of the range the CUDA kernels take (below 256)");
-        o[g] = part == 0 ? split_scale(s).first : split_scale(s).second;
-      }
-    }, const_cast<bf16*>(part == 0 ? dst.scales : dst.biases));
-  }
+  upload_coded_rows(m, dst, [&](int64_t r, uint32_t* codes, uint16_t* hi, uint16_t* lo) {
+    const int64_t sr = m.stored_row(r);
+    std::memcpy(codes, static_cast<const uint8_t*>(m.data) + sr * cols, size_t(cols));
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = m.fp8_scale(sr, g * dst.group);
+      // The kernels multiply the scale by 2^120 in fp32 (e4m3_top).
+      check(std::fabs(s) < 256.0f, m.name + ": FP8 block scale " + std::to_string(s) +
+                                       " is out of the range the CUDA kernels take (below 256)");
+      std::tie(hi[g], lo[g]) = split_scale(s);
+    }
+  });
 }
 
 // Writes one matrix (already allocated as `dst`) from the host view, or random values when the

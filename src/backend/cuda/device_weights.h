@@ -51,6 +51,8 @@ class DeviceWeights {
   Plan plan(const Matrix& m, bool router_like) const;
   DeviceMatrix allocate(const Plan& p, int count);
   void fill(const Plan& p, const DeviceMatrix& dst);
+  using UnpackRow = std::function<void(int64_t row, uint32_t* codes, uint16_t* first, uint16_t* second)>;
+  void upload_coded_rows(const Matrix& m, const DeviceMatrix& dst, const UnpackRow& unpack);
   void fill_gguf_affine(const Matrix& m, const DeviceMatrix& dst);
   void fill_fp8(const Matrix& m, const DeviceMatrix& dst);
   void fill_gguf_iq4(const Matrix& m, const DeviceMatrix& dst);

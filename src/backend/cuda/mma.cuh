@@ -85,13 +85,13 @@ __device__ __forceinline__ void dequant_q8(uint32_t w, float s, float b, uint32_
 }
 
 // 4 e4m3 codes of a word (k order) -> 2 bf16 pairs e4m3(q)·scale, where `scale` is the group's
-// scale times kE4m3Unscale (DeviceMatrix::split_scale): one rounding, to bf16.
+// scale (its two parts summed, WFormat::F8) times kE4m3Unscale: one rounding, to bf16.
 __device__ __forceinline__ void dequant_f8(uint32_t w, float scale, uint32_t out[2]) {
   out[0] = pack_bf16(e4m3_top(w << 24) * scale, e4m3_top(w << 16) * scale);
   out[1] = pack_bf16(e4m3_top(w << 8) * scale, e4m3_top(w) * scale);
 }
 
-// 8 IQ4 codes of a word (k order) -> 4 bf16 pairs level[q]·scale (DeviceMatrix::split_scale).
+// 8 IQ4 codes of a word (k order) -> 4 bf16 pairs level[q]·scale (its two parts summed, WFormat::I4).
 __device__ __forceinline__ void dequant_i4(uint32_t w, float scale, uint32_t out[4]) {
   const uint32_t levels[2] = {iq4_levels4(w), iq4_levels4(w >> 16)};
 #pragma unroll
