@@ -60,6 +60,17 @@ nlohmann::json window(const Record& r, Clock::time_point t0, Clock::time_point t
           {"tok_per_s", double(g.size()) / (ms(t1 - t0) / 1e3)}};
 }
 
+// Waits until every stream has two tokens from t0 on (one gap inside a window that starts
+// there), so that a window cut short by a loaded machine still measures something.
+void wait_for_a_gap_each(Record& r, Clock::time_point t0) {
+  std::unique_lock lock(r.mu);
+  r.cv.wait(lock, [&] {
+    return !r.error.empty() || std::all_of(r.tokens.begin(), r.tokens.end(), [&](const auto& t) {
+             return t.end() - std::lower_bound(t.begin(), t.end(), t0) >= 2;
+           });
+  });
+}
+
 void submit(Scheduler& s, CompletionRequest request, StepCallback callback, const char* what) {
   const SubmitStatus status = s.submit(std::move(request), std::move(callback));
   check(status == SubmitStatus::Accepted, std::string("--arrivals: the scheduler refused ") + what);
@@ -121,16 +132,11 @@ nlohmann::json serving_with_arrivals(Model& model, int streams, const ArrivalOpt
   Scheduler scheduler(model, so);
   Record r;
   start_streams(scheduler, r, streams, vocab);
-  {  // every stream past its prompt and decoding
-    std::unique_lock lock(r.mu);
-    r.cv.wait(lock, [&] {
-      return !r.error.empty() ||
-             std::all_of(r.tokens.begin(), r.tokens.end(), [](const auto& t) { return t.size() >= 2; });
-    });
-  }
+  wait_for_a_gap_each(r, Clock::time_point{});  // every stream past its prompt and decoding
   const auto span = std::chrono::duration<double>(o.every_s * o.count);
   const Clock::time_point quiet0 = Clock::now();
   std::this_thread::sleep_for(span);
+  wait_for_a_gap_each(r, quiet0);
   const Clock::time_point quiet1 = Clock::now(), busy0 = quiet1;
   for (int k = 0; k < o.count; ++k) {
     arrive(scheduler, r, k, o, vocab);
@@ -140,6 +146,7 @@ nlohmann::json serving_with_arrivals(Model& model, int streams, const ArrivalOpt
     std::unique_lock lock(r.mu);
     r.cv.wait(lock, [&] { return !r.error.empty() || int(r.ttft_ms.size()) == o.count; });
   }
+  wait_for_a_gap_each(r, busy0);
   const Clock::time_point busy1 = Clock::now();
   r.stop = true;
   scheduler.shutdown(false);

@@ -666,8 +666,10 @@ void Scheduler::Impl::end_replay(Replay& r) {
   ended();
 }
 
-// A request's last callback has returned: it no longer counts against the queue limit.
+// A request's last callback has returned: it no longer counts against the queue limit. The
+// metrics are published first, so that shutdown() returns with this request's counts in them.
 void Scheduler::Impl::ended() {
+  publish();
   std::lock_guard lock(mu);
   if (--in_flight == 0) idle_cv.notify_all();
 }
