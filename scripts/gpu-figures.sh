@@ -32,9 +32,11 @@ P=build-gpu/src/petrel
 S=(--synthetic qwen3.5-35b-a3b --prefill 16 --decode-context 0)
 TOK=tests/fixtures/.cache/qwen3-tokenizer
 step 60 tests 4 build-gpu/tests/petrel_tests --gtest_brief=1 \
-  --gtest_filter='*CudaGguf*:*CudaFp8*:*CudaDecodeStep*:*CudaFixture*:*CudaSampler*:*CudaPrefix*:*CudaLinear*:*CudaMoe*:CudaOps.Linear*:*CudaBatched*:*CudaScheduler*:*CudaMtp*'
-step 60 serving 6 $P bench "${S[@]}" --weights int4 --runs 3 --concurrency 1,8,32,64
-step 60 breakdown 40 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
+  --gtest_filter='*CudaGguf*:*CudaFp8*:*CudaDecodeStep*:*CudaDecodeGraph*:*CudaFixture*:*CudaSampler*:*CudaPrefix*:*CudaLinear*:*CudaMoe*:CudaOps.Linear*:*CudaBatched*:*CudaScheduler*:*CudaMtp*'
+# The serving figures count each request's 128-token prompt: prefill T=128 prices it.
+step 60 serving 8 $P bench --synthetic qwen3.5-35b-a3b --prefill 16,128 --decode-context 0 --weights int4 --runs 3 \
+  --concurrency 1,8,32,64
+step 60 breakdown 80 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
 step 90 http 4 python3 scripts/serve-bench.py --petrel $P --model '' --concurrency 64 --tokens 128 --runs 3 \
   --ban 151643,151645 -- --synthetic qwen3.5-35b-a3b --tokenizer $TOK --quantize int4 --context 512
 G=(--synthetic qwen3.5-35b-a3b --prefill 8192 --decode-context 0 --runs 3)

@@ -81,11 +81,13 @@ class Backend {
                            int piece_rows = 0) = 0;
   // Runs the ops of the staged step in order. A backend may run neighbouring ops as one (it then
   // leaves unwritten any tensor that no later op of the list reads before writing it). Where
-  // `recorded` is set the list is a one-token step of that sequence, the same ops on the same
-  // tensors every time and depending on nothing but staged inputs and device state: a backend may
-  // record it on the first call and replay the recording afterwards (CUDA graphs).
-  virtual void run(const OpList& ops, SequenceState* recorded = nullptr) {
+  // `recorded` is set the list is a step of that sequence (a decode step, a verify step of a few
+  // rows, a draft head's step) that is the same ops on the same tensors every time for its row
+  // count and `variant`, depending on nothing but staged inputs and device state: a backend may
+  // record it and replay the recording afterwards (CUDA graphs).
+  virtual void run(const OpList& ops, SequenceState* recorded = nullptr, int variant = 0) {
     (void)recorded;
+    (void)variant;
     for (const Op& o : ops) run_op(o);
   }
   // Runs a batched step staged by begin_batch. For a given row count the list is the same ops on

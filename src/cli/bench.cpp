@@ -193,20 +193,15 @@ bool fit_side_by_side(const cuda::KernelRecord& a, const cuda::KernelRecord& b) 
          a.threads + b.threads <= 2048;
 }
 
-// Kernels of replayed decode graphs as the device ran them (CUPTI). Kernels launched with PDL
-// overlap their predecessor (they start early and wait), so each kernel is charged the time from
-// the end of everything before it to its own end: the part of the step it alone accounts for. The
-// rest of the step is idle time between kernels (launch gaps that fusion or PDL would remove).
-// The steps follow a prompt of `context` tokens (at least 16).
-nlohmann::json graph_kernels(Model& model, int vocab, int context) {
-  constexpr int kSteps = 16;
-  const std::vector<int32_t> prompt = tokens(std::max(context, 16), vocab);
-  auto seq = model.new_sequence(int(prompt.size()) + kSteps + 8);
-  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
-  for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // capture the graph first
+// Kernels of `steps` replays of a recorded step as the device ran them (CUPTI). Kernels launched
+// with PDL overlap their predecessor (they start early and wait), so each kernel is charged the
+// time from the end of everything before it to its own end: the part of the step it alone
+// accounts for. The rest of the step is idle time between kernels (launch gaps that fusion or PDL
+// would remove).
+nlohmann::json traced_steps(const std::function<void()>& step, int steps) {
   cuda::KernelTrace trace;
   trace.start();
-  for (int i = 0; i < kSteps; ++i) tok = model.forward_greedy(&tok, 1, *seq);
+  for (int i = 0; i < steps; ++i) step();
   const std::vector<cuda::KernelRecord> records = trace.stop();
   std::map<std::string, std::pair<double, int>> per_name;  // ns, launches
   double busy = 0;
@@ -222,14 +217,14 @@ nlohmann::json graph_kernels(Model& model, int vocab, int context) {
   const double wall = records.empty() ? 0.0 : double(records.back().end_ns - records.front().start_ns);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, v] : per_name)
-    rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / kSteps}, {"launches", double(v.second) / kSteps}});
+    rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / steps}, {"launches", double(v.second) / steps}});
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["us"] > b["us"]; });
   // One whole step as the device ran it (the last replay): start and end of each kernel, in us
   // from the step's first start, to see what overlaps and what waits; and its launch shape, with
   // whether one of its blocks fits on a multiprocessor beside one of the previous kernel's (else
   // it starts only where that kernel's blocks have left: no work before its dependency wait).
   nlohmann::json timeline = nlohmann::json::array();
-  const size_t per_step = records.size() / kSteps;
+  const size_t per_step = records.size() / size_t(steps);
   for (size_t i = records.size() - per_step; i < records.size(); ++i) {
     const uint64_t t0 = records[records.size() - per_step].start_ns;
     const cuda::KernelRecord& r = records[i];
@@ -242,18 +237,49 @@ nlohmann::json graph_kernels(Model& model, int vocab, int context) {
                         {"shared_kb", r.shared_bytes / 1024.0},
                         {"fits_beside_previous", i > 0 && fit_side_by_side(records[i - 1], r)}});
   }
-  return {{"context", context},
-          {"kernels", rows},
+  return {{"kernels", rows},
           {"timeline", timeline},
-          {"step_us", wall / 1e3 / kSteps},
-          {"busy_us", busy / 1e3 / kSteps},
-          {"launches", double(records.size()) / kSteps}};
+          {"step_us", wall / 1e3 / steps},
+          {"busy_us", busy / 1e3 / steps},
+          {"launches", double(records.size()) / steps}};
+}
+
+constexpr int kTracedSteps = 16;
+
+// The replayed decode step after a prompt of `context` tokens (at least 16).
+nlohmann::json graph_kernels(Model& model, int vocab, int context) {
+  const std::vector<int32_t> prompt = tokens(std::max(context, 16), vocab);
+  auto seq = model.new_sequence(int(prompt.size()) + kTracedSteps + 8);
+  int32_t tok = model.forward_greedy(prompt.data(), int(prompt.size()), *seq);
+  for (int i = 0; i < 3; ++i) tok = model.forward_greedy(&tok, 1, *seq);  // run, record, replay
+  nlohmann::json out = traced_steps([&] { tok = model.forward_greedy(&tok, 1, *seq); }, kTracedSteps);
+  out["context"] = context;
+  return out;
+}
+
+// The replayed batched step of `batch` sequences (what the scheduler runs while serving), each
+// after a 16-token prompt; the logits stay on the device, as a device sampler reads them.
+nlohmann::json batch_graph_kernels(Model& model, int vocab, int batch) {
+  const std::vector<int32_t> prompt = tokens(16, vocab);
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<SequenceState*> rows;
+  std::vector<int32_t> next(static_cast<size_t>(batch), 0);
+  for (int b = 0; b < batch; ++b) {
+    seqs.push_back(model.new_sequence(int(prompt.size()) + kTracedSteps + 8));
+    rows.push_back(seqs.back().get());
+    next[size_t(b)] = model.forward_greedy(prompt.data(), int(prompt.size()), *seqs.back());
+  }
+  for (int i = 0; i < 3; ++i) model.forward_batch_device(next.data(), rows.data(), batch);  // run, record, replay
+  nlohmann::json out = traced_steps([&] { model.forward_batch_device(next.data(), rows.data(), batch); }, kTracedSteps);
+  out["rows"] = batch;
+  return out;
 }
 
 void print_graph_kernels(const nlohmann::json& g) {
-  std::printf("\ndecode step at context %d in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, "
-              "%.0f launches\n",
-              g["context"].get<int>(), g["step_us"].get<double>(), g["busy_us"].get<double>(),
+  const std::string what = g.contains("rows") ? "batched step of " + std::to_string(g["rows"].get<int>()) + " rows"
+                                              : "decode step at context " + std::to_string(g["context"].get<int>());
+  std::printf("\n%s in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n",
+              what.c_str(), g["step_us"].get<double>(), g["busy_us"].get<double>(),
               g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
   for (const auto& r : g["kernels"])
     std::printf("  %-44s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 44).c_str(),
@@ -544,6 +570,7 @@ void run(Args a) {
         // One trace per decode context, to see what a long context adds.
         for (int ctx : parse_ids(a.contexts, "--decode-context"))
           out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
+        out["breakdown"]["graphs"].push_back(batch_graph_kernels(model, config.vocab, a.breakdown_batch));
       } catch (const Error& e) {
         out["breakdown"]["graph_error"] = e.what();
       }

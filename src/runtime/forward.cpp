@@ -105,6 +105,11 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
     st.n_past += 1;
     return logits_;
   }
+  if (all_rows && T <= kRecordedVerifyRows) {
+    backend_.run(verify_ops(st, T), &st);
+    st.n_past += T;
+    return all_logits_buffer().rows_view(0, T);
+  }
   // Only the rows whose logits are wanted go through the final norm and the LM head.
   const int rows = all_rows ? T : want_last ? 1 : 0;
   const Tensor logits = (all_rows ? all_logits_buffer() : logits_).rows_view(0, rows);
@@ -119,6 +124,15 @@ const OpList& Model::decode_ops(SequenceState& st) {
     decode_ops_for_ = &st;
   }
   return decode_ops_;
+}
+
+const OpList& Model::verify_ops(SequenceState& st, int T) {
+  const std::pair<const SequenceState*, int> key{&st, T};
+  auto it = verify_ops_.find(key);
+  if (it != verify_ops_.end()) return it->second;
+  if (verify_ops_.size() >= kVerifyOpLists) verify_ops_.clear();  // states come and go; their lists are cheap
+  const Tensor logits = all_logits_buffer().rows_view(0, T);
+  return verify_ops_[key] = step_ops(config_, weights_, buffers_, {T, {&st, nullptr}, logits, /*argmax=*/false});
 }
 
 void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {
@@ -186,8 +200,12 @@ int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceS
   const MtpInput input = from_trunk ? MtpInput{buffers_.h, &weights_.final_norm}
                                     : MtpInput{mtp_buffers_.h.rows_view(mtp_rows_ - 1, 1), &weights_.mtp.norm};
   const Tensor logits = all_logits ? all_logits_buffer().rows_view(0, n) : mtp_logits_;
+  // The head's steps repeat with the same shape every draft: recorded, apart for each input row
+  // a chained step reads and for the logits rows it keeps.
+  const int variant = 2 * (from_trunk ? 0 : mtp_rows_) + (all_logits ? 1 : 0);
   backend_.begin_forward(ids, n, mtp);
-  backend_.run(mtp_step_ops(config_, weights_, buffers_, mtp_buffers_, input, {n, {&mtp, nullptr}, logits, true}));
+  backend_.run(mtp_step_ops(config_, weights_, buffers_, mtp_buffers_, input, {n, {&mtp, nullptr}, logits, true}),
+               &mtp, variant);
   mtp.n_past += n;
   mtp_rows_ = n;
   mtp_last_ = &mtp;

@@ -1,7 +1,9 @@
 // Runs a model on a backend: feeds prompts in chunks and decode steps, each step the op list of
 // model/step_ops.h, over scratch allocated once.
 #pragma once
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -84,6 +86,11 @@ class Model {
   Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows);
   // The ops of a one-token step of st, built once per sequence in a row (the list names its state).
   const OpList& decode_ops(SequenceState& st);
+  // The ops of a verify step: every row's logits of T <= kRecordedVerifyRows tokens of st (a
+  // speculative draft checked in one step). Recorded like a decode step, as drafts come every step.
+  const OpList& verify_ops(SequenceState& st, int T);
+  static constexpr int kRecordedVerifyRows = 16;
+  static constexpr size_t kVerifyOpLists = 32;
   Tensor all_logits_buffer();
 
   const ModelConfig& config_;
@@ -96,6 +103,7 @@ class Model {
   std::vector<int32_t> mixed_ids_;  // a mixed step's staged ids: the piece's, then the rows
   OpList decode_ops_;
   const SequenceState* decode_ops_for_ = nullptr;
+  std::map<std::pair<const SequenceState*, int>, OpList> verify_ops_;  // by state and rows
   int trunk_rows_ = 0;  // rows of the last trunk step, whose residual rows buffers_.h holds
   MtpBuffers mtp_buffers_;
   Tensor mtp_logits_;   // [1, vocab]: the head's own, so a draft never overwrites logits a decoder kept

@@ -15,9 +15,11 @@ struct CudaFixtureModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
 
-  explicit CudaFixtureModel(const std::string& name) : ck(Checkpoint::open(fixture_model(name))) {
+  // graphs = false: every step runs its kernels directly (the reference for recorded steps).
+  explicit CudaFixtureModel(const std::string& name, bool graphs = true) : ck(Checkpoint::open(fixture_model(name))) {
     CudaOptions o;
     o.progress = false;
+    o.graphs = graphs;
     backend = make_cuda_backend(o);
     model = std::make_unique<Model>(ck->config(), ck->weights(), *backend);
   }

@@ -110,8 +110,8 @@ TEST_P(CudaFixture, LogitsAndGreedyAgreeWithCpu) {
   }
 }
 
-// A decode step is recorded as a CUDA graph on its first call; a first step that wanted no logits
-// must not leave later steps without them.
+// A decode step runs directly on its first call and is recorded as a CUDA graph on its second; a
+// recording made in a step that wanted no logits must not leave later steps without them.
 TEST(CudaDecodeGraph, StepsWithAndWithoutLogitsShareOneRecording) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
   const std::string dir = test::fixture_model("qwen35moe-vlm-fused");
@@ -127,10 +127,12 @@ TEST(CudaDecodeGraph, StepsWithAndWithoutLogitsShareOneRecording) {
   auto a = model.new_sequence(110), b = model.new_sequence(110);
   model.forward(prompt.data(), 100, *a, nullptr);
   model.forward(prompt.data(), 100, *b, nullptr);
-  model.forward(&prompt[100], 1, *a, nullptr);  // recorded without anyone wanting logits
+  model.forward(&prompt[100], 1, *a, nullptr);
+  model.forward(&prompt[101], 1, *a, nullptr);  // recorded without anyone wanting logits
   model.forward(&prompt[100], 1, *b, scratch.data());
-  model.forward(&prompt[101], 1, *a, quiet_first.data());
-  model.forward(&prompt[101], 1, *b, logits_first.data());
+  model.forward(&prompt[101], 1, *b, scratch.data());
+  model.forward(&prompt[102], 1, *a, quiet_first.data());
+  model.forward(&prompt[102], 1, *b, logits_first.data());
   EXPECT_EQ(quiet_first, logits_first) << "same kernels on the same inputs must give identical logits";
 }
 

@@ -128,6 +128,49 @@ TEST_P(CudaMtp, ForcedAcceptanceLeavesTheEmittedSequence) {
   EXPECT_GE(cosine(got.data(), want.data(), V), 0.999);
 }
 
+// Verify steps (every row's logits of a few tokens) and the head's steps run directly the first
+// time and are recorded as CUDA graphs the second: each replay gives the bits that a backend
+// without graphs computes from the same inputs, at positions that move on. 3 rows take the GEMV
+// kernels, 6 the rows kernel.
+TEST_P(CudaMtp, RecordedVerifyAndHeadStepsEqualDirectRuns) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
+  test::CudaFixtureModel graphs(GetParam()), direct(GetParam(), /*graphs=*/false);
+  const std::vector<int32_t> prompt = reference_prompt(GetParam());
+  constexpr int kPrefix = 60, kSteps = 4;
+  const int V = graphs.vocab();
+  for (int T : {3, 6}) {
+    SCOPED_TRACE("rows " + std::to_string(T));
+    ASSERT_GE(int(prompt.size()), kPrefix + kSteps * T + 1);
+    std::unique_ptr<SequenceState> st[2], mtp[2];
+    Model* model[2] = {graphs.model.get(), direct.model.get()};
+    for (int m = 0; m < 2; ++m) {
+      st[m] = model[m]->new_sequence(kPrefix + kSteps * T);
+      mtp[m] = model[m]->new_mtp_sequence(kSteps * (T + 1));
+      model[m]->forward(prompt.data(), kPrefix, *st[m], nullptr);
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const int32_t* ids = prompt.data() + kPrefix + step * T;
+      std::vector<float> verify[2], head[2], chained[2];
+      int32_t drafted[2], chained_draft[2];
+      for (int m = 0; m < 2; ++m) {
+        verify[m].assign(size_t(T) * size_t(V), NAN);
+        head[m].assign(size_t(T) * size_t(V), NAN);
+        chained[m].assign(size_t(V), NAN);
+        const Tensor rows = model[m]->forward_device(ids, T, *st[m], KeepLogits::All);
+        model[m]->backend().to_host(rows, verify[m].data());
+        drafted[m] = model[m]->mtp_forward(ids + 1, T, /*from_trunk=*/true, *mtp[m], head[m].data());
+        chained_draft[m] = model[m]->mtp_forward(&drafted[m], 1, /*from_trunk=*/false, *mtp[m], chained[m].data());
+      }
+      EXPECT_EQ(verify[0], verify[1]) << "verify rows";
+      EXPECT_EQ(head[0], head[1]) << "head rows from the trunk";
+      EXPECT_EQ(chained[0], chained[1]) << "chained head row";
+      EXPECT_EQ(drafted[0], drafted[1]);
+      EXPECT_EQ(chained_draft[0], chained_draft[1]);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMtp, ::testing::Values("qwen35moe-mtp", "qwen3next-mtp"),
                          [](const auto& info) { return test::param_name(info.param); });
 

@@ -27,8 +27,8 @@ class CudaSequence final : public SequenceState {
  public:
   CudaSequence(cudaStream_t s, bool host = false) : stream_(s), host_(host) {}
   ~CudaSequence() override {
-    for (cudaGraphExec_t g : graph_exec)
-      if (g) cudaGraphExecDestroy(g);
+    for (auto& [key, step] : recorded)
+      if (step.exec) cudaGraphExecDestroy(step.exec);
     if (host_) cudaStreamSynchronize(stream_);  // a queued copy may still read or write the pages
     for (void* p : allocations_) host_ ? cudaFreeHost(p) : cudaFree(p);
   }
@@ -80,8 +80,13 @@ class CudaSequence final : public SequenceState {
 
   std::vector<bf16*> k, v;        // [capacity, Hkv·D] per attention layer
   std::vector<float*> conv, S;    // [K-1, C] and [Hv, dk, dv] per DeltaNet layer
-  // The recorded decode step, by the attention path its context takes (CudaBackend::attention_path).
-  cudaGraphExec_t graph_exec[4] = {};
+  // Recorded steps (CudaBackend::run) by row count, variant and the attention path the context
+  // takes (CudaBackend::attention_path); `exec` is null until the step's second run records it.
+  struct RecordedStep {
+    cudaGraphExec_t exec = nullptr;
+    bool seen = false;
+  };
+  std::map<std::tuple<int, int, int>, RecordedStep> recorded;
 
  private:
   cudaStream_t stream_;
@@ -305,14 +310,19 @@ class CudaBackend final : public Backend {
     baked_rows_ = false;
   }
 
-  // A recorded step replays its sequence's graph for the attention path its context takes,
-  // recording it on first use.
-  void run(const OpList& ops, SequenceState* recorded) override {
+  // A recorded step replays its sequence's graph for its row count, variant and the attention path
+  // its context takes, recorded on its second run: the first runs directly, so that whatever its
+  // kernels allocate on first use exists before the capture.
+  void run(const OpList& ops, SequenceState* recorded, int variant) override {
     if (!recorded || !opt_.graphs || timer_.enabled()) return run_groups(ops);
     auto& s = dynamic_cast<CudaSequence&>(*recorded);
-    cudaGraphExec_t& graph_exec = s.graph_exec[int(attention_path(*recorded, 1))];
-    if (!graph_exec) record(ops, graph_exec);
-    PETREL_CUDA(cudaGraphLaunch(graph_exec, stream_));
+    CudaSequence::RecordedStep& step = s.recorded[{n_tokens_, variant, int(attention_path(s, n_tokens_))}];
+    if (!step.exec && !step.seen) {
+      step.seen = true;
+      return run_groups(ops);
+    }
+    if (!step.exec) record(ops, step.exec);
+    PETREL_CUDA(cudaGraphLaunch(step.exec, stream_));
     PETREL_CUDA(cudaEventRecord(inputs_read_, stream_));  // events recorded while capturing are not queryable
   }
 
