@@ -322,7 +322,7 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
     so.prefill_chunk = prefill_chunk;
     so.speculative = speculative;
     Scheduler scheduler(model, so);
-    std::vector<double> tps;
+    std::vector<double> tps, ttft_ms, stream_rates;  // the last two per request of the timed runs
     for (int r = 0; r <= runs; ++r) {
       std::mutex m;
       std::condition_variable cv;
@@ -346,6 +346,10 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
           if (e.done) {
             std::lock_guard<std::mutex> lock(m);
             if (!e.error.empty()) error = e.error;
+            if (r > 0) {
+              ttft_ms.push_back(e.stats.ttft_s * 1e3);
+              stream_rates.push_back(e.stats.decode_tokens_per_s());
+            }
             ++finished;
             cv.notify_all();
           }
@@ -366,7 +370,9 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
                     {"max", st.max},
                     {"runs_tok_per_s", st.runs},
                     {"bytes_per_step", bytes},
-                    {"fraction_of_bandwidth", bytes * st.median / n / bandwidth}});
+                    {"fraction_of_bandwidth", bytes * st.median / n / bandwidth},
+                    {"ttft_p50_ms", stats(ttft_ms).median},
+                    {"stream_decode_tok_per_s", stats(stream_rates).median}});
   }
   return rows;
 }
@@ -607,10 +613,11 @@ void run(Args a) {
   if (out.contains("serving"))
     for (const auto& r : out["serving"])
       std::printf("serving n=%-10d %10.1f/s %10.1f/s %10.1f/s   generated tokens, all streams; %s/step, %.1f%% of %s "
-                  "bandwidth\n",
+                  "bandwidth; TTFT p50 %.1f ms, then %.1f tok/s a stream\n",
                   r["concurrency"].get<int>(), r["tok_per_s"].get<double>(), r["min"].get<double>(),
                   r["max"].get<double>(), format_bytes(r["bytes_per_step"].get<double>()).c_str(),
-                  100.0 * r["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM");
+                  100.0 * r["fraction_of_bandwidth"].get<double>(), cpu ? "memory" : "HBM",
+                  r["ttft_p50_ms"].get<double>(), r["stream_decode_tok_per_s"].get<double>());
   if (out.contains("serving_structured"))
     for (size_t i = 0; i < out["serving_structured"].size(); ++i) {
       const auto& r = out["serving_structured"][i];

@@ -65,8 +65,9 @@ TEST(BenchCli, CpuPrefillAndDecodeFigures) {
                    kv);
 }
 
-// Serving figures with their share of the bandwidth bound, and streams decoding while prompts
-// arrive: both windows' inter-token latencies and the arrivals' times to first token.
+// Serving figures with their share of the bandwidth bound, each request's time to first token
+// and its rate after it, and streams decoding while prompts arrive: both windows' inter-token
+// latencies and the arrivals' times to first token.
 TEST(BenchCli, CpuServingWithArrivals) {
   const test::CliResult r = test::run_petrel("bench -m " + kTiny +
                                                  " --device cpu -t 2 --prefill 16 --decode-context 0 --decode-tokens 2 "
@@ -79,6 +80,8 @@ TEST(BenchCli, CpuServingWithArrivals) {
   expect_timed(d["serving"][0], 1);
   EXPECT_GT(d["serving"][0]["bytes_per_step"].get<double>(), 0.0);
   EXPECT_GT(d["serving"][0]["fraction_of_bandwidth"].get<double>(), 0.0);
+  EXPECT_GT(d["serving"][0]["ttft_p50_ms"].get<double>(), 0.0);
+  EXPECT_GT(d["serving"][0]["stream_decode_tok_per_s"].get<double>(), 0.0);
   ASSERT_EQ(d["arrivals"].size(), 1u);
   const nlohmann::json& a = d["arrivals"][0];
   EXPECT_EQ(a["streams"], 2);
