@@ -11,15 +11,22 @@ logits.npy (float32 [T, vocab], HF fp32 forward over the whole prompt).
 Layouts covered: Qwen3.5-MoE VLM-wrapped with fused experts (+ mtp.* / model.visual.* tensors
 that must be skipped), Qwen3.5-MoE text-only with per-expert tensors, dense Qwen3.5 (VLM-wrapped),
 Qwen3-Next (grouped in_proj_qkvz / in_proj_ba, per-expert, sharded, no layer_types),
-Qwen3-MoE (per-expert, one dense mlp_only layer), dense Qwen3 in fp32, and two MLX conversions
+Qwen3-MoE (per-expert, one dense mlp_only layer), dense Qwen3 in fp32, two MLX conversions
 made here with MLX's exact affine scheme (4-bit group 32 with 8-bit/64 router overrides;
-8-bit group 64 for Qwen3-Next).
+8-bit group 64 for Qwen3-Next), and the bf16 forms llama.cpp's converter takes for its qwen3moe
+and qwen3 architectures (Qwen3-MoE with every layer sparse, dense Qwen3).
+
+    python3 tools/make_fixtures.py --out tests/fixtures/models --only qwen3moe-sparse,qwen3-dense
+
+writes only the named fixtures and leaves the others (the MLX ones derive from fixtures 1 and 4
+and come only from a whole run).
 """
 import argparse
 import json
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -87,13 +94,13 @@ def build_qwen3_next():
     return transformers.Qwen3NextForCausalLM(cfg)
 
 
-def build_qwen3_moe():
+def build_qwen3_moe(dense_layers=(0,)):
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=VOCAB, hidden_size=H, num_hidden_layers=LAYERS,
         num_attention_heads=HQ, num_key_value_heads=HKV, head_dim=HEAD_DIM,
         rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096,
         intermediate_size=DENSE_I, moe_intermediate_size=MOE_I, num_experts=N_EXPERTS,
-        num_experts_per_tok=TOP_K, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+        num_experts_per_tok=TOP_K, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=list(dense_layers),
         rope_parameters=dict(rope_type="default", rope_theta=1.0e6),
     )
     return transformers.Qwen3MoeForCausalLM(cfg)
@@ -366,12 +373,29 @@ def make_prompt(gen):
     return first + first[10:50]   # a repeated stretch, so prompt-lookup drafting has something to find
 
 
+STANDALONE = ["qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense", "qwen3next-sharded", "qwen3moe",
+              "qwen3-dense-f32", "qwen3moe-sparse", "qwen3-dense"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="comma-separated fixtures to write, leaving the others: "
+                    + ", ".join(STANDALONE))
     args = ap.parse_args()
-    if os.path.isdir(args.out):
+    only = set(filter(None, args.only.split(",")))
+    if only - set(STANDALONE):
+        sys.exit(f"--only: {', '.join(sorted(only - set(STANDALONE)))} not among {', '.join(STANDALONE)}")
+    if not only and os.path.isdir(args.out):
         shutil.rmtree(args.out)
+
+    def want(name):
+        if only and name not in only:
+            return False
+        if os.path.isdir(os.path.join(args.out, name)):
+            shutil.rmtree(os.path.join(args.out, name))
+        return True
+
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1234)
     prompt = make_prompt(gen)
@@ -385,70 +409,97 @@ def main():
         return m
 
     # 1. Qwen3.5-MoE, release layout: VLM-wrapped, fused experts, mtp.* and model.visual.* present.
-    m = prepare(build_qwen35_moe, True, torch.bfloat16, 1)
-    sd = state_dict(m, torch.bfloat16)
-    print("qwen3_5_moe keys:", sorted(sd)[:60])
-    logits, greedy = reference_outputs(m, prompt)
-    tensors = {}
-    for k, v in fused_experts(sd).items():
-        tensors[("model.language_model." + k[len("model."):]) if k.startswith("model.") else k] = v
-    tensors["mtp.fc.weight"] = torch.zeros(H, 2 * H, dtype=torch.bfloat16)
-    tensors["mtp.norm.weight"] = torch.zeros(H, dtype=torch.bfloat16)
-    tensors["model.visual.patch_embed.proj.weight"] = torch.zeros(16, 3, 2, 2, dtype=torch.bfloat16)
-    text_cfg = text_config_dict(m)
-    cfg = vlm_wrap(text_cfg, "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration")
-    write_fixture(os.path.join(args.out, "qwen35moe-vlm-fused"), cfg, tensors, logits, prompt, greedy)
-    qwen35moe_sd, qwen35moe_model, qwen35moe_cfg = sd, m, cfg
+    if want("qwen35moe-vlm-fused"):
+        m = prepare(build_qwen35_moe, True, torch.bfloat16, 1)
+        sd = state_dict(m, torch.bfloat16)
+        print("qwen3_5_moe keys:", sorted(sd)[:60])
+        logits, greedy = reference_outputs(m, prompt)
+        tensors = {}
+        for k, v in fused_experts(sd).items():
+            tensors[("model.language_model." + k[len("model."):]) if k.startswith("model.") else k] = v
+        tensors["mtp.fc.weight"] = torch.zeros(H, 2 * H, dtype=torch.bfloat16)
+        tensors["mtp.norm.weight"] = torch.zeros(H, dtype=torch.bfloat16)
+        tensors["model.visual.patch_embed.proj.weight"] = torch.zeros(16, 3, 2, 2, dtype=torch.bfloat16)
+        text_cfg = text_config_dict(m)
+        cfg = vlm_wrap(text_cfg, "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration")
+        write_fixture(os.path.join(args.out, "qwen35moe-vlm-fused"), cfg, tensors, logits, prompt, greedy)
+        qwen35moe_sd, qwen35moe_model, qwen35moe_cfg = sd, m, cfg
 
     # 2. Qwen3.5-MoE text-only with one tensor per expert.
-    m = prepare(build_qwen35_moe, True, torch.bfloat16, 2)
-    sd = state_dict(m, torch.bfloat16)
-    logits, greedy = reference_outputs(m, prompt)
-    cfg = text_config_dict(m)
-    cfg["architectures"] = ["Qwen3_5MoeForCausalLM"]
-    write_fixture(os.path.join(args.out, "qwen35moe-text-per-expert"), cfg, split_experts(sd, N_EXPERTS),
-                  logits, prompt, greedy)
+    if want("qwen35moe-text-per-expert"):
+        m = prepare(build_qwen35_moe, True, torch.bfloat16, 2)
+        sd = state_dict(m, torch.bfloat16)
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = ["Qwen3_5MoeForCausalLM"]
+        write_fixture(os.path.join(args.out, "qwen35moe-text-per-expert"), cfg, split_experts(sd, N_EXPERTS),
+                      logits, prompt, greedy)
 
     # 3. Dense Qwen3.5 (hybrid GDN + attention, dense MLP), VLM-wrapped.
-    m = prepare(build_qwen35_dense, True, torch.bfloat16, 3)
-    sd = state_dict(m, torch.bfloat16)
-    print("qwen3_5 keys:", sorted(sd)[:40])
-    logits, greedy = reference_outputs(m, prompt)
-    tensors = {("model.language_model." + k[len("model."):]) if k.startswith("model.") else k: v
-               for k, v in sd.items()}
-    cfg = vlm_wrap(text_config_dict(m), "qwen3_5", "Qwen3_5ForConditionalGeneration")
-    write_fixture(os.path.join(args.out, "qwen35-dense"), cfg, tensors, logits, prompt, greedy)
+    if want("qwen35-dense"):
+        m = prepare(build_qwen35_dense, True, torch.bfloat16, 3)
+        sd = state_dict(m, torch.bfloat16)
+        print("qwen3_5 keys:", sorted(sd)[:40])
+        logits, greedy = reference_outputs(m, prompt)
+        tensors = {("model.language_model." + k[len("model."):]) if k.startswith("model.") else k: v
+                   for k, v in sd.items()}
+        cfg = vlm_wrap(text_config_dict(m), "qwen3_5", "Qwen3_5ForConditionalGeneration")
+        write_fixture(os.path.join(args.out, "qwen35-dense"), cfg, tensors, logits, prompt, greedy)
 
     # 4. Qwen3-Next: grouped qkvz/ba, per-expert tensors, no layer_types, two shards.
-    m = prepare(build_qwen3_next, True, torch.bfloat16, 4)
-    sd = state_dict(m, torch.bfloat16)
-    print("qwen3_next keys:", sorted(sd)[:60])
-    logits, greedy = reference_outputs(m, prompt)
-    cfg = text_config_dict(m, drop=("layer_types",))
-    cfg["architectures"] = ["Qwen3NextForCausalLM"]
-    cfg["full_attention_interval"] = 2   # the released config carries the interval, not layer_types
-    write_fixture(os.path.join(args.out, "qwen3next-sharded"), cfg, split_experts(sd, N_EXPERTS),
-                  logits, prompt, greedy, shards=2)
-    qwen3next_sd, qwen3next_model, qwen3next_cfg = sd, m, cfg
+    if want("qwen3next-sharded"):
+        m = prepare(build_qwen3_next, True, torch.bfloat16, 4)
+        sd = state_dict(m, torch.bfloat16)
+        print("qwen3_next keys:", sorted(sd)[:60])
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m, drop=("layer_types",))
+        cfg["architectures"] = ["Qwen3NextForCausalLM"]
+        cfg["full_attention_interval"] = 2   # the released config carries the interval, not layer_types
+        write_fixture(os.path.join(args.out, "qwen3next-sharded"), cfg, split_experts(sd, N_EXPERTS),
+                      logits, prompt, greedy, shards=2)
+        qwen3next_sd, qwen3next_model, qwen3next_cfg = sd, m, cfg
 
     # 5. Qwen3-MoE: plain norms, no output gate, full rotary, no shared expert, layer 0 dense.
-    m = prepare(build_qwen3_moe, False, torch.bfloat16, 5)
-    sd = state_dict(m, torch.bfloat16)
-    print("qwen3_moe keys:", sorted(sd)[:40])
-    logits, greedy = reference_outputs(m, prompt)
-    cfg = text_config_dict(m)
-    cfg["architectures"] = ["Qwen3MoeForCausalLM"]
-    write_fixture(os.path.join(args.out, "qwen3moe"), cfg, split_experts(sd, N_EXPERTS), logits, prompt, greedy)
+    if want("qwen3moe"):
+        m = prepare(build_qwen3_moe, False, torch.bfloat16, 5)
+        sd = state_dict(m, torch.bfloat16)
+        print("qwen3_moe keys:", sorted(sd)[:40])
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = ["Qwen3MoeForCausalLM"]
+        write_fixture(os.path.join(args.out, "qwen3moe"), cfg, split_experts(sd, N_EXPERTS), logits, prompt, greedy)
 
     # 6. Dense Qwen3 stored in fp32.
-    m = prepare(build_qwen3_dense, False, torch.float32, 6)
-    sd = state_dict(m, torch.float32)
-    logits, greedy = reference_outputs(m, prompt)
-    cfg = text_config_dict(m)
-    cfg["architectures"] = ["Qwen3ForCausalLM"]
-    write_fixture(os.path.join(args.out, "qwen3-dense-f32"), cfg, sd, logits, prompt, greedy)
+    if want("qwen3-dense-f32"):
+        m = prepare(build_qwen3_dense, False, torch.float32, 6)
+        sd = state_dict(m, torch.float32)
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = ["Qwen3ForCausalLM"]
+        write_fixture(os.path.join(args.out, "qwen3-dense-f32"), cfg, sd, logits, prompt, greedy)
 
-    # 7. MLX 4-bit (group 32, router and shared gate 8-bit/64) of fixture 1, mlx-lm VLM key layout.
+    # 7. Qwen3-MoE with every layer sparse: the form llama.cpp's qwen3moe architecture holds.
+    if want("qwen3moe-sparse"):
+        m = prepare(lambda: build_qwen3_moe(dense_layers=()), False, torch.bfloat16, 9)
+        sd = state_dict(m, torch.bfloat16)
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = ["Qwen3MoeForCausalLM"]
+        write_fixture(os.path.join(args.out, "qwen3moe-sparse"), cfg, split_experts(sd, N_EXPERTS), logits, prompt,
+                      greedy)
+
+    # 8. Dense Qwen3 in bf16, the converter's lossless input for its qwen3 architecture.
+    if want("qwen3-dense"):
+        m = prepare(build_qwen3_dense, False, torch.bfloat16, 10)
+        sd = state_dict(m, torch.bfloat16)
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = ["Qwen3ForCausalLM"]
+        write_fixture(os.path.join(args.out, "qwen3-dense"), cfg, sd, logits, prompt, greedy)
+
+    if only:
+        return
+    # 9. MLX 4-bit (group 32, router and shared gate 8-bit/64) of fixture 1, mlx-lm VLM key layout.
     def qwen35_mlx_name(k):
         if k.startswith("model."):
             return "language_model.model." + k[len("model."):]
@@ -464,7 +515,7 @@ def main():
     cfg["quantization_config"] = q
     write_fixture(os.path.join(args.out, "mlx-qwen35moe-4bit"), cfg, mlx, logits, prompt, greedy)
 
-    # 8. MLX 8-bit group 64 of fixture 4 (grouped qkvz kept; expert down_proj stays bf16: 32 % 64 != 0).
+    # 10. MLX 8-bit group 64 of fixture 4 (grouped qkvz kept; expert down_proj stays bf16: 32 % 64 != 0).
     mlx, quant, effective = mlx_convert(qwen3next_sd, 8, 64, 8, 64, lambda k: k)
     m = prepare(build_qwen3_next, True, torch.bfloat16, 4)
     load_effective(m, effective)

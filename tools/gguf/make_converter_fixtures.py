@@ -13,6 +13,7 @@ vendored converter, by default the copy in the shared folder beside the
 repository (shared/third_party/llama.cpp-gguf):
 
     python3 tools/gguf/make_converter_fixtures.py [--llama-cpp DIR] [--out tests/fixtures/gguf/models]
+        [--only NAME,NAME]   (convert only these fixtures)
 
 The fixtures have no tokenizer, which the converter requires, so each is converted from a
 temporary copy holding a byte-level BPE tokenizer of exactly their 256 ids (one per byte, no
@@ -109,12 +110,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llama-cpp", default=DEFAULT_LLAMA_CPP, help="the vendored llama.cpp converter folder")
     parser.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures", "gguf", "models"))
+    parser.add_argument("--only", default="", help="comma-separated fixture names to convert (default: every one)")
     args = parser.parse_args()
+    names = hf_fixtures()
+    only = set(filter(None, args.only.split(",")))
+    if only - set(names):
+        sys.exit(f"--only: {', '.join(sorted(only - set(names)))} not among the convertible fixtures {', '.join(names)}")
     sys.path.insert(0, args.llama_cpp)
     sys.path.insert(1, os.path.join(args.llama_cpp, "gguf-py"))
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    for name in hf_fixtures():
+    for name in (n for n in names if not only or n in only):
         with tempfile.TemporaryDirectory() as work:
             folder = os.path.join(work, name)
             shutil.copytree(os.path.join(FIXTURES, name), folder)
