@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# On the GPU machine (torch, transformers): makes what only torch can make and packs it into
+# $OUT/models.tgz, to unpack at the repository root and commit: petrel-tiny's MTP head
+# (tools/tiny/train_mtp.py), the bf16 fixtures of llama.cpp's qwen3moe and qwen3 architectures
+# (tools/make_fixtures.py --only) and their GGUF conversions (tools/gguf/make_converter_fixtures.py,
+# with the converter scripts/vendor-deps.sh copied into .deps).
+#   device tool: carry [".deps"], command "scripts/gpu-make-models.sh"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fixtures=(qwen3moe-sparse qwen3-dense)
+python3 tools/tiny/train_mtp.py --model models/petrel-tiny --time-budget 120
+python3 tools/make_fixtures.py --out tests/fixtures/models --only "$(IFS=,; echo "${fixtures[*]}")"
+python3 tools/gguf/make_converter_fixtures.py --llama-cpp .deps/llama.cpp-gguf --only "$(IFS=,; echo "${fixtures[*]}")"
+files=(models/petrel-tiny)
+for f in "${fixtures[@]}"; do files+=(tests/fixtures/models/"$f" tests/fixtures/gguf/models/"$f"-*.gguf); done
+tar czf "${OUT:?set by the device tool}/models.tgz" "${files[@]}"
+tar tzvf "$OUT/models.tgz"
