@@ -39,6 +39,7 @@ struct Record {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Clock::time_point>> tokens;  // per stream
+  std::vector<char> ended;                             // per stream: its request ended (EOS, full context)
   std::vector<double> ttft_ms;                         // per arrival, once answered
   std::string error;
   std::atomic<bool> stop{false};
@@ -60,14 +61,17 @@ nlohmann::json window(const Record& r, Clock::time_point t0, Clock::time_point t
           {"tok_per_s", double(g.size()) / (ms(t1 - t0) / 1e3)}};
 }
 
-// Waits until every stream has two tokens from t0 on (one gap inside a window that starts
-// there), so that a window cut short by a loaded machine still measures something.
+// Waits until every stream still running has two tokens from t0 on (one gap inside a window that
+// starts there), so that a window cut short by a loaded machine still measures something.
 void wait_for_a_gap_each(Record& r, Clock::time_point t0) {
   std::unique_lock lock(r.mu);
   r.cv.wait(lock, [&] {
-    return !r.error.empty() || std::all_of(r.tokens.begin(), r.tokens.end(), [&](const auto& t) {
-             return t.end() - std::lower_bound(t.begin(), t.end(), t0) >= 2;
-           });
+    if (!r.error.empty()) return true;
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      const auto& t = r.tokens[i];
+      if (!r.ended[i] && t.end() - std::lower_bound(t.begin(), t.end(), t0) < 2) return false;
+    }
+    return true;
   });
 }
 
@@ -78,6 +82,7 @@ void submit(Scheduler& s, CompletionRequest request, StepCallback callback, cons
 
 void start_streams(Scheduler& s, Record& r, int streams, int vocab) {
   r.tokens.resize(size_t(streams));
+  r.ended.assign(size_t(streams), 0);
   for (int i = 0; i < streams; ++i) {
     CompletionRequest req;
     req.prompt = prompt_of(kStreamPrompt, uint32_t(i) * 131u, vocab);
@@ -85,6 +90,7 @@ void start_streams(Scheduler& s, Record& r, int streams, int vocab) {
     submit(s, std::move(req), [&r, i](const StepEvent& e) {
       std::lock_guard lock(r.mu);
       if (e.token >= 0) r.tokens[size_t(i)].push_back(Clock::now());
+      if (e.done) r.ended[size_t(i)] = 1;
       if (e.done && !e.error.empty()) r.error = e.error;
       r.cv.notify_all();
       return !r.stop.load();
