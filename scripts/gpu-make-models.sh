@@ -7,11 +7,11 @@
 #   device tool: carry [".deps"], command "scripts/gpu-make-models.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fixtures=(qwen3moe-sparse qwen3-dense)
+fixtures=qwen3moe-sparse,qwen3-dense
 python3 tools/tiny/train_mtp.py --model models/petrel-tiny --time-budget 120
-python3 tools/make_fixtures.py --out tests/fixtures/models --only "$(IFS=,; echo "${fixtures[*]}")"
-python3 tools/gguf/make_converter_fixtures.py --llama-cpp .deps/llama.cpp-gguf --only "$(IFS=,; echo "${fixtures[*]}")"
+python3 tools/make_fixtures.py --out tests/fixtures/models --only "$fixtures"
+python3 tools/gguf/make_converter_fixtures.py --llama-cpp .deps/llama.cpp-gguf --only "$fixtures"
 files=(models/petrel-tiny)
-for f in "${fixtures[@]}"; do files+=(tests/fixtures/models/"$f" tests/fixtures/gguf/models/"$f"-*.gguf); done
+for f in ${fixtures//,/ }; do files+=(tests/fixtures/models/"$f" tests/fixtures/gguf/models/"$f"-*.gguf); done
 tar czf "${OUT:?set by the device tool}/models.tgz" "${files[@]}"
 tar tzvf "$OUT/models.tgz"

@@ -459,43 +459,29 @@ def main():
                       logits, prompt, greedy, shards=2)
         qwen3next_sd, qwen3next_model, qwen3next_cfg = sd, m, cfg
 
+    def plain_fixture(name, builder, dtype, seed, arch, per_expert):
+        """A text-only Qwen3-family fixture (plain norms): its weights as `dtype`, experts split."""
+        m = prepare(builder, False, dtype, seed)
+        sd = state_dict(m, dtype)
+        logits, greedy = reference_outputs(m, prompt)
+        cfg = text_config_dict(m)
+        cfg["architectures"] = [arch]
+        write_fixture(os.path.join(args.out, name), cfg, split_experts(sd, N_EXPERTS) if per_expert else sd, logits,
+                      prompt, greedy)
+
     # 5. Qwen3-MoE: plain norms, no output gate, full rotary, no shared expert, layer 0 dense.
     if want("qwen3moe"):
-        m = prepare(build_qwen3_moe, False, torch.bfloat16, 5)
-        sd = state_dict(m, torch.bfloat16)
-        print("qwen3_moe keys:", sorted(sd)[:40])
-        logits, greedy = reference_outputs(m, prompt)
-        cfg = text_config_dict(m)
-        cfg["architectures"] = ["Qwen3MoeForCausalLM"]
-        write_fixture(os.path.join(args.out, "qwen3moe"), cfg, split_experts(sd, N_EXPERTS), logits, prompt, greedy)
-
+        plain_fixture("qwen3moe", build_qwen3_moe, torch.bfloat16, 5, "Qwen3MoeForCausalLM", True)
     # 6. Dense Qwen3 stored in fp32.
     if want("qwen3-dense-f32"):
-        m = prepare(build_qwen3_dense, False, torch.float32, 6)
-        sd = state_dict(m, torch.float32)
-        logits, greedy = reference_outputs(m, prompt)
-        cfg = text_config_dict(m)
-        cfg["architectures"] = ["Qwen3ForCausalLM"]
-        write_fixture(os.path.join(args.out, "qwen3-dense-f32"), cfg, sd, logits, prompt, greedy)
-
+        plain_fixture("qwen3-dense-f32", build_qwen3_dense, torch.float32, 6, "Qwen3ForCausalLM", False)
     # 7. Qwen3-MoE with every layer sparse: the form llama.cpp's qwen3moe architecture holds.
     if want("qwen3moe-sparse"):
-        m = prepare(lambda: build_qwen3_moe(dense_layers=()), False, torch.bfloat16, 9)
-        sd = state_dict(m, torch.bfloat16)
-        logits, greedy = reference_outputs(m, prompt)
-        cfg = text_config_dict(m)
-        cfg["architectures"] = ["Qwen3MoeForCausalLM"]
-        write_fixture(os.path.join(args.out, "qwen3moe-sparse"), cfg, split_experts(sd, N_EXPERTS), logits, prompt,
-                      greedy)
-
+        plain_fixture("qwen3moe-sparse", lambda: build_qwen3_moe(dense_layers=()), torch.bfloat16, 9,
+                      "Qwen3MoeForCausalLM", True)
     # 8. Dense Qwen3 in bf16, the converter's lossless input for its qwen3 architecture.
     if want("qwen3-dense"):
-        m = prepare(build_qwen3_dense, False, torch.bfloat16, 10)
-        sd = state_dict(m, torch.bfloat16)
-        logits, greedy = reference_outputs(m, prompt)
-        cfg = text_config_dict(m)
-        cfg["architectures"] = ["Qwen3ForCausalLM"]
-        write_fixture(os.path.join(args.out, "qwen3-dense"), cfg, sd, logits, prompt, greedy)
+        plain_fixture("qwen3-dense", build_qwen3_dense, torch.bfloat16, 10, "Qwen3ForCausalLM", False)
 
     if only:
         return
