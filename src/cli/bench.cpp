@@ -203,13 +203,14 @@ nlohmann::json traced_steps(const std::function<void()>& step, int steps) {
   trace.start();
   for (int i = 0; i < steps; ++i) step();
   const std::vector<cuda::KernelRecord> records = trace.stop();
+  // Per kernel and grid size: one kernel's launches over matrices of other shapes differ widely.
   std::map<std::string, std::pair<double, int>> per_name;  // ns, launches
   double busy = 0;
   uint64_t done = records.empty() ? 0 : records.front().start_ns;  // end of everything so far
   for (const auto& r : records) {
     const double own = r.end_ns > done ? double(r.end_ns - std::max(r.start_ns, done)) : 0.0;
     done = std::max(done, r.end_ns);
-    auto& [ns, n] = per_name[r.name];
+    auto& [ns, n] = per_name[r.name + " x" + std::to_string(r.blocks) + " blocks"];
     ns += own;
     ++n;
     busy += own;
@@ -281,9 +282,14 @@ void print_graph_kernels(const nlohmann::json& g) {
   std::printf("\n%s in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n",
               what.c_str(), g["step_us"].get<double>(), g["busy_us"].get<double>(),
               g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
-  for (const auto& r : g["kernels"])
-    std::printf("  %-44s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 44).c_str(),
+  constexpr size_t kShown = 24;  // the rest are in the JSON
+  const auto& rows = g["kernels"];
+  for (size_t i = 0; i < std::min(rows.size(), kShown); ++i) {
+    const auto& r = rows[i];
+    std::printf("  %-72s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 72).c_str(),
                 r["us"].get<double>(), r["launches"].get<double>());
+  }
+  if (rows.size() > kShown) std::printf("  ... %zu more kernel shapes (--json)\n", rows.size() - kShown);
 }
 
 void print_op_rows(const char* title, const nlohmann::json& rows) {

@@ -30,14 +30,15 @@ void check_cupti(CUptiResult r, const char* what) {
   throw Error(std::string("CUPTI ") + what + ": " + (msg ? msg : "unknown error"));
 }
 
-// "petrel::cuda::(anonymous namespace)::gemv_kernel<(WFormat)1, 2>(args)" -> "gemv_kernel<(WFormat)1, 2>".
+// "petrel::cuda::(anonymous namespace)::gemv_kernel<(petrel::cuda::WFormat)1, 2>(args)" ->
+// "gemv_kernel<(WFormat)1, 2>".
 std::string short_name(const char* mangled) {
   int status = 0;
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d ? d : mangled;
   std::free(d);
-  const std::string anon = "(anonymous namespace)::";
-  for (size_t p = s.find(anon); p != std::string::npos; p = s.find(anon)) s.erase(p, anon.size());
+  for (const std::string drop : {"(anonymous namespace)::", "petrel::cuda::"})
+    for (size_t p = s.find(drop); p != std::string::npos; p = s.find(drop)) s.erase(p, drop.size());
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {  // drop the parameter list: the first '(' outside <>
     if (s[i] == '<') ++depth;

@@ -185,18 +185,33 @@ __device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int r
   __syncthreads();
   if (!last) return false;
   __threadfence();
+  // kAhead splits' partials of all this thread's outputs are loaded before any is added, so their
+  // L2 latencies overlap (one split at a time made the sum a chain of 16 x NF x 4 latencies).
+  constexpr int kAhead = 16 / NF;  // 64 loads in flight
+  float sum[NF][4] = {};
+  for (unsigned z0 = 0; z0 < gridDim.z; z0 += kAhead) {
+    float v[kAhead][NF][4];
 #pragma unroll
-  for (int n = 0; n < NF; ++n) {
-    if (n >= nf) break;
+    for (int u = 0; u < kAhead; ++u)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
-      if (r >= rows || f >= N) continue;
-      float v = 0;
-      for (unsigned z = 0; z < gridDim.z; ++z) v += __ldcg(a.partials + z * slice + size_t(r) * N + f);
-      acc[n][c] = v;
-    }
+      for (int n = 0; n < NF; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
+          const bool in = z0 + u < gridDim.z && n < nf && r < rows && f < N;
+          v[u][n][c] = in ? __ldcg(a.partials + (z0 + u) * slice + size_t(r) * N + f) : 0.0f;
+        }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u)
+#pragma unroll
+      for (int n = 0; n < NF; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sum[n][c] += v[u][n][c];  // in split order
   }
+#pragma unroll
+  for (int n = 0; n < NF; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[n][c] = sum[n][c];
   if (threadIdx.x == 0) a.arrivals[blockIdx.x] = 0;  // ready for the next launch
   return true;
 }
