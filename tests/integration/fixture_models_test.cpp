@@ -18,7 +18,8 @@ namespace {
 
 const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",
                            "qwen3next-sharded",   "qwen3moe",                  "qwen3-dense-f32",
-                           "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit"};
+                           "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen3moe-sparse",
+                           "qwen3-dense"};
 
 struct Reference {
   std::vector<int32_t> prompt, greedy;

@@ -31,7 +31,7 @@ inline const std::vector<std::string> kFixtureModels = {
     "qwen35moe-vlm-fused", "qwen35moe-text-per-expert", "qwen35-dense",       "qwen3next-sharded",
     "qwen3moe",            "qwen3-dense-f32",           "mlx-qwen35moe-4bit", "mlx-qwen3next-8bit",
     "qwen35moe-vlm-fp8",   "qwen3moe-gptq4",            "qwen3moe-gptq8v2",   "qwen3moe-awq4",
-    "qwen35moe-gptq4sym"};
+    "qwen35moe-gptq4sym",  "qwen3moe-sparse",           "qwen3-dense"};
 
 // A fixture name as a gtest parameter name: "qwen3-dense-f32" -> "qwen3_dense_f32".
 inline std::string param_name(std::string name) {
