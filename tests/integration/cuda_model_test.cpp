@@ -24,7 +24,8 @@ const std::vector<std::string> kFixtures = {"qwen35moe-vlm-fused", "qwen35moe-te
                                             "mlx-qwen35moe-4bit",  "mlx-qwen3next-8bit",        "qwen35moe-vlm-fp8",
                                             "qwen3moe-gptq4", "qwen3moe-gptq8v2", "qwen3moe-awq4", "qwen35moe-gptq4sym",
                                             "qwen35moe-text-per-expert-Q8_0.gguf", "qwen3next-sharded-Q8_0.gguf",
-                                            "qwen35moe-vlm-fused-BF16.gguf", "qwen3moe-sparse", "qwen3-dense"};
+                                            "qwen35moe-vlm-fused-BF16.gguf", "qwen3moe-sparse", "qwen3-dense",
+                                            "qwen3moe-sparse-BF16.gguf", "qwen3-dense-F16.gguf"};
 
 // The checkpoint a fixture name opens, and the folder holding its reference prompt.
 std::pair<std::string, std::string> fixture_paths(const std::string& name) {

@@ -1,8 +1,8 @@
 // GGUF files that llama.cpp's own converter wrote from the safetensors fixtures
 // (tools/gguf/make_converter_fixtures.py, run where torch and transformers are installed) give
-// the safetensors run's logits within 1e-4 of the largest logit: F16 and BF16 files of the bf16
-// fixtures, a lossless conversion (the script says why no quantized type is compared this way). A
-// file that is absent skips its test, saying how to make it.
+// the safetensors run's logits within 1e-4 of the largest logit, and F16 files HF's greedy
+// continuation: F16 and BF16 files of the bf16 fixtures, a lossless conversion (the script says why
+// no quantized type is compared this way). A file that is absent skips its test, saying how to make it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +24,23 @@ struct Case {
 std::string gguf_path(const Case& c) {
   return (std::filesystem::path(PETREL_FIXTURES_DIR) / "gguf" / "models" / (c.fixture + "-" + c.type + ".gguf"))
       .string();
+}
+
+// HF's greedy continuation of a fixture's reference prompt (reference.json).
+std::vector<int32_t> reference_greedy(const std::string& fixture) {
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(test::fixture_model(fixture) + "/reference.json"));
+  return j["greedy_ids"].get<std::vector<int32_t>>();
+}
+
+// As many greedy tokens after `prompt` as `like` holds, on the CPU backend.
+std::vector<int32_t> greedy_continuation(const Checkpoint& ck, const std::vector<int32_t>& prompt,
+                                         const std::vector<int32_t>& like) {
+  CpuBackend backend{CpuOptions{1}};
+  Model model(ck.config(), ck.weights(), backend, ForwardOptions{});
+  auto seq = model.new_sequence(int(prompt.size() + like.size()));
+  std::vector<int32_t> out{model.forward_greedy(prompt.data(), int(prompt.size()), *seq)};
+  while (out.size() < like.size()) out.push_back(model.forward_greedy(&out.back(), 1, *seq));
+  return out;
 }
 
 class GgufConverterFixture : public ::testing::TestWithParam<Case> {};
@@ -48,6 +65,7 @@ TEST_P(GgufConverterFixture, GivesTheSafetensorsLogits) {
     }
     EXPECT_LE(worst, 1e-4 * scale) << "position " << pos << ": max |logit| " << scale;
   }
+  if (c.type == "F16") EXPECT_EQ(greedy_continuation(*gg, prompt, reference_greedy(c.fixture)), reference_greedy(c.fixture));
   // The file's byte-level vocabulary (one token per byte) reads too.
   EXPECT_EQ(load_tokenizer(path).encode("petrel"), (std::vector<uint32_t>{'p', 'e', 't', 'r', 'e', 'l'}));
 }
