@@ -204,21 +204,29 @@ nlohmann::json traced_steps(const std::function<void()>& step, int steps) {
   for (int i = 0; i < steps; ++i) step();
   const std::vector<cuda::KernelRecord> records = trace.stop();
   // Per kernel and grid size: one kernel's launches over matrices of other shapes differ widely.
-  std::map<std::string, std::pair<double, int>> per_name;  // ns, launches
+  struct Charge {
+    double own_ns = 0, ran_ns = 0;  // its share of the critical path; start to end
+    int launches = 0;
+  };
+  std::map<std::string, Charge> per_name;
   double busy = 0;
   uint64_t done = records.empty() ? 0 : records.front().start_ns;  // end of everything so far
   for (const auto& r : records) {
     const double own = r.end_ns > done ? double(r.end_ns - std::max(r.start_ns, done)) : 0.0;
     done = std::max(done, r.end_ns);
-    auto& [ns, n] = per_name[r.name + " x" + std::to_string(r.blocks) + " blocks"];
-    ns += own;
-    ++n;
+    Charge& c = per_name[r.name + " x" + std::to_string(r.blocks) + " blocks"];
+    c.own_ns += own;
+    c.ran_ns += double(r.end_ns - r.start_ns);
+    ++c.launches;
     busy += own;
   }
   const double wall = records.empty() ? 0.0 : double(records.back().end_ns - records.front().start_ns);
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [name, v] : per_name)
-    rows.push_back({{"kernel", name}, {"us", v.first / 1e3 / steps}, {"launches", double(v.second) / steps}});
+  for (const auto& [name, c] : per_name)
+    rows.push_back({{"kernel", name},
+                    {"us", c.own_ns / 1e3 / steps},
+                    {"launches", double(c.launches) / steps},
+                    {"ran_us_each", c.ran_ns / 1e3 / c.launches}});
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["us"] > b["us"]; });
   // One whole step as the device ran it (the last replay): start and end of each kernel, in us
   // from the step's first start, to see what overlaps and what waits; and its launch shape, with
@@ -286,8 +294,8 @@ void print_graph_kernels(const nlohmann::json& g) {
   const auto& rows = g["kernels"];
   for (size_t i = 0; i < std::min(rows.size(), kShown); ++i) {
     const auto& r = rows[i];
-    std::printf("  %-72s %8.1f us  x%.0f\n", r["kernel"].get<std::string>().substr(0, 72).c_str(),
-                r["us"].get<double>(), r["launches"].get<double>());
+    std::printf("  %-72s %8.1f us  x%-4.0f %6.1f us each\n", r["kernel"].get<std::string>().substr(0, 72).c_str(),
+                r["us"].get<double>(), r["launches"].get<double>(), r["ran_us_each"].get<double>());
   }
   if (rows.size() > kShown) std::printf("  ... %zu more kernel shapes (--json)\n", rows.size() - kShown);
 }

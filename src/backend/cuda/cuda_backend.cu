@@ -659,7 +659,7 @@ class CudaBackend final : public Backend {
     cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
                    moe_tile_expert_, stream_);
     const Tensor xin = gemm_input(x);
-    if (T <= cuda::kRowsMaxTokens && cuda::linear_rows_fits(E.gate) && cuda::linear_rows_fits(E.up) &&
+    if (cuda::expert_rows_suit(T, k, c.n_experts) && cuda::linear_rows_fits(E.gate) && cuda::linear_rows_fits(E.up) &&
         cuda::linear_rows_fits(E.down) && E.gate.format == E.up.format)
       cuda::expert_rows(E.gate, E.up, E.down, xin.data, xin.stride, xin.elem_size, T, moe_row_token_, moe_tile_expert_,
                         moe_rows_ / cuda::kGemmTileM, moe_g_, istride, moe_y_, c.hidden, stream_);

@@ -108,8 +108,15 @@ constexpr int kRowsMaxTokens = kGemmTileM;
 bool linear_rows_fits(const DeviceMatrix& w);
 void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
                  cudaStream_t s);
-// The routed experts of T <= kRowsMaxTokens rows over moe_plan's tiles: act[tile row] =
-// silu(gate·x[token])·(up·x[token]) (bf16), then y[tile row] = down·act[tile row] (bf16).
+// The routed experts of T rows over moe_plan's tiles (up to 64 rows of one expert each): act[tile
+// row] = silu(gate·x[token])·(up·x[token]) (bf16), then y[tile row] = down·act[tile row] (bf16).
+// A tile reads its expert's weights once, so this beats the grouped GEMM while experts get few
+// rows: up to kRowsPerExpert on average (T·top_k <= kRowsPerExpert·n_experts), a prompt piece
+// mixed into a decode step included.
+constexpr int kRowsPerExpert = 16;
+inline bool expert_rows_suit(int T, int top_k, int n_experts) {
+  return int64_t(T) * top_k <= int64_t(kRowsPerExpert) * n_experts;
+}
 void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const void* x,
                  int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert, int tiles, bf16* act,
                  int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s);
