@@ -16,9 +16,6 @@
 // codes, 16 8-bit ones or 8 bf16: columns [t·KI/4, (t+1)·KI/4)) and mma step s takes its values
 // 4s..4s+3.
 // Staging writes the activations in that order, so ldmatrix reads B fragments as if k were natural.
-//
-// PDL: launched as a programmatic dependent; a dense launch issues its first weight loads before it
-// waits for the kernel that writes its activations.
 #include <algorithm>
 #include <string>
 
@@ -124,7 +121,7 @@ __device__ __forceinline__ void load_slot(Slice<F> (&slot)[NM][2], const DeviceM
 
 // Columns [k0, k0 + kn) of the tile's first `rows` rows (the rest zero) into xs in fragment order.
 // A thread takes 8 columns at a time and has kUnroll of them in flight: the rows come from L2, and
-// one load at a time would leave the staging latency-bound (8 in flight cost a block per SM).
+// one load at a time would leave the staging latency-bound.
 template <int KI>
 __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, int rows, int padded, int k0, int kn) {
   constexpr int kUnroll = 4;
@@ -228,10 +225,6 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   __shared__ int src[kGemmTileM], n_rows;
   __shared__ bool last;
   constexpr int KI = Format<F>::KI, NM = kPair ? 2 : 1, PF = kPair ? 2 : 4;
-  // PDL: the next kernel may launch once every block of this one has started. A grouped launch
-  // needs the plan before anything; a dense one has its first weights in flight before it waits.
-  pdl_launch_dependents();
-  if (a.tile_expert) pdl_wait();
   const int tile = blockIdx.y;
   int e = 0;
   if (a.tile_expert && (e = a.tile_expert[tile]) < 0) return;
@@ -240,15 +233,6 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   for (int m = 0; m < NM; ++m) w[m] = a.tile_expert ? a.w[m].entry(e) : a.w[m];
   if (threadIdx.x == 0) n_rows = 0;
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int N = w[0].rows, K = w[0].cols, f0 = blockIdx.x * kBlockRows + warp * 16;
-  const int row_lo = min(f0 + g, N - 1), row_hi = min(f0 + g + 8, N - 1);
-  // This block's iterations of K: [i_begin, i_begin + n_its).
-  const int i_begin = blockIdx.z * a.split_its, n_its = min(K / KI - i_begin, a.split_its);
-  Slice<F> ring[PF][NM][2];
-#pragma unroll
-  for (int p = 0; p < PF - 1; ++p) load_slot<F, NM>(ring[p], w, row_lo, row_hi, i_begin + p, p < n_its, t);
-  if (!a.tile_expert) pdl_wait();
   if (threadIdx.x < kGemmTileM) {
     const int r = tile * kGemmTileM + threadIdx.x;
     const int token = a.row_token ? a.row_token[r] : (r < a.T ? r : -1);
@@ -257,8 +241,17 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   }
   __syncthreads();
   const int rows = n_rows, nf = (rows + 7) / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int N = w[0].rows, K = w[0].cols, f0 = blockIdx.x * kBlockRows + warp * 16;
+  const int row_lo = min(f0 + g, N - 1), row_hi = min(f0 + g + 8, N - 1);
   const int pitch = a.kc + 8, chunk_its = a.kc / KI;
+  // This block's iterations of K: [i_begin, i_begin + n_its).
+  const int i_begin = blockIdx.z * a.split_its, n_its = min(K / KI - i_begin, a.split_its);
+
+  Slice<F> ring[PF][NM][2];
   float acc[NM][NF][4] = {};
+#pragma unroll
+  for (int p = 0; p < PF - 1; ++p) load_slot<F, NM>(ring[p], w, row_lo, row_hi, i_begin + p, p < n_its, t);
   for (int i0 = 0; i0 < n_its; i0 += PF) {
 #pragma unroll
     for (int p = 0; p < PF; ++p) {
@@ -382,7 +375,7 @@ void launch(const RowsArgs& args, int tiles, cudaStream_t s) {
     PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget + 1024));
     configured = true;
   }
-  launch_pdl(kernel, dim3(row_blocks, tiles, splits), dim3(kThreads), smem, s, a);
+  kernel<<<dim3(row_blocks, tiles, splits), kThreads, smem, s>>>(a);
 }
 
 // The instantiation for the tile's most rows (16, 32 or 64: two, four or eight n8 fragments).
