@@ -28,32 +28,51 @@ void Backend::run_op(const Op& o) {
              o);
 }
 
-// A mixed step runs its piece's rows as a chunk of that sequence, then the rest as a batch.
+namespace {
+
+// The rows of a step each state continues: a chunk's all, else each piece's in turn, then the
+// decode rows' (the rest).
+template <class Piece, class Rows>
+void for_each_part(const StepStates& s, int64_t rows, Piece&& piece, Rows&& batch) {
+  if (s.chunk && !s.rows && s.n_pieces == 0) return piece(*s.chunk, int64_t(0), rows);
+  int64_t r0 = 0;
+  for (int i = 0; i < s.n_pieces; ++i) {
+    piece(*s.pieces[i].state, r0, int64_t(s.pieces[i].rows));
+    r0 += s.pieces[i].rows;
+  }
+  if (rows > r0) batch(r0, rows - r0);
+}
+
+}  // namespace
+
+// A mixed step runs each piece's rows as a chunk of its sequence, then the rest as a batch.
 void Backend::run_attention(const op::Attention& a) {
-  const StepStates& s = a.states;
-  const int64_t n = s.rows ? s.chunk_rows : a.q.rows, rest = a.q.rows - n;
   const auto part = [](const Tensor& t, int64_t r0, int64_t rows) { return t.data ? t.rows_view(r0, rows) : t; };
-  if (n > 0) {
-    const Tensor gate = part(a.gate, 0, n);
-    attention(part(a.q, 0, n), part(a.k, 0, n), part(a.v, 0, n), gate.data ? &gate : nullptr, a.layer, *s.chunk,
-              part(a.out, 0, n));
-  }
-  if (rest > 0) {
-    const Tensor gate = part(a.gate, n, rest);
-    attention_batch(part(a.q, n, rest), part(a.k, n, rest), part(a.v, n, rest), gate.data ? &gate : nullptr, a.layer,
-                    s.rows, part(a.out, n, rest));
-  }
+  for_each_part(
+      a.states, a.q.rows,
+      [&](SequenceState& st, int64_t r0, int64_t n) {
+        const Tensor gate = part(a.gate, r0, n);
+        attention(part(a.q, r0, n), part(a.k, r0, n), part(a.v, r0, n), gate.data ? &gate : nullptr, a.layer, st,
+                  part(a.out, r0, n));
+      },
+      [&](int64_t r0, int64_t n) {
+        const Tensor gate = part(a.gate, r0, n);
+        attention_batch(part(a.q, r0, n), part(a.k, r0, n), part(a.v, r0, n), gate.data ? &gate : nullptr, a.layer,
+                        a.states.rows, part(a.out, r0, n));
+      });
 }
 
 void Backend::run_deltanet(const op::DeltaNet& d) {
-  const StepStates& s = d.states;
-  const int64_t n = s.rows ? s.chunk_rows : d.qkv.rows, rest = d.qkv.rows - n;
-  if (n > 0)
-    deltanet(d.qkv.rows_view(0, n), d.z.rows_view(0, n), d.b.rows_view(0, n), d.a.rows_view(0, n), *d.w, d.layer,
-             *s.chunk, d.out.rows_view(0, n));
-  if (rest > 0)
-    deltanet_batch(d.qkv.rows_view(n, rest), d.z.rows_view(n, rest), d.b.rows_view(n, rest), d.a.rows_view(n, rest),
-                   *d.w, d.layer, s.rows, d.out.rows_view(n, rest));
+  for_each_part(
+      d.states, d.qkv.rows,
+      [&](SequenceState& st, int64_t r0, int64_t n) {
+        deltanet(d.qkv.rows_view(r0, n), d.z.rows_view(r0, n), d.b.rows_view(r0, n), d.a.rows_view(r0, n), *d.w,
+                 d.layer, st, d.out.rows_view(r0, n));
+      },
+      [&](int64_t r0, int64_t n) {
+        deltanet_batch(d.qkv.rows_view(r0, n), d.z.rows_view(r0, n), d.b.rows_view(r0, n), d.a.rows_view(r0, n),
+                       *d.w, d.layer, d.states.rows, d.out.rows_view(r0, n));
+      });
 }
 
 }  // namespace petrel

@@ -73,12 +73,12 @@ class Backend {
   // Stages the inputs of one forward chunk: token ids and their positions st.n_past, st.n_past+1, ...
   // Host-side only; the ops that follow read the staged values.
   virtual void begin_forward(const int32_t* ids, int n, const SequenceState& st) = 0;
-  // Stages one decode step over B sequences with one new token each, after `piece_rows` tokens of
-  // `piece`'s prompt (none by default): ids holds the piece's ids, then row b's id ids[piece_rows
-  // + b] at position seqs[b]->n_past. Row-wise ops then run over all rows at once; QkNormRope uses
-  // each row's position, and Attention and DeltaNet each row's own state (StepStates).
-  virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece = nullptr,
-                           int piece_rows = 0) = 0;
+  // Stages one decode step over B sequences with one new token each (B may be 0 with pieces), after
+  // the `n_pieces` prompt pieces (none by default): ids holds each piece's ids in turn, then row
+  // b's id at position seqs[b]->n_past. Row-wise ops then run over all rows at once; QkNormRope
+  // uses each row's position, and Attention and DeltaNet each row's own state (StepStates).
+  virtual void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const StepPiece* pieces = nullptr,
+                           int n_pieces = 0) = 0;
   // Runs the ops of the staged step in order. A backend may run neighbouring ops as one (it then
   // leaves unwritten any tensor that no later op of the list reads before writing it). Where
   // `recorded` is set the list is a step of that sequence (a decode step, a verify step of a few

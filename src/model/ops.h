@@ -34,13 +34,25 @@ struct Tensor {
 
 class SequenceState;  // a sequence's caches and recurrent state, owned by the backend (backend/backend.h)
 
+// A prompt piece in a mixed step: `rows` consecutive rows continuing `state` as a chunk.
+struct StepPiece {
+  SequenceState* state = nullptr;
+  int rows = 0;
+};
+
 // Whose state the rows of a step continue: one sequence for all rows (a chunk of its tokens), one
-// sequence per row (a batched decode step: rows[b] for row b), or both (a decode step carrying a
-// prompt piece): the first chunk_rows rows continue `chunk`, row chunk_rows + b continues rows[b].
+// sequence per row (a batched decode step: rows[b] for row b), or a mixed step: prompt pieces of
+// other sequences first, each its rows in order, then row (their rows) + b continues rows[b].
 struct StepStates {
   SequenceState* chunk = nullptr;
   SequenceState* const* rows = nullptr;
-  int chunk_rows = 0;  // set only with both
+  const StepPiece* pieces = nullptr;  // a mixed step's pieces (with rows, or alone)
+  int n_pieces = 0;
+  int piece_rows() const {
+    int n = 0;
+    for (int i = 0; i < n_pieces; ++i) n += pieces[i].rows;
+    return n;
+  }
 };
 
 namespace op {

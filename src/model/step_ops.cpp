@@ -45,8 +45,20 @@ class StepWriter {
     const int64_t n = s_.logits.rows;
     if (n == 0) return;
     const int64_t first = s_.rows - n;
-    const Tensor x = b_.x.rows_view(first, n);
-    ops_.push_back(op::RmsNorm{b_.h.rows_view(first, n), &norm, c_.rms_eps, x});
+    Tensor x = b_.x.rows_view(first, n);
+    if (s_.logit_rows.empty()) {
+      ops_.push_back(op::RmsNorm{b_.h.rows_view(first, n), &norm, c_.rms_eps, x});
+    } else {  // the rows asked for, normed into x's first rows: a norm for each run of neighbours
+      const std::vector<int>& r = s_.logit_rows;
+      x = b_.x.rows_view(0, n);
+      for (size_t i = 0; i < r.size();) {
+        size_t j = i + 1;
+        while (j < r.size() && r[j] == r[j - 1] + 1) ++j;
+        const auto run = int64_t(j - i);
+        ops_.push_back(op::RmsNorm{b_.h.rows_view(r[i], run), &norm, c_.rms_eps, x.rows_view(int64_t(i), run)});
+        i = j;
+      }
+    }
     ops_.push_back(op::Linear{x, &w_.lm_head, s_.logits});
     if (s_.argmax) ops_.push_back(op::Argmax{s_.logits.rows_view(n - 1, 1)});
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include "model/config.h"
 #include <utility>
+#include <vector>
 
 #include "model/ops.h"
 #include "model/weights.h"
@@ -24,9 +25,11 @@ struct StepBuffers {
 struct StepShape {
   int rows = 1;
   StepStates states;
-  // The logits of the last logits.rows rows (final norm and LM head) go here; none when it has no rows.
+  // The logits of the last logits.rows rows (final norm and LM head) go here, or of the rows
+  // logit_rows names, in its order, where it is set; none when it has no rows.
   Tensor logits;
   bool argmax = false;  // the argmax of the last logits row follows (Backend::greedy_token)
+  std::vector<int> logit_rows;
 };
 
 // The ops of one step: embedding, every layer, then the logits and argmax `shape` asks for.

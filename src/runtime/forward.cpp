@@ -164,20 +164,37 @@ Tensor Model::forward_batch_device(const int32_t* ids, SequenceState* const* seq
   return out;
 }
 
-Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B, const PromptPiece& piece) {
-  if (piece.n == 0) return forward_batch_device(ids, seqs, B);
-  check_rows(seqs, B, piece.n);
-  check(piece.state != nullptr && std::find(seqs, seqs + B, piece.state) == seqs + B,
-        "forward_mixed: the prompt piece must continue a sequence of its own, not one of the decode rows");
-  check_fits(piece.n, *piece.state);
-  mixed_ids_.assign(piece.ids, piece.ids + piece.n);
+Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B,
+                                   std::span<const PromptPiece> pieces) {
+  if (pieces.empty()) return forward_batch_device(ids, seqs, B);
+  mixed_ids_.clear();
+  mixed_pieces_.clear();
+  std::vector<int> logit_rows;
+  for (const PromptPiece& p : pieces) {
+    check(p.n >= 1 && p.state != nullptr && std::find(seqs, seqs + B, p.state) == seqs + B,
+          "forward_mixed: a prompt piece must have tokens and continue a sequence of its own, not a decode row's");
+    for (const StepPiece& other : mixed_pieces_)
+      check(other.state != p.state, "forward_mixed: two prompt pieces continue the same sequence");
+    check_fits(p.n, *p.state);
+    mixed_ids_.insert(mixed_ids_.end(), p.ids, p.ids + p.n);
+    if (p.keep_last) logit_rows.push_back(int(mixed_ids_.size()) - 1);
+    mixed_pieces_.push_back({p.state, p.n});
+  }
+  const int piece_rows = int(mixed_ids_.size());
+  check(B >= 0 && piece_rows + B <= max_batch(), "forward_mixed: " + std::to_string(piece_rows) +
+                                                     " prompt tokens and " + std::to_string(B) +
+                                                     " rows, expected at most " + std::to_string(max_batch()));
+  if (B > 0) check_rows(seqs, B, piece_rows);
   mixed_ids_.insert(mixed_ids_.end(), ids, ids + B);
-  Tensor out = all_logits_buffer().rows_view(0, B + (piece.keep_last ? 1 : 0));
-  backend_.begin_batch(mixed_ids_.data(), seqs, B, piece.state, piece.n);
+  for (int b = 0; b < B; ++b) logit_rows.push_back(piece_rows + b);
+  Tensor out = all_logits_buffer().rows_view(0, int64_t(logit_rows.size()));
+  backend_.begin_batch(mixed_ids_.data(), seqs, B, mixed_pieces_.data(), int(mixed_pieces_.size()));
   trunk_rows_ = 0;
-  const StepStates states{piece.state, seqs, piece.n};
-  backend_.run(step_ops(config_, weights_, buffers_, {piece.n + B, states, out, /*argmax=*/false}));
-  piece.state->n_past += piece.n;
+  const StepStates states{nullptr, B > 0 ? seqs : nullptr, mixed_pieces_.data(), int(mixed_pieces_.size())};
+  StepShape shape{piece_rows + B, states, out, /*argmax=*/false};
+  shape.logit_rows = std::move(logit_rows);
+  backend_.run(step_ops(config_, weights_, buffers_, shape));
+  for (const PromptPiece& p : pieces) p.state->n_past += p.n;
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
   return out;
 }

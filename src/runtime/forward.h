@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -47,17 +48,19 @@ class Model {
   // forward_batch with the logits left in backend memory: returns the [B, vocab] fp32 rows, valid
   // until the next forward (a DeviceSampler reads them where they are).
   Tensor forward_batch_device(const int32_t* ids, SequenceState* const* seqs, int B);
-  // A decode step that also feeds `piece` (a prompt piece of a sequence not among seqs), so that a
-  // prompt advances in the same weight reads as the decoding rows: the piece's rows are computed
-  // as forward() of it alone would compute them. Returns the decode rows' logits, preceded by the
-  // piece's last row when piece.keep_last. piece.n + B is at most max_batch().
+  // A decode step (B may be 0) that also feeds `pieces` (prompt pieces of distinct sequences not
+  // among seqs), so that prompts advance in the same weight reads as the decoding rows: each
+  // piece's rows are computed as forward() of it alone would compute them. Returns the last row's
+  // logits of each piece with keep_last (in order), then the decode rows'. The pieces' tokens
+  // plus B are at most max_batch().
   struct PromptPiece {
     const int32_t* ids = nullptr;
     int n = 0;
     SequenceState* state = nullptr;
     bool keep_last = false;
   };
-  Tensor forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B, const PromptPiece& piece);
+  Tensor forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B,
+                              std::span<const PromptPiece> pieces);
   int max_batch() const { return options_.max_chunk; }
 
   // Multi-token prediction (config().mtp_layers > 0): the checkpoint's draft head.
@@ -100,7 +103,8 @@ class Model {
   StepBuffers buffers_;  // scratch for max_chunk rows, allocated once
   Tensor logits_;        // [1, vocab]
   Tensor all_logits_;    // [max_chunk, vocab], allocated on first use (all-position dumps, batches)
-  std::vector<int32_t> mixed_ids_;  // a mixed step's staged ids: the piece's, then the rows
+  std::vector<int32_t> mixed_ids_;      // a mixed step's staged ids: the pieces', then the rows'
+  std::vector<StepPiece> mixed_pieces_;  // and its pieces
   OpList decode_ops_;
   const SequenceState* decode_ops_for_ = nullptr;
   std::map<std::pair<const SequenceState*, int>, OpList> verify_ops_;  // by state and rows

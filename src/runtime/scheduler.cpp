@@ -116,8 +116,14 @@ struct Scheduler::Impl {
   int chunk_end(int fed) const;
   std::span<const int32_t> next_piece(const RunningRequest& r) const;
   std::span<const int32_t> next_piece(const Replay& r) const;
-  void decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, Replay* replay,
-                   std::span<const int32_t> piece);
+  // A prompt being read and its next piece.
+  struct Reading {
+    RunningRequest* reader;
+    std::span<const int32_t> piece;
+  };
+  std::vector<Reading> readings(size_t beside_rows) const;
+  void decode_step(const std::vector<RunningRequest*>& rows, const std::vector<Reading>& reads, Replay* replay,
+                   std::span<const int32_t> replay_piece);
   void prefill_step(RunningRequest& r, std::span<const int32_t> piece);
   void replay_step(Replay& r, std::span<const int32_t> piece);
   void piece_fed(RunningRequest& r, size_t tokens);
@@ -331,26 +337,48 @@ void Scheduler::Impl::end_unadmitted(const QueuedRequest& q, const std::string& 
   ended();
 }
 
-// Every decoding row, and the next piece of the oldest prompt being read: in the same step when
-// it fits beside the rows (its tokens then cost no weight reads of their own), else alone.
-// A replay's piece goes where no prompt is being read.
+// Every decoding row, and the next pieces of the prompts being read, oldest first, up to the
+// prefill chunk in all: in the same step when they fit beside the rows (their tokens then cost no
+// weight reads of their own), else the oldest alone. A replay's piece goes where no prompt is
+// being read.
 void Scheduler::Impl::step() {
   std::vector<RunningRequest*> rows;
-  RunningRequest* reader = nullptr;
-  for (auto& r : running) {
+  for (auto& r : running)
     if (!r->prefilling()) rows.push_back(r.get());
-    else if (!reader) reader = r.get();
+  const std::vector<Reading> reads = readings(rows.size());
+  const bool reading = std::any_of(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
+  Replay* replay = !reading && !replays.empty() ? &replays.front() : nullptr;
+  if (rows.size() == 1 && !reading && !replay && speculate(*rows[0])) return;
+  const std::span<const int32_t> replay_piece = replay ? next_piece(*replay) : std::span<const int32_t>{};
+  const bool replay_mixed =
+      !replay_piece.empty() && !rows.empty() && rows.size() + replay_piece.size() <= size_t(model.max_batch());
+  // One prompt alone keeps its own step, where the draft head can follow it.
+  if (!rows.empty() || reads.size() > 1)
+    decode_step(rows, reads, replay_mixed ? replay : nullptr,
+                replay_mixed ? replay_piece : std::span<const int32_t>{});
+  if (reading && reads.empty()) {  // the oldest prompt's piece fits no step beside the rows
+    for (auto& r : running)
+      if (r->prefilling()) return prefill_step(*r, next_piece(*r));
   }
-  Replay* replay = !reader && !replays.empty() ? &replays.front() : nullptr;
-  if (rows.size() == 1 && !reader && !replay && speculate(*rows[0])) return;
-  const std::span<const int32_t> piece = reader ? next_piece(*reader) : replay ? next_piece(*replay)
-                                                                               : std::span<const int32_t>{};
-  const bool mixed = !piece.empty() && !rows.empty() && rows.size() + piece.size() <= size_t(model.max_batch());
-  if (!rows.empty())
-    decode_step(rows, mixed ? reader : nullptr, mixed ? replay : nullptr, mixed ? piece : std::span<const int32_t>{});
-  if (mixed || piece.empty()) return;
-  if (reader) prefill_step(*reader, piece);
-  else replay_step(*replay, piece);
+  if (rows.empty() && reads.size() == 1) return prefill_step(*reads[0].reader, reads[0].piece);
+  if (replay && !replay_mixed && !replay_piece.empty()) replay_step(*replay, replay_piece);
+}
+
+// The next pieces of the prompts being read, oldest first, while their tokens fit the prefill
+// chunk and, with `beside_rows` decode rows, the model's rows.
+std::vector<Scheduler::Impl::Reading> Scheduler::Impl::readings(size_t beside_rows) const {
+  std::vector<Reading> out;
+  size_t tokens = 0;
+  for (const auto& r : running) {
+    if (!r->prefilling()) continue;
+    const std::span<const int32_t> piece = next_piece(*r);
+    if (tokens + piece.size() > size_t(options.prefill_chunk) ||
+        beside_rows + tokens + piece.size() > size_t(model.max_batch()))
+      break;
+    out.push_back({r.get(), piece});
+    tokens += piece.size();
+  }
+  return out;
 }
 
 // A piece ends where the prefix cache snapshots the prompt, so that the state is exactly there,
@@ -372,10 +400,10 @@ std::span<const int32_t> Scheduler::Impl::next_piece(const Replay& r) const {
 // The multiple of the prefill chunk after `fed`.
 int Scheduler::Impl::chunk_end(int fed) const { return (fed / options.prefill_chunk + 1) * options.prefill_chunk; }
 
-// One row for each of `rows`, after `piece` of `reader`'s prompt or of `replay`'s tokens when one
-// is set. Every row's draw is queued before the first is awaited.
-void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, RunningRequest* reader, Replay* replay,
-                                  std::span<const int32_t> piece) {
+// One row for each of `rows` (maybe none), after the pieces of `reads` and of `replay`'s tokens
+// when one is set. Every row's draw is queued before the first is awaited.
+void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, const std::vector<Reading>& reads,
+                                  Replay* replay, std::span<const int32_t> replay_piece) {
   const int B = int(rows.size());
   batch_ids.clear();
   batch_states.clear();
@@ -383,26 +411,36 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, Runn
     batch_ids.push_back(r->pending_token());
     batch_states.push_back(&r->state());
   }
-  const bool reader_done = reader && reader->state().n_past + int(piece.size()) == reader->prompt_size();
-  SequenceState* piece_state = reader ? &reader->state() : replay ? &replay->state() : nullptr;
-  const Model::PromptPiece p{piece.data(), int(piece.size()), piece_state, reader_done};
+  std::vector<Model::PromptPiece> pieces;
+  std::vector<RunningRequest*> done;  // readers whose piece ends their prompt
+  for (const Reading& read : reads) {
+    const bool ends = read.reader->state().n_past + int(read.piece.size()) == read.reader->prompt_size();
+    if (ends) done.push_back(read.reader);
+    pieces.push_back({read.piece.data(), int(read.piece.size()), &read.reader->state(), ends});
+  }
+  if (replay) pieces.push_back({replay_piece.data(), int(replay_piece.size()), &replay->state(), false});
   Tensor logits;
   try {
-    logits = model.forward_mixed_device(batch_ids.data(), batch_states.data(), B, p);
+    logits = model.forward_mixed_device(batch_ids.data(), batch_states.data(), B, pieces);
   } catch (...) {
     std::vector<RunningRequest*> all = rows;
-    if (reader) all.push_back(reader);
+    for (const Reading& read : reads) all.push_back(read.reader);
     if (replay) end_replay(*replay);
     return fail(all, std::current_exception());
   }
-  ++counters.decode_steps;
-  counters.last_batch_size = B;
-  if (reader) piece_fed(*reader, piece.size());
-  if (replay) replay_fed(*replay, piece.size());
-  // Logits rows: the reader's last prompt token when it ends its prompt, then one per row.
+  if (B > 0) {
+    ++counters.decode_steps;
+    counters.last_batch_size = B;
+  }
+  if (!reads.empty()) ++counters.prompt_steps;
+  counters.prompt_pieces += reads.size();
+  for (const Reading& read : reads) piece_fed(*read.reader, read.piece.size());
+  if (replay) replay_fed(*replay, replay_piece.size());
+  // Logits rows: each reader's last prompt token when it ends its prompt, then one per row.
   std::vector<std::pair<RunningRequest*, Tensor>> draws;
-  if (reader_done) draws.emplace_back(reader, logits.rows_view(0, 1));
-  for (int b = 0; b < B; ++b) draws.emplace_back(rows[size_t(b)], logits.rows_view(b + (reader_done ? 1 : 0), 1));
+  for (size_t i = 0; i < done.size(); ++i) draws.emplace_back(done[i], logits.rows_view(int64_t(i), 1));
+  const auto first_row = int64_t(done.size());
+  for (int b = 0; b < B; ++b) draws.emplace_back(rows[size_t(b)], logits.rows_view(first_row + b, 1));
   std::vector<char> drawn(draws.size(), 0);  // rows whose device draw is queued (or sampled on the host)
   for (size_t i = 0; i < draws.size(); ++i) {
     try {
@@ -412,7 +450,7 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, Runn
       fail({draws[i].first}, std::current_exception());
     }
   }
-  const bool alone = B == 1 && !reader;
+  const bool alone = B == 1 && reads.empty();
   if (!alone) followed = nullptr;  // the head reads no batched step
   for (size_t i = 0; i < draws.size(); ++i)
     if (drawn[i] && emit(*draws[i].first, draws[i].second) && alone) {
@@ -432,6 +470,8 @@ void Scheduler::Impl::prefill_step(RunningRequest& r, std::span<const int32_t> p
   } catch (...) {
     return fail({&r}, std::current_exception());
   }
+  ++counters.prompt_steps;
+  ++counters.prompt_pieces;
   piece_fed(r, piece.size());
   const std::span<const int32_t> prompt = r.prompt();
   if (!last) return follow(r, prompt.data() + fed + 1, int(piece.size()));

@@ -28,8 +28,9 @@ struct SchedulerOptions {
   double memory_fraction = 0;
   int max_queued = 64;     // requests waiting for a slot beyond that; submit() refuses more
   int context = 4096;      // tokens per sequence (prompt + output); longer prompts are refused
-  // Prompt tokens a step carries besides its decode rows. The piece rides in the decode step when
-  // both fit the model's rows (Model::max_batch), else it runs as a step of its own.
+  // Prompt tokens a step carries besides its decode rows: pieces of the prompts being read, oldest
+  // first. They ride in the decode step when they fit the model's rows (Model::max_batch) beside
+  // it, else the oldest prompt's piece runs as a step of its own.
   int prefill_chunk = 256;
   // Sample each row where the logits are when the backend offers a DeviceSampler (only the token
   // id, and the rows of requests that want logprobs, reach the host); false samples every row on
@@ -81,6 +82,9 @@ struct SchedulerMetrics {
   int last_batch_size = 0;       // sequences in the most recent decode step
   uint64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
   uint64_t verify_steps = 0, drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding
+  // Steps that read prompt tokens, and the prompt pieces they read (several prompts waiting
+  // together share a step up to SchedulerOptions::prefill_chunk tokens).
+  uint64_t prompt_steps = 0, prompt_pieces = 0;
   // Tokens fed again to snapshot finished replies for the prefix cache; of those, the ones fed in
   // steps of their own (no sequence was decoding).
   uint64_t replay_tokens = 0, replay_tokens_alone = 0;

@@ -43,6 +43,9 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   counter("petrel_prompt_tokens_total", "Prompt tokens prefilled.", double(s.prompt_tokens));
   counter("petrel_generation_tokens_total", "Tokens generated.", double(s.generated_tokens));
   counter("petrel_decode_steps_total", "Batched decode steps run.", double(s.decode_steps));
+  counter("petrel_prompt_steps_total", "Steps that read prompt tokens.", double(s.prompt_steps));
+  counter("petrel_prompt_pieces_total", "Prompt pieces read; several prompts waiting together share a step.",
+          double(s.prompt_pieces));
   counter("petrel_speculative_verify_steps_total", "Decode steps that verified a draft (serve --speculative).",
           double(s.verify_steps));
   counter("petrel_speculative_drafted_tokens_total", "Tokens drafted for verification.", double(s.drafted_tokens));

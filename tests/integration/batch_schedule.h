@@ -90,56 +90,74 @@ inline int run_schedule(Model& model, int steps, const RowCheck& compare) {
   return rows;
 }
 
-// A prompt read in two pieces (37 tokens, then the last 17), each carried by a decode step of
-// three other sequences, then one step decoding all four; every logits row is compared with the
-// same pieces and steps run one sequence at a time on a second set of states:
-// compare(mixed_row, alone_row, step, seq), seq 3 being the prompt's sequence. Returns the rows
-// compared.
+// Prompts read in pieces, several in one step, beside the decode rows of sequences 0-2 and
+// without them; every logits row is compared with the same pieces and steps run one sequence at a
+// time on a second set of states: compare(mixed_row, alone_row, step, seq). Step 0 carries 37
+// tokens of 3's prompt and 20 of 4's beside the rows; step 1 the rest of both, each ending its
+// prompt (two logits rows that are not neighbours), beside the rows; step 2 no rows: all of 5's
+// prompt, then 11 tokens of 6's. Step 3 decodes sequences 0-5 together. Returns the rows compared.
 inline int run_mixed(Model& model, const RowCheck& compare) {
-  constexpr int kDecoders = 3, kReader = 3, kFirstPiece = 37;
+  constexpr int kDecoders = 3, kSequences = 7, kDecodedLast = 6;
   const int V = model.config().vocab;
   std::vector<std::unique_ptr<SequenceState>> alone, mixed;
-  std::vector<int32_t> next;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> next(kSequences, 0);
   std::vector<float> row(static_cast<size_t>(V));
-  for (int s = 0; s <= kDecoders; ++s) {
+  for (int s = 0; s < kSequences; ++s) {
     alone.push_back(model.new_sequence(kScheduleCapacity));
     mixed.push_back(model.new_sequence(kScheduleCapacity));
-    if (s == kReader) break;
-    const std::vector<int32_t> p = schedule_prompt(s, V);
+    prompts.push_back(schedule_prompt(s, V));
+    if (s >= kDecoders) continue;
+    const std::vector<int32_t>& p = prompts.back();
     model.forward(p.data(), int(p.size()), *alone.back(), row.data());
     model.forward(p.data(), int(p.size()), *mixed.back(), nullptr);
-    next.push_back(argmax_of(row));
+    next[size_t(s)] = argmax_of(row);
   }
-  const std::vector<int32_t> prompt = schedule_prompt(kReader, V);
-  const int pieces[2][2] = {{0, kFirstPiece}, {kFirstPiece, int(prompt.size()) - kFirstPiece}};
-  std::vector<float> logits(size_t(kDecoders + 1) * size_t(V));
+  struct Piece {
+    int seq, begin, end;
+  };
+  const auto whole = [&](int s) { return int(prompts[size_t(s)].size()); };
+  const std::vector<std::vector<Piece>> steps = {
+      {{3, 0, 37}, {4, 0, 20}}, {{3, 37, whole(3)}, {4, 20, whole(4)}}, {{5, 0, whole(5)}, {6, 0, 11}}};
+  std::vector<float> logits;
   int rows = 0;
   const auto check_row = [&](int r, int step, int s, const std::vector<float>& want) {
     compare(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V), want, step, s);
     ++rows;
   };
-  std::vector<SequenceState*> states;
-  for (int s = 0; s < kDecoders; ++s) states.push_back(mixed[size_t(s)].get());
-  for (int step = 0; step < 2; ++step) {
-    const bool last = step == 1;
-    const Model::PromptPiece piece{prompt.data() + pieces[step][0], pieces[step][1], mixed[kReader].get(), last};
-    const Tensor out = model.forward_mixed_device(next.data(), states.data(), kDecoders, piece);
+  for (int step = 0; step < int(steps.size()); ++step) {
+    const int B = step < 2 ? kDecoders : 0;
+    std::vector<Model::PromptPiece> pieces;
+    for (const Piece& p : steps[size_t(step)])
+      pieces.push_back({prompts[size_t(p.seq)].data() + p.begin, p.end - p.begin, mixed[size_t(p.seq)].get(),
+                        p.end == whole(p.seq)});
+    std::vector<SequenceState*> states;
+    for (int s = 0; s < B; ++s) states.push_back(mixed[size_t(s)].get());
+    const Tensor out = model.forward_mixed_device(next.data(), states.data(), B, pieces);
+    logits.resize(size_t(out.rows) * size_t(V));
     model.backend().to_host(out, logits.data());
-    model.forward(piece.ids, piece.n, *alone[kReader], last ? row.data() : nullptr);
-    if (last) check_row(0, step, kReader, row);
-    for (int s = 0; s < kDecoders; ++s) {
+    int r = 0;  // logits rows: each piece that ends its prompt, then the decode rows
+    for (const Model::PromptPiece& p : pieces) {
+      const int s = int(std::find_if(mixed.begin(), mixed.end(), [&](const auto& m) { return m.get() == p.state; }) -
+                        mixed.begin());
+      model.forward(p.ids, p.n, *alone[size_t(s)], p.keep_last ? row.data() : nullptr);
+      if (!p.keep_last) continue;
+      check_row(r++, step, s, row);
+      next[size_t(s)] = argmax_of(row);
+    }
+    for (int s = 0; s < B; ++s) {
       model.forward(&next[size_t(s)], 1, *alone[size_t(s)], row.data());
-      check_row(s + (last ? 1 : 0), step, s, row);
+      check_row(r++, step, s, row);
       next[size_t(s)] = argmax_of(row);
     }
   }
-  // The reader's first generated token: the argmax of its alone logits, read above as row 0.
-  next.push_back(argmax_of(std::vector<float>(logits.begin(), logits.begin() + V)));
-  states.push_back(mixed[kReader].get());
-  model.forward_batch(next.data(), states.data(), kDecoders + 1, logits.data());
-  for (int s = 0; s <= kDecoders; ++s) {
+  std::vector<SequenceState*> states;
+  for (int s = 0; s < kDecodedLast; ++s) states.push_back(mixed[size_t(s)].get());
+  logits.resize(size_t(kDecodedLast) * size_t(V));
+  model.forward_batch(next.data(), states.data(), kDecodedLast, logits.data());
+  for (int s = 0; s < kDecodedLast; ++s) {
     model.forward(&next[size_t(s)], 1, *alone[size_t(s)], row.data());
-    check_row(s, 2, s, row);
+    check_row(s, int(steps.size()), s, row);
   }
   return rows;
 }

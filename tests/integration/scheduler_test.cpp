@@ -195,6 +195,33 @@ CompletionRequest long_request(int vocab) {
   return r;
 }
 
+// Prompts that wait together are read in one step beside the decoding row (their 15 tokens fit the
+// 64-token prefill chunk), and each request still gives what it gives alone.
+TEST(Scheduler, PromptsWaitingTogetherAreReadInOneStep) {
+  Loaded m("qwen35moe-vlm-fused");
+  Scheduler scheduler(*m.model, options(4));
+  const CompletionRequest first = request(3, m.vocab(), greedy());  // a 20-token prompt
+  std::vector<CompletionRequest> waiting;
+  for (int i : {0, 8, 16}) waiting.push_back(request(i, m.vocab(), greedy()));  // 1, 5 and 9 tokens
+  Collector running;
+  std::vector<Collector> got(waiting.size());
+  Gate gate;
+  ASSERT_EQ(scheduler.submit(first, running.callback(gate.at_event(1))), SubmitStatus::Accepted);
+  gate.wait_arrival();  // the scheduler holds at the first request's first token
+  for (size_t i = 0; i < waiting.size(); ++i)
+    ASSERT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
+  gate.release();
+  scheduler.shutdown(true);
+  expect_finish(running.answer(), run_alone(*m.model, first));
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    SCOPED_TRACE("waiting request " + std::to_string(i));
+    expect_finish(got[i].answer(), run_alone(*m.model, waiting[i]));
+  }
+  const SchedulerMetrics after = scheduler.metrics();
+  EXPECT_EQ(after.prompt_pieces, 4u);
+  EXPECT_EQ(after.prompt_steps, 2u) << "the first prompt alone, then the three waiting ones together";
+}
+
 TEST(Scheduler, CancelEndsRunningAndQueuedRequestsAndFreesTheSlot) {
   Loaded m("qwen35moe-vlm-fused");
   Scheduler scheduler(*m.model, options(1));

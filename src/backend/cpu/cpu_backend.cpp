@@ -128,13 +128,14 @@ void CpuBackend::begin_forward(const int32_t* ids, int n, const SequenceState& s
   std::iota(positions_.begin(), positions_.end(), st.n_past);
 }
 
-void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece,
-                             int piece_rows) {
+void CpuBackend::begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const StepPiece* pieces,
+                             int n_pieces) {
   use_threads();
-  ids_.assign(ids, ids + piece_rows + B);
-  positions_.resize(size_t(piece_rows + B));
-  for (int t = 0; t < piece_rows; ++t) positions_[size_t(t)] = piece->n_past + t;
-  for (int b = 0; b < B; ++b) positions_[size_t(piece_rows + b)] = seqs[b]->n_past;
+  positions_.clear();
+  for (int i = 0; i < n_pieces; ++i)
+    for (int t = 0; t < pieces[i].rows; ++t) positions_.push_back(pieces[i].state->n_past + t);
+  for (int b = 0; b < B; ++b) positions_.push_back(seqs[b]->n_past);
+  ids_.assign(ids, ids + positions_.size());
 }
 
 void CpuBackend::argmax(const Tensor& logits) {

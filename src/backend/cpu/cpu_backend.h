@@ -26,8 +26,8 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& t, float* dst) override;
   void from_host(const float* src, Tensor t) override;
   void begin_forward(const int32_t* ids, int n, const SequenceState& st) override;
-  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece,
-                   int piece_rows) override;
+  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const StepPiece* pieces,
+                   int n_pieces) override;
   void argmax(const Tensor& logits) override;
   int32_t greedy_token() override { return greedy_; }
 

@@ -289,13 +289,18 @@ class CudaBackend final : public Backend {
 
   // Stages each row's position and the table of its sequence's states (embed copies both), which
   // the per-sequence ops of the step read on the device: one launch per op for all rows, the same
-  // launches for every step of B rows (run_batch replays them). A prompt piece's rows come first;
-  // its ops run as a chunk of that sequence, from the position staged as a chunk's is.
-  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const SequenceState* piece,
-                   int piece_rows) override {
+  // launches for every step of B rows (run_batch replays them). Prompt pieces' rows come first;
+  // each piece's ops run as a chunk of its sequence, from its first row's staged position.
+  void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const StepPiece* pieces,
+                   int n_pieces) override {
+    piece_first_rows_.clear();
+    int piece_rows = 0;
+    for (int i = 0; i < n_pieces; ++i) {
+      piece_first_rows_.emplace_back(pieces[i].state, piece_rows);
+      for (int t = 0; t < pieces[i].rows; ++t) h_row_pos_[piece_rows++] = pieces[i].state->n_past + t;
+    }
     stage_ids(ids, piece_rows + B);
-    *h_pos_ = piece ? piece->n_past : 0;
-    for (int t = 0; t < piece_rows; ++t) h_row_pos_[t] = piece->n_past + t;
+    *h_pos_ = n_pieces > 0 ? pieces[0].state->n_past : 0;
     for (int b = 0; b < B; ++b) {
       const auto& s = dynamic_cast<const CudaSequence&>(*seqs[b]);
       h_row_pos_[piece_rows + b] = s.n_past;
@@ -503,7 +508,16 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* gate, int layer, SequenceState& st,
                  Tensor out) override {
     const cuda::TimedOp timed(timer_, stream_, "attention");
-    attention_at(q, k, v, gate, layer, st, out, d_pos_);
+    attention_at(q, k, v, gate, layer, st, out, chunk_pos(st));
+  }
+
+  // Where a chunk of st starts, on the device: a mixed step's piece starts at its first row's
+  // staged position, any other chunk at the one staged position.
+  const int* chunk_pos(const SequenceState& st) const {
+    if (batch_)
+      for (const auto& [piece, row] : piece_first_rows_)
+        if (piece == &st) return d_row_pos_ + row;
+    return d_pos_;
   }
 
   // One token of a context up to kCudaClusterAttentionKeys: the norms, the append and the attention
@@ -984,7 +998,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::vector<void*> allocations_;
   int max_tokens_ = 0, n_tokens_ = 0;
-  int batch_rows_ = 0;  // rows of a batched step with a state each (after the prompt piece's rows)
+  int batch_rows_ = 0;  // rows of a batched step with a state each (after the prompt pieces' rows)
+  std::vector<std::pair<const SequenceState*, int>> piece_first_rows_;  // a mixed step's pieces
   int *h_ids_ = nullptr, *h_pos_ = nullptr;  // pinned, mapped: a recorded step's embed reads them in place
   int *m_ids_ = nullptr, *m_pos_ = nullptr;  // their device addresses
   cudaEvent_t inputs_read_ = nullptr;  // recorded once the device has read the pinned inputs
