@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (torch, transformers): makes what only torch can make and packs it into
-# $OUT/models.tgz, to unpack at the repository root and commit: petrel-tiny's MTP head
+# $OUT/models.tgz.NN (15 MB parts: the device returns files of at most 16 MiB), to unpack at the
+# repository root with `cat models.tgz.* | tar xz` and commit: petrel-tiny's MTP head
 # (tools/tiny/train_mtp.py), the bf16 fixtures of llama.cpp's qwen3moe and qwen3 architectures
 # (tools/make_fixtures.py --only) and their GGUF conversions (tools/gguf/make_converter_fixtures.py,
 # with the converter scripts/vendor-deps.sh copied into .deps).
@@ -14,5 +15,6 @@ python3 tools/gguf/make_converter_fixtures.py --llama-cpp .deps/llama.cpp-gguf -
   echo "== make_converter_fixtures FAILED"
 files=(models/petrel-tiny)
 for f in ${fixtures//,/ }; do files+=(tests/fixtures/models/"$f" tests/fixtures/gguf/models/"$f"-*.gguf); done
-tar czf "${OUT:?set by the device tool}/models.tgz" --ignore-failed-read "${files[@]}"
-tar tzvf "$OUT/models.tgz"
+tar czf /tmp/models.tgz --ignore-failed-read "${files[@]}"
+split -b 15m -d /tmp/models.tgz "${OUT:?set by the device tool}/models.tgz."
+tar tzvf /tmp/models.tgz
