@@ -252,20 +252,21 @@ TEST(CudaOps, LinearWithLargeActivationsMatchesCpu) {
   }
 }
 
-// A layer's input projections in one launch (decode) or one GEMM each (prefill), outputs of both
-// element types and weights of both formats (neighbours of one format share a launch), against
-// the CPU computing them one by one.
+// A layer's input projections in one launch (decode, and a batched step's rows: neighbours of one
+// format and width share a launch, split K over all of them) or one GEMM each (prefill), outputs of
+// both element types and weights of both formats, against the CPU computing them one by one.
 TEST(CudaOps, LinearManyMatchesCpu) {
   REQUIRE_GPU();
   const ModelWeights& w = model().w;
   const DeltaNetWeights& G = w.layers[0].gdn;
   const AttentionWeights& A = w.layers[1].attn;
+  const MlpWeights& S = w.layers[2].ffn.shared;
   const std::vector<std::vector<const Matrix*>> lists = {
-      {&G.qkv, &G.z, &G.b, &G.a}, {&A.q, &A.k, &A.v, &A.gate}, {&G.b, &w.lm_head, &G.a}};
-  for (int T : {1, 3, 20}) {
+      {&G.qkv, &G.z, &G.b, &G.a}, {&A.q, &A.k, &A.v, &A.gate}, {&G.b, &w.lm_head, &G.a}, {&S.gate, &S.up}};
+  for (int T : {1, 3, 9, 20, 40}) {
     Input x(T, model().c.hidden, 11 + T);
     for (const auto& ws : lists) {
-      if (T == 20 && ws[1] == &w.lm_head) continue;  // the CPU LM head at 20 tokens adds nothing but time
+      if (T >= 9 && ws[1] == &w.lm_head) continue;  // the CPU LM head at many tokens adds nothing but time
       std::vector<Output> outs;
       outs.reserve(ws.size());
       std::vector<Tensor> cpu, gpu;

@@ -651,8 +651,9 @@ class CudaBackend final : public Backend {
     const int64_t stride = (I + 7) / 8 * 8;
     const cuda::TimedOp timed(timer_, stream_, "mlp");
     const Tensor xin = gemm_input(x);
-    cuda::linear(weights_->matrix(w.gate), xin.data, xin.stride, xin.elem_size, T, mlp_g_, stride, 2, stream_);
-    cuda::linear(weights_->matrix(w.up), xin.data, xin.stride, xin.elem_size, T, mlp_u_, stride, 2, stream_);
+    const DeviceMatrix* gate_up[] = {&weights_->matrix(w.gate), &weights_->matrix(w.up)};
+    const cuda::GemvOut outs[] = {{mlp_g_, stride, 2}, {mlp_u_, stride, 2}};
+    cuda::linear_many(gate_up, outs, 2, xin.data, xin.stride, xin.elem_size, T, stream_);
     cuda::silu_mul(mlp_g_, mlp_u_, stride, T, I, mlp_act_, stride, stream_);
     cuda::linear(weights_->matrix(w.down), mlp_act_, stride, 2, T, out.data, out.stride, out.elem_size, stream_);
   }

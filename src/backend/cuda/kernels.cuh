@@ -104,10 +104,14 @@ void grouped_linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
 // Up to kRowsMaxTokens rows (one moe_plan tile) of 4-bit (groups a multiple of 32, width a multiple
 // of 512) or bf16 (width a multiple of 128) weights: linear() takes this path for the rows the staged
 // GEMV does not take (more than 4). An added output (the residual) must be fp32.
+// One launch takes up to kRowsMaxSegments matrices that share a format and a width
+// (linear_rows_share), each into its own output: a layer's input projections, for instance.
 constexpr int kRowsMaxTokens = kGemmTileM;
+constexpr int kRowsMaxSegments = 4;
 bool linear_rows_fits(const DeviceMatrix& w);
-void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
-                 cudaStream_t s);
+bool linear_rows_share(const DeviceMatrix& a, const DeviceMatrix& b);
+void linear_rows(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, cudaStream_t s);
 // The routed experts of T rows over moe_plan's tiles (up to 64 rows of one expert each): act[tile
 // row] = silu(gate·x[token])·(up·x[token]) (bf16), then y[tile row] = down·act[tile row] (bf16).
 // A tile reads its expert's weights once, so this beats the grouped GEMM while experts get few

@@ -486,7 +486,11 @@ void linear(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, 
     PETREL_LAUNCHED("gemv");
     return;
   }
-  if (T <= kRowsMaxTokens && linear_rows_fits(w)) return linear_rows(w, x, x_stride, x_elem, T, {y, y_stride, y_elem}, s);
+  if (T <= kRowsMaxTokens && linear_rows_fits(w)) {
+    const DeviceMatrix* ws[] = {&w};
+    const GemvOut outs[] = {{y, y_stride, y_elem}};
+    return linear_rows(ws, outs, 1, x, x_stride, x_elem, T, s);
+  }
   if (T <= kGemvMaxTokens) {
     const dim3 grid(div_up(w.rows, kGemvWarps)), block(32 * kGemvWarps);
     if (T == 1) gemv_kernel<1><<<grid, block, 0, s>>>(w, x, x_stride, x_elem, T, y, y_stride, y_elem);
@@ -518,7 +522,8 @@ void staged_runs(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
 
 void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
                  int T, cudaStream_t s) {
-  // Runs of matrices the staged GEMV takes share launches; anything else goes alone.
+  // Runs of matrices the staged GEMV takes share launches, as do runs the rows kernel takes (a
+  // batched step's); anything else goes alone.
   for (int i = 0; i < n;) {
     int j = i;
     while (j < n && gemv_staged_fits(*ws[j], T)) ++j;
@@ -526,6 +531,15 @@ void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
       staged_runs(ws + i, outs + i, j - i, x, x_stride, x_elem, T, {}, s);
       i = j;
       continue;
+    }
+    if (T <= kRowsMaxTokens && !gemv_staged_fits(*ws[i], T) && x_stride % 8 == 0) {
+      while (j < n && j - i < kRowsMaxSegments && linear_rows_share(*ws[i], *ws[j])) ++j;
+      if (j > i) {
+        check_shapes(*ws[i], x_stride);
+        linear_rows(ws + i, outs + i, j - i, x, x_stride, x_elem, T, s);
+        i = j;
+        continue;
+      }
     }
     linear(*ws[i], x, x_stride, x_elem, T, outs[i].y, outs[i].stride, outs[i].elem, s);
     ++i;

@@ -1,4 +1,6 @@
-// y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once:
+// y = x · Wᵀ for a batched decode step's 5 to 64 token rows on tensor cores, each weight read once
+// (a dense launch takes up to kRowsMaxSegments matrices of one format and width over the same rows,
+// one after another in its row blocks: a layer's input projections cost one launch):
 // the weights are the mma's A operand (16 rows a warp, 4-/8-bit, FP8 or IQ4 codes dequantised in registers, no
 // shared-memory weight tile, no block barrier per k-tile) and the token rows its B operand, staged
 // in shared memory. The grouped form runs a step's routed experts over moe_plan's tiles (an
@@ -30,7 +32,14 @@ constexpr int kSmemBudget = 96 * 1024;                                       // 
 constexpr int kMaxSplits = 16;
 
 struct RowsArgs {
-  DeviceMatrix w[2];  // one matrix, or gate and up
+  DeviceMatrix w[2];  // grouped: one matrix, or gate and up
+  // Dense: segment s is matrix seg_w[s] into seg_y[s], its row blocks from seg_block0[s] on and
+  // its rows from seg_row0[s] on in the split-K workspace (the last entries: the totals).
+  DeviceMatrix seg_w[kRowsMaxSegments];
+  GemvOut seg_y[kRowsMaxSegments];
+  int seg_block0[kRowsMaxSegments + 1];
+  int seg_row0[kRowsMaxSegments + 1];
+  int n_segs;
   const void* x;
   int64_t x_stride;
   int x_elem;
@@ -38,7 +47,7 @@ struct RowsArgs {
   const int* row_token;     // grouped: each tile row's token (-1: none); null when dense
   const int* tile_expert;   // grouped: each tile's stack entry (-1: skipped)
   bool x_by_tile_row;       // grouped: x holds a row per tile row (down) rather than per token
-  GemvOut y;                // dense: a row per token; grouped: a row per tile row
+  GemvOut y;                // grouped: a row per tile row
   int kc;                   // columns staged at once
   int split_its;            // iterations a split of K covers (all of K when grid.z is 1)
   float* partials;          // split K: [split][token row][weight row] partial sums
@@ -163,11 +172,32 @@ __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, in
   }
 }
 
+// v[seg] by constant indices: a parameter array indexed at run time would be copied to local memory.
+template <class T, int N>
+__device__ __forceinline__ T by_segment(const T (&v)[N], int seg) {
+  T out = v[0];
+#pragma unroll
+  for (int s = 1; s < N; ++s)
+    if (s == seg) out = v[s];
+  return out;
+}
+
+// A dense launch's segment of this block (0 in a grouped one).
+__device__ __forceinline__ int segment_of(const RowsArgs& a) {
+  int seg = 0;
+#pragma unroll
+  for (int s = 1; s < kRowsMaxSegments; ++s)
+    if (!a.tile_expert && s < a.n_segs && int(blockIdx.x) >= a.seg_block0[s]) seg = s;
+  return seg;
+}
+
 // Split K (dense only): writes this block's partial sums and, in the last block of its row block to
 // arrive, replaces acc with the sum of every split's in split order. False in the other blocks.
+// Rows are the workspace's (all segments'): this thread's from f_lo, those below f_end real.
 template <int NF>
-__device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int rows, int N, int f_lo, int t,
+__device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int rows, int f_lo, int f_end, int t,
                            bool& last) {
+  const int N = a.seg_row0[a.n_segs];
   const size_t slice = size_t(a.T) * N;
   float* mine = a.partials + blockIdx.z * slice;
 #pragma unroll
@@ -176,7 +206,7 @@ __device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int r
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
-      if (r < rows && f < N) mine[size_t(r) * N + f] = acc[n][c];
+      if (r < rows && f < f_end) mine[size_t(r) * N + f] = acc[n][c];
     }
   }
   __threadfence();
@@ -198,7 +228,7 @@ __device__ bool sum_splits(const RowsArgs& a, float (&acc)[NF][4], int nf, int r
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int r = 8 * n + 2 * t + c % 2, f = f_lo + 8 * (c / 2);
-          const bool in = z0 + u < gridDim.z && n < nf && r < rows && f < N;
+          const bool in = z0 + u < gridDim.z && n < nf && r < rows && f < f_end;
           v[u][n][c] = in ? __ldcg(a.partials + (z0 + u) * slice + size_t(r) * N + f) : 0.0f;
         }
 #pragma unroll
@@ -228,9 +258,11 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   const int tile = blockIdx.y;
   int e = 0;
   if (a.tile_expert && (e = a.tile_expert[tile]) < 0) return;
+  const int seg = segment_of(a);
   DeviceMatrix w[NM];
 #pragma unroll
-  for (int m = 0; m < NM; ++m) w[m] = a.tile_expert ? a.w[m].entry(e) : a.w[m];
+  for (int m = 0; m < NM; ++m) w[m] = a.tile_expert ? a.w[m].entry(e) : by_segment(a.seg_w, seg);
+  const int row_block = int(blockIdx.x) - (a.tile_expert ? 0 : by_segment(a.seg_block0, seg));
   if (threadIdx.x == 0) n_rows = 0;
   __syncthreads();
   if (threadIdx.x < kGemmTileM) {
@@ -242,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   __syncthreads();
   const int rows = n_rows, nf = (rows + 7) / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int N = w[0].rows, K = w[0].cols, f0 = blockIdx.x * kBlockRows + warp * 16;
+  const int N = w[0].rows, K = w[0].cols, f0 = row_block * kBlockRows + warp * 16;
   const int row_lo = min(f0 + g, N - 1), row_hi = min(f0 + g + 8, N - 1);
   const int pitch = a.kc + 8, chunk_its = a.kc / KI;
   // This block's iterations of K: [i_begin, i_begin + n_its).
@@ -286,7 +318,10 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   }
 
   // Accumulator c of fragment n: weight row f0 + g (+8 for c >= 2), token row 8n + 2t + c % 2.
-  if (gridDim.z > 1 && !sum_splits<NF>(a, acc[0], nf, rows, N, f0 + g, t, last)) return;
+  // The segment again rather than a register held through the loop (the kernel is at its limit).
+  const int seg_end = segment_of(a), row0 = by_segment(a.seg_row0, seg_end);
+  if (gridDim.z > 1 && !sum_splits<NF>(a, acc[0], nf, rows, row0 + f0 + g, row0 + N, t, last)) return;
+  const GemvOut y_out = a.tile_expert ? a.y : by_segment(a.seg_y, seg_end);
 #pragma unroll
   for (int n = 0; n < NF; ++n) {
     if (n >= nf) break;
@@ -300,12 +335,12 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
         v = siluf_(gv) * __bfloat162float(__float2bfloat16(acc[NM - 1][n][c]));
       }
       const int64_t out_row = a.row_token ? int64_t(tile) * kGemmTileM + r : src[r];
-      const int64_t at = out_row * a.y.stride + f;
-      if (a.y.add) {
-        float* y = static_cast<float*>(a.y.y) + at;
+      const int64_t at = out_row * y_out.stride + f;
+      if (y_out.add) {
+        float* y = static_cast<float*>(y_out.y) + at;
         *y += __bfloat162float(__float2bfloat16(v));
       } else {
-        store_act(a.y.y, a.y.elem, at, v);
+        store_act(y_out.y, y_out.elem, at, v);
       }
     }
   }
@@ -355,15 +390,20 @@ const SplitWorkspace& split_workspace(size_t floats, int counters, cudaStream_t 
   return ws;
 }
 
+// The launch's first matrix: its format and width are every matrix's.
+const DeviceMatrix& first_matrix(const RowsArgs& a) { return a.tile_expert ? a.w[0] : a.seg_w[0]; }
+
 template <WFormat F, int NF, bool kPair>
 void launch(const RowsArgs& args, int tiles, cudaStream_t s) {
   RowsArgs a = args;
   constexpr int KI = Format<F>::KI;
-  const int n_its = a.w[0].cols / KI, row_blocks = div_up(a.w[0].rows, kBlockRows);
+  const int n_its = first_matrix(a).cols / KI;
+  const int row_blocks = a.tile_expert ? div_up(a.w[0].rows, kBlockRows) : a.seg_block0[a.n_segs];
   a.split_its = div_up(n_its, a.tile_expert ? 1 : k_splits(row_blocks, n_its));
   const int splits = div_up(n_its, a.split_its);
   if (splits > 1) {
-    const SplitWorkspace& ws = split_workspace(size_t(splits) * size_t(a.T) * size_t(a.w[0].rows), row_blocks, s);
+    const size_t floats = size_t(splits) * size_t(a.T) * size_t(a.seg_row0[a.n_segs]);
+    const SplitWorkspace& ws = split_workspace(floats, row_blocks, s);
     a.partials = ws.partials;
     a.arrivals = ws.arrivals;
   }
@@ -388,10 +428,11 @@ void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
 
 template <bool kPair>
 void launch_rows(const RowsArgs& a, int max_rows, int tiles, cudaStream_t s) {
-  if (a.w[0].format == WFormat::Q4) launch_rows<WFormat::Q4, kPair>(a, max_rows, tiles, s);
-  else if (a.w[0].format == WFormat::Q8) launch_rows<WFormat::Q8, kPair>(a, max_rows, tiles, s);
-  else if (a.w[0].format == WFormat::F8) launch_rows<WFormat::F8, kPair>(a, max_rows, tiles, s);
-  else if (a.w[0].format == WFormat::I4) launch_rows<WFormat::I4, kPair>(a, max_rows, tiles, s);
+  const WFormat f = first_matrix(a).format;
+  if (f == WFormat::Q4) launch_rows<WFormat::Q4, kPair>(a, max_rows, tiles, s);
+  else if (f == WFormat::Q8) launch_rows<WFormat::Q8, kPair>(a, max_rows, tiles, s);
+  else if (f == WFormat::F8) launch_rows<WFormat::F8, kPair>(a, max_rows, tiles, s);
+  else if (f == WFormat::I4) launch_rows<WFormat::I4, kPair>(a, max_rows, tiles, s);
   else launch_rows<WFormat::BF16, kPair>(a, max_rows, tiles, s);
 }
 
@@ -405,18 +446,30 @@ bool linear_rows_fits(const DeviceMatrix& w) {
   return w.format == WFormat::BF16 && w.cols % 128 == 0 && w.w_stride % 8 == 0;
 }
 
-void linear_rows(const DeviceMatrix& w, const void* x, int64_t x_stride, int x_elem, int T, const GemvOut& y,
-                 cudaStream_t s) {
-  check(T >= 1 && T <= kRowsMaxTokens && linear_rows_fits(w) && x_stride % 8 == 0,
-        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows of 4-bit, 8-bit, FP8, IQ4 or bf16 weights");
-  check(!y.add || y.elem == 4, "CUDA linear_rows: an added output must be fp32");
+bool linear_rows_share(const DeviceMatrix& a, const DeviceMatrix& b) {
+  return a.format == b.format && a.cols == b.cols && linear_rows_fits(a) && linear_rows_fits(b);
+}
+
+void linear_rows(const DeviceMatrix* const* ws, const GemvOut* outs, int n, const void* x, int64_t x_stride, int x_elem,
+                 int T, cudaStream_t s) {
+  check(T >= 1 && T <= kRowsMaxTokens && n >= 1 && n <= kRowsMaxSegments && x_stride % 8 == 0,
+        "CUDA linear_rows: takes 1.." + std::to_string(kRowsMaxTokens) + " rows and 1.." +
+            std::to_string(kRowsMaxSegments) + " matrices");
   RowsArgs a{};
-  a.w[0] = w;
+  a.n_segs = n;
+  for (int i = 0; i < n; ++i) {
+    check(linear_rows_share(*ws[0], *ws[i]),
+          "CUDA linear_rows: takes 4-bit, 8-bit, FP8, IQ4 or bf16 matrices of one format and width");
+    check(!outs[i].add || outs[i].elem == 4, "CUDA linear_rows: an added output must be fp32");
+    a.seg_w[i] = *ws[i];
+    a.seg_y[i] = outs[i];
+    a.seg_block0[i + 1] = a.seg_block0[i] + div_up(ws[i]->rows, kBlockRows);
+    a.seg_row0[i + 1] = a.seg_row0[i] + ws[i]->rows;
+  }
   a.x = x;
   a.x_stride = x_stride;
   a.x_elem = x_elem;
   a.T = T;
-  a.y = y;
   launch_rows<false>(a, T, 1, s);
   PETREL_LAUNCHED("linear_rows");
 }
