@@ -285,10 +285,14 @@ nlohmann::json batch_graph_kernels(Model& model, int vocab, int batch) {
 }
 
 void print_graph_kernels(const nlohmann::json& g) {
-  const std::string what = g.contains("rows") ? "batched step of " + std::to_string(g["rows"].get<int>()) + " rows"
-                                              : "decode step at context " + std::to_string(g["context"].get<int>());
-  std::printf("\n%s in a replayed graph (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n",
-              what.c_str(), g["step_us"].get<double>(), g["busy_us"].get<double>(),
+  const std::string what =
+      g.contains("rows")                ? "batched step of " + std::to_string(g["rows"].get<int>()) + " rows"
+      : g.contains("generation_tokens") ? "speculative generation of " +
+                                              std::to_string(g["generation_tokens"].get<int>()) + " tokens"
+                                        : "decode step at context " + std::to_string(g["context"].get<int>());
+  const char* where = g.contains("generation_tokens") ? "" : " in a replayed graph";
+  std::printf("\n%s%s (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n", what.c_str(), where,
+              g["step_us"].get<double>(), g["busy_us"].get<double>(),
               g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
   constexpr size_t kShown = 24;  // the rest are in the JSON
   const auto& rows = g["kernels"];
@@ -591,6 +595,13 @@ void run(Args a) {
         for (int ctx : parse_ids(a.contexts, "--decode-context"))
           out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
         out["breakdown"]["graphs"].push_back(batch_graph_kernels(model, config.vocab, a.breakdown_batch));
+        if (!a.speculative.empty()) {  // one whole generation: the verify, head and host gaps together
+          const int ctx = parse_ids(a.contexts, "--decode-context").front();
+          nlohmann::json g = traced_steps(
+              speculative_generation(model, spec, speculative_prompt(a.speculative, ctx, config.vocab)), 1);
+          g["generation_tokens"] = spec.decode_tokens + 1;
+          out["breakdown"]["graphs"].push_back(g);
+        }
       } catch (const Error& e) {
         out["breakdown"]["graph_error"] = e.what();
       }

@@ -14,19 +14,26 @@ struct Timed {
   GenerationStats drafts;         // drafted, accepted and verify steps summed over the timed runs
 };
 
+// One greedy generation of `o.decode_tokens` + 1 tokens after `prompt`; run r seeds the forced
+// acceptance's draws.
+GenerateResult generate(Generator& generator, Decoder& decoder, const SpeculativeBench& o,
+                        const SpeculativeOptions& spec, const std::vector<int32_t>& prompt, int r) {
+  auto st = decoder.new_sequence(int(prompt.size()) + o.decode_tokens + 1);
+  GenerateRequest req;
+  req.tokens = prompt;
+  req.sampling.temperature = 0.0f;
+  req.sampling.seed = uint64_t(r);
+  req.max_tokens = o.decode_tokens + 1;
+  req.speculative = spec;
+  return generator.generate(st, req, [](int32_t) { return true; });
+}
+
 // Runs 0 .. runs of one mode; run 0 warms up (graph capture, the verify scratch state, the head).
 Timed time_mode(Generator& generator, Decoder& decoder, const SpeculativeBench& o, const SpeculativeOptions& spec,
                 const std::vector<int32_t>& prompt) {
   Timed t;
   for (int r = 0; r <= o.runs; ++r) {
-    auto st = decoder.new_sequence(int(prompt.size()) + o.decode_tokens + 1);
-    GenerateRequest req;
-    req.tokens = prompt;
-    req.sampling.temperature = 0.0f;
-    req.sampling.seed = uint64_t(r);  // the forced acceptance's draws
-    req.max_tokens = o.decode_tokens + 1;
-    req.speculative = spec;
-    const GenerateResult res = generator.generate(st, req, [](int32_t) { return true; });
+    const GenerateResult res = generate(generator, decoder, o, spec, prompt, r);
     if (r == 0) continue;
     t.tok_per_s.push_back(res.stats.decode_tokens_per_s());
     t.drafts.drafted += res.stats.drafted;
@@ -60,6 +67,14 @@ nlohmann::json speculative_decode(Model& model, const SpeculativeBench& o, int c
                         {"mean_accepted_length", spec.drafts.tokens_per_verify()}};
   row["speedup"] = row["speculative"]["tok_per_s"].get<double>() / row["plain"]["tok_per_s"].get<double>();
   return row;
+}
+
+std::function<void()> speculative_generation(Model& model, const SpeculativeBench& o,
+                                             const std::vector<int32_t>& prompt) {
+  std::shared_ptr<Decoder> decoder = make_decoder(model);
+  auto generator = std::make_shared<Generator>(*decoder);
+  for (int r = 0; r < 2; ++r) generate(*generator, *decoder, o, o.speculative, prompt, r);  // recorded, replayed
+  return [=] { generate(*generator, *decoder, o, o.speculative, prompt, 0); };
 }
 
 void print_speculative_decode(const nlohmann::json& row) {

@@ -5,6 +5,7 @@
 // the accepted position, so the device work is that of real acceptance at that rate.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -26,5 +27,9 @@ struct SpeculativeBench {
 nlohmann::json speculative_decode(Model& model, const SpeculativeBench& o, int context,
                                   const std::vector<int32_t>& prompt);
 void print_speculative_decode(const nlohmann::json& row);
+// One speculative generation as speculative_decode times it (after two that record what it
+// replays), to run under a kernel trace.
+std::function<void()> speculative_generation(Model& model, const SpeculativeBench& o,
+                                             const std::vector<int32_t>& prompt);
 
 }  // namespace petrel::cli
