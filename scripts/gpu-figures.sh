@@ -37,7 +37,8 @@ step 60 tests 4 build-gpu/tests/petrel_tests --gtest_brief=1 \
 step 60 serving 8 $P bench --synthetic qwen3.5-35b-a3b --prefill 16,128 --decode-context 0 --weights int4 --runs 3 \
   --concurrency 1,8,32,64
 step 60 breakdown 80 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
-step 60 mtp-k2 4 $P bench "${S[@]}" --weights int4 --runs 3 --speculative mtp --draft-tokens 2 --draft-accept-rate 1
+step 60 mtp-k2 30 $P bench "${S[@]}" --weights int4 --runs 3 --speculative mtp --draft-tokens 2 --draft-accept-rate 1 \
+  --breakdown
 step 60 mtp-k3 4 $P bench "${S[@]}" --weights int4 --runs 3 --speculative mtp --draft-tokens 3 --draft-accept-rate 1
 step 90 http 4 python3 scripts/serve-bench.py --petrel $P --model '' --concurrency 64 --tokens 128 --runs 3 \
   --ban 151643,151645 -- --synthetic qwen3.5-35b-a3b --tokenizer $TOK --quantize int4 --context 512
