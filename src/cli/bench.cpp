@@ -511,6 +511,10 @@ void run(Args a) {
   }
   ForwardOptions fo;
   fo.max_chunk = a.chunk;
+  // Logits rows for the largest batch measured, not for a whole prefill chunk (8 GB at 8192).
+  if (!a.concurrency.empty())
+    for (int n : parse_ids(a.concurrency, "--concurrency")) fo.logit_rows = std::max(fo.logit_rows, n);
+  fo.logit_rows = std::max(fo.logit_rows, a.breakdown_batch);
   Model model(config, weights, *backend, fo);
   if (a.arrival.prompt_tokens > 0) check_arrivals(a.arrival, model);
   const StructuredRequests structured = structured_requests(a, config);

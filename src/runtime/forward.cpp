@@ -58,8 +58,9 @@ void Model::check_fits(int n, const SequenceState& st) const {
 void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_last, float* last_logits,
                        float* all_logits) {
   check_fits(n, st);
+  const int chunk = all_logits ? logit_rows() : options_.max_chunk;
   for (int done = 0; done < n;) {
-    const int T = std::min(options_.max_chunk, n - done);
+    const int T = std::min(chunk, n - done);
     const bool last = done + T == n;
     forward_chunk(ids + done, T, st, last && want_last, last ? last_logits : nullptr,
                   all_logits ? all_logits + int64_t(done) * config_.vocab : nullptr);
@@ -69,9 +70,9 @@ void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_l
 
 Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
   check_fits(n, st);
-  check(keep != KeepLogits::All || n <= options_.max_chunk,
-        "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than a chunk of " +
-            std::to_string(options_.max_chunk));
+  check(keep != KeepLogits::All || n <= logit_rows(),
+        "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than the " +
+            std::to_string(logit_rows()) + " logits rows a step keeps (ForwardOptions::logit_rows)");
   Tensor logits;
   for (int done = 0; done < n;) {
     const int T = std::min(options_.max_chunk, n - done);
@@ -143,6 +144,8 @@ void Model::check_rows(SequenceState* const* seqs, int B, int piece_rows) const 
   check(B >= 1 && B + piece_rows <= max_batch(),
         "forward_batch: " + std::to_string(B) + " sequences and " + std::to_string(piece_rows) +
             " prompt tokens, expected 1.." + std::to_string(max_batch()) + " rows in all (the prefill chunk length)");
+  check(B <= logit_rows(), "forward_batch: " + std::to_string(B) + " sequences, more than the " +
+                               std::to_string(logit_rows()) + " logits rows a step keeps (ForwardOptions::logit_rows)");
   for (int b = 0; b < B; ++b) {
     check(seqs[b]->n_past < seqs[b]->capacity, "forward_batch: sequence " + std::to_string(b) + " is full (" +
                                                    std::to_string(seqs[b]->capacity) + " tokens)");
@@ -169,7 +172,7 @@ Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seq
   if (pieces.empty()) return forward_batch_device(ids, seqs, B);
   mixed_ids_.clear();
   mixed_pieces_.clear();
-  std::vector<int> logit_rows;
+  std::vector<int> kept;  // the rows whose logits come out
   for (const PromptPiece& p : pieces) {
     check(p.n >= 1 && p.state != nullptr && std::find(seqs, seqs + B, p.state) == seqs + B,
           "forward_mixed: a prompt piece must have tokens and continue a sequence of its own, not a decode row's");
@@ -177,7 +180,7 @@ Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seq
       check(other.state != p.state, "forward_mixed: two prompt pieces continue the same sequence");
     check_fits(p.n, *p.state);
     mixed_ids_.insert(mixed_ids_.end(), p.ids, p.ids + p.n);
-    if (p.keep_last) logit_rows.push_back(int(mixed_ids_.size()) - 1);
+    if (p.keep_last) kept.push_back(int(mixed_ids_.size()) - 1);
     mixed_pieces_.push_back({p.state, p.n});
   }
   const int piece_rows = int(mixed_ids_.size());
@@ -186,13 +189,16 @@ Tensor Model::forward_mixed_device(const int32_t* ids, SequenceState* const* seq
                                                      " rows, expected at most " + std::to_string(max_batch()));
   if (B > 0) check_rows(seqs, B, piece_rows);
   mixed_ids_.insert(mixed_ids_.end(), ids, ids + B);
-  for (int b = 0; b < B; ++b) logit_rows.push_back(piece_rows + b);
-  Tensor out = all_logits_buffer().rows_view(0, int64_t(logit_rows.size()));
+  for (int b = 0; b < B; ++b) kept.push_back(piece_rows + b);
+  check(int(kept.size()) <= logit_rows(),
+        "forward_mixed: " + std::to_string(kept.size()) + " rows of logits, more than the " +
+            std::to_string(logit_rows()) + " a step keeps (ForwardOptions::logit_rows)");
+  Tensor out = all_logits_buffer().rows_view(0, int64_t(kept.size()));
   backend_.begin_batch(mixed_ids_.data(), seqs, B, mixed_pieces_.data(), int(mixed_pieces_.size()));
   trunk_rows_ = 0;
   const StepStates states{nullptr, B > 0 ? seqs : nullptr, mixed_pieces_.data(), int(mixed_pieces_.size())};
   StepShape shape{piece_rows + B, states, out, /*argmax=*/false};
-  shape.logit_rows = std::move(logit_rows);
+  shape.logit_rows = std::move(kept);
   backend_.run(step_ops(config_, weights_, buffers_, shape));
   for (const PromptPiece& p : pieces) p.state->n_past += p.n;
   for (int b = 0; b < B; ++b) seqs[b]->n_past += 1;
@@ -212,6 +218,8 @@ int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceS
             "'s last step left " + std::to_string(source_rows));
   check(from_trunk || &mtp == mtp_last_,
         "mtp_forward: a chained step continues the last head step, which continued another head state");
+  check(!all_logits || n <= logit_rows(), "mtp_forward: every row's logits of " + std::to_string(n) +
+                                             " rows, more than the " + std::to_string(logit_rows()) + " a step keeps");
   check(mtp.n_past + n <= mtp.capacity, "mtp_forward: the head's cache holds " + std::to_string(mtp.capacity) +
                                             " tokens, " + std::to_string(mtp.n_past + n) + " needed");
   const MtpInput input = from_trunk ? MtpInput{buffers_.h, &weights_.final_norm}
@@ -232,7 +240,7 @@ int32_t Model::mtp_forward(const int32_t* ids, int n, bool from_trunk, SequenceS
 
 Tensor Model::all_logits_buffer() {
   if (all_logits_.data == nullptr)  // only callers that want many logits rows pay for them
-    all_logits_ = backend_.alloc(options_.max_chunk, config_.vocab, /*fp32=*/true);
+    all_logits_ = backend_.alloc(logit_rows(), config_.vocab, /*fp32=*/true);
   return all_logits_;
 }
 

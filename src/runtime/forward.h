@@ -1,6 +1,7 @@
 // Runs a model on a backend: feeds prompts in chunks and decode steps, each step the op list of
 // model/step_ops.h, over scratch allocated once.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <span>
@@ -19,6 +20,10 @@ enum class KeepLogits { None, Last, All };
 
 struct ForwardOptions {
   int max_chunk = 512;  // prefill is fed in chunks of at most this many tokens
+  // The most rows whose logits one step keeps (a batched step's rows, a verify step's), at most
+  // max_chunk: the buffer they go to holds this many rows of the vocabulary in fp32 (8 GB for
+  // 8192 rows of Qwen3.5's), and every-position logits of a longer prompt come in pieces of it.
+  int logit_rows = 512;
 };
 
 class Model {
@@ -62,6 +67,7 @@ class Model {
   Tensor forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B,
                               std::span<const PromptPiece> pieces);
   int max_batch() const { return options_.max_chunk; }
+  int logit_rows() const { return std::min(options_.logit_rows, options_.max_chunk); }
 
   // Multi-token prediction (config().mtp_layers > 0): the checkpoint's draft head.
   bool has_mtp() const { return config_.mtp_layers > 0; }

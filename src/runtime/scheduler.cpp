@@ -27,10 +27,11 @@ namespace {
 constexpr int kMaxTopLogprobs = 20;  // the OpenAI API's limit
 
 void check_options(const SchedulerOptions& o, const Model& model) {
-  const int max_batch = model.max_batch();
+  const int max_batch = std::min(model.max_batch(), model.logit_rows());
   check(o.max_sequences >= 1 && o.max_sequences <= max_batch,
         "scheduler max_sequences: expected 1.." + std::to_string(max_batch) +
-            " (at most the model's prefill chunk length), found " + std::to_string(o.max_sequences));
+            " (at most the model's prefill chunk length and the logits rows a step keeps), found " +
+            std::to_string(o.max_sequences));
   check(o.max_queued >= 0, "scheduler max_queued: expected >= 0, found " + std::to_string(o.max_queued));
   check(o.context >= 1, "scheduler context: expected >= 1 token, found " + std::to_string(o.context));
   check(o.prefill_chunk >= 1, "scheduler prefill_chunk: expected >= 1 token, found " + std::to_string(o.prefill_chunk));

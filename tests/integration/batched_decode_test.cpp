@@ -5,9 +5,11 @@
 // it is without the piece.
 #include <gtest/gtest.h>
 
+#include "../unit/checkpoint_logits.h"
 #include "batch_schedule.h"
 #include "core/error.h"
 #include "cpu_fixture.h"
+#include "runtime/scheduler.h"
 
 namespace petrel {
 namespace {
@@ -61,6 +63,43 @@ TEST(BatchedDecodeErrors, RefusesRepeatedOrFullSequences) {
     FAIL() << "a full sequence was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is full"), std::string::npos) << e.what();
+  }
+}
+
+// A model that keeps 4 logits rows a step: every-position logits of a longer prompt come in pieces
+// of 4 (equal to one-piece logits within float noise), and a step that would keep more rows, or a
+// scheduler with more sequences, is refused naming the option.
+TEST(BatchedDecodeErrors, LogitRowsBoundWhatAStepKeeps) {
+  test::CpuFixture small("qwen3-dense-f32", /*max_chunk=*/64, /*logit_rows=*/4), whole("qwen3-dense-f32", 64);
+  ASSERT_EQ(small.model->logit_rows(), 4);
+  const std::vector<int32_t> prompt = test::schedule_prompt(1, small.vocab());  // 20 tokens
+  std::vector<float> pieces(prompt.size() * size_t(small.vocab())), one(pieces.size());
+  auto a = small.model->new_sequence(64), b = whole.model->new_sequence(64);
+  small.model->forward(prompt.data(), int(prompt.size()), *a, nullptr, pieces.data());
+  whole.model->forward(prompt.data(), int(prompt.size()), *b, nullptr, one.data());
+  test::expect_logits_within(one, pieces, 1e-5f);
+
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<SequenceState*> rows;
+  std::vector<int32_t> ids(5, 1);
+  for (int i = 0; i < 5; ++i) {
+    seqs.push_back(small.model->new_sequence(8));
+    rows.push_back(seqs.back().get());
+  }
+  std::vector<float> logits(5 * size_t(small.vocab()));
+  try {
+    small.model->forward_batch(ids.data(), rows.data(), 5, logits.data());
+    FAIL() << "a step of 5 rows was accepted with 4 logits rows";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ForwardOptions::logit_rows"), std::string::npos) << e.what();
+  }
+  SchedulerOptions so;
+  so.max_sequences = 5;
+  try {
+    Scheduler scheduler(*small.model, so);
+    FAIL() << "a scheduler of 5 sequences was accepted with 4 logits rows";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logits rows"), std::string::npos) << e.what();
   }
 }
 

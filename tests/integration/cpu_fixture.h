@@ -17,10 +17,12 @@ struct CpuFixture {
   CpuBackend backend{CpuOptions{1}};
   std::unique_ptr<Model> model;
 
-  explicit CpuFixture(const std::string& name, int max_chunk = ForwardOptions{}.max_chunk)
+  explicit CpuFixture(const std::string& name, int max_chunk = ForwardOptions{}.max_chunk,
+                      int logit_rows = ForwardOptions{}.logit_rows)
       : ck(Checkpoint::open(fixture_model(name))) {
     ForwardOptions fo;
     fo.max_chunk = max_chunk;
+    fo.logit_rows = logit_rows;
     model = std::make_unique<Model>(ck->config(), ck->weights(), backend, fo);
   }
   int vocab() const { return ck->config().vocab; }
