@@ -293,14 +293,15 @@ class CudaBackend final : public Backend {
   // each piece's ops run as a chunk of its sequence, from its first row's staged position.
   void begin_batch(const int32_t* ids, SequenceState* const* seqs, int B, const StepPiece* pieces,
                    int n_pieces) override {
-    piece_first_rows_.clear();
     int piece_rows = 0;
-    for (int i = 0; i < n_pieces; ++i) {
-      piece_first_rows_.emplace_back(pieces[i].state, piece_rows);
-      for (int t = 0; t < pieces[i].rows; ++t) h_row_pos_[piece_rows++] = pieces[i].state->n_past + t;
-    }
-    stage_ids(ids, piece_rows + B);
+    for (int i = 0; i < n_pieces; ++i) piece_rows += pieces[i].rows;
+    stage_ids(ids, piece_rows + B);  // first: it waits until the last step's copies read the pinned inputs
     *h_pos_ = n_pieces > 0 ? pieces[0].state->n_past : 0;
+    piece_first_rows_.clear();
+    for (int i = 0, row = 0; i < n_pieces; ++i) {
+      piece_first_rows_.emplace_back(pieces[i].state, row);
+      for (int t = 0; t < pieces[i].rows; ++t) h_row_pos_[row++] = pieces[i].state->n_past + t;
+    }
     for (int b = 0; b < B; ++b) {
       const auto& s = dynamic_cast<const CudaSequence&>(*seqs[b]);
       h_row_pos_[piece_rows + b] = s.n_past;

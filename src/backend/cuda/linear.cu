@@ -532,7 +532,7 @@ void linear_many(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
       i = j;
       continue;
     }
-    if (T <= kRowsMaxTokens && !gemv_staged_fits(*ws[i], T) && x_stride % 8 == 0) {
+    if (T <= kRowsMaxTokens) {
       while (j < n && j - i < kRowsMaxSegments && linear_rows_share(*ws[i], *ws[j])) ++j;
       if (j > i) {
         check_shapes(*ws[i], x_stride);
