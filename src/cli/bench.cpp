@@ -747,6 +747,10 @@ void add(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--reply-tokens", a.turns.reply_tokens, "--multi-turn: tokens generated per turn")
       ->capture_default_str();
+  cmd->add_option("--turn-gap-ms", a.turns.turn_gap_ms,
+                  "--multi-turn: the user's pause between a reply and the next turn (the cache replays the reply "
+                  "meanwhile; 0 sends the next turn at once)")
+      ->capture_default_str();
   cmd->add_option_function<int>(
          "--prefix-cache-mb", [](int mb) { a.turns.cache_bytes = size_t(mb) << 20; },
          "--multi-turn: memory for prefix snapshots (default 4096, as petrel serve)")

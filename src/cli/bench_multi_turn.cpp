@@ -1,10 +1,12 @@
 #include "cli/bench_multi_turn.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -101,6 +103,7 @@ Conversation converse(Model& model, const MultiTurnOptions& o, bool cached) {
     history.insert(history.end(), reply.tokens.begin(), reply.tokens.end());
     turn.reply = std::move(reply.tokens);
     c.turns.push_back(std::move(turn));
+    if (t < o.turns) std::this_thread::sleep_for(std::chrono::milliseconds(o.turn_gap_ms));
   }
   c.cache = scheduler.metrics().prefix_cache;
   scheduler.shutdown(true);
@@ -123,6 +126,7 @@ void check_multi_turn(const MultiTurnOptions& o, const ModelConfig& config) {
   check(o.turns >= 1, "--turns: expected >= 1, found " + std::to_string(o.turns));
   check(o.reply_tokens >= 1, "--reply-tokens: expected >= 1, found " + std::to_string(o.reply_tokens));
   check(o.runs >= 1, "--runs: expected >= 1, found " + std::to_string(o.runs));
+  check(o.turn_gap_ms >= 0, "--turn-gap-ms: expected >= 0, found " + std::to_string(o.turn_gap_ms));
   check(o.final_tokens > o.system_tokens, "--final-tokens: expected more than --system-tokens (" +
                                               std::to_string(o.system_tokens) + "), found " +
                                               std::to_string(o.final_tokens));
@@ -169,6 +173,7 @@ nlohmann::json multi_turn(Model& model, const MultiTurnOptions& o) {
           {"turns", o.turns},
           {"final_tokens", o.final_tokens},
           {"reply_tokens", o.reply_tokens},
+          {"turn_gap_ms", o.turn_gap_ms},
           {"prefill_chunk", o.prefill_chunk},
           {"prefix_cache_bytes", o.cache_bytes},
           {"prefix_cache_host_bytes", o.host_cache_bytes},
@@ -186,9 +191,9 @@ nlohmann::json multi_turn(Model& model, const MultiTurnOptions& o) {
 
 void print_multi_turn(const nlohmann::json& m) {
   std::printf("\nmulti-turn chat through the scheduler: system prompt %d tokens, %d turns to %d, replies of %d tokens, "
-              "median of %d runs\n",
+              "%d ms between a reply and the next turn, median of %d runs\n",
               m["system_tokens"].get<int>(), m["turns"].get<int>(), m["final_tokens"].get<int>(),
-              m["reply_tokens"].get<int>(), m["runs"].get<int>());
+              m["reply_tokens"].get<int>(), m["turn_gap_ms"].get<int>(), m["runs"].get<int>());
   std::printf("%5s %8s %8s %8s %7s %14s %14s %9s\n", "turn", "prompt", "shared", "cached", "share", "TTFT cached",
               "TTFT uncached", "ratio");
   for (const auto& r : m["rows"]) {

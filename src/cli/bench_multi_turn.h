@@ -14,6 +14,7 @@ struct MultiTurnOptions {
   int turns = 8;
   int final_tokens = 16384;  // the last turn's prompt; each turn grows it by the same step
   int reply_tokens = 128;    // generated (greedy) per turn, and resent with the next turn
+  int turn_gap_ms = 0;       // the user's pause between a reply's end and the next turn
   int prefill_chunk = 8192;  // prompt tokens fed between two scheduler steps
   size_t cache_bytes = size_t(4096) << 20;
   size_t host_cache_bytes = 0;  // snapshots spilled to host memory (PrefixCacheOptions::host_budget_bytes)

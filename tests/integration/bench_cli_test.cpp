@@ -142,7 +142,7 @@ TEST(BenchCli, CpuRefusesWhatOnlyCudaMeasures) {
 TEST(BenchCli, CpuMultiTurnRestoresEachTurnsHistory) {
   const test::CliResult r = test::run_petrel("bench " + kTiny +
                                                  " --device cpu -t 2 --multi-turn --system-tokens 128 --turns 3 "
-                                                 "--final-tokens 512 --reply-tokens 8 --runs 3 --json",
+                                                 "--final-tokens 512 --reply-tokens 8 --runs 3 --turn-gap-ms 20 --json",
                                              "2>/dev/null");
   ASSERT_EQ(r.status, 0) << r.out;
   const nlohmann::json d = nlohmann::json::parse(r.out);
@@ -150,6 +150,7 @@ TEST(BenchCli, CpuMultiTurnRestoresEachTurnsHistory) {
   EXPECT_FALSE(d.contains("decode"));
   const nlohmann::json& m = d["multi_turn"];
   EXPECT_EQ(m["same_replies"], true);
+  EXPECT_EQ(m["turn_gap_ms"], 20);
   ASSERT_EQ(m["rows"].size(), 3u);
   const int prompt[] = {256, 384, 512}, shared[] = {0, 264, 392}, cached[] = {0, 256, 384};
   for (size_t t = 0; t < 3; ++t) {
@@ -211,6 +212,11 @@ TEST(BenchCli, MultiTurnRefusesWhatCannotBeLaidOut) {
                            "--system-tokens) / --turns = 128 tokens), found 128"),
             std::string::npos)
       << reply.out;
+  const test::CliResult gap = test::run_petrel(
+      "bench " + kTiny + " --device cpu --multi-turn --system-tokens 128 --turns 3 --final-tokens 512 --turn-gap-ms -5",
+      "2>&1");
+  EXPECT_EQ(gap.status, 1);
+  EXPECT_NE(gap.out.find("--turn-gap-ms: expected >= 0, found -5"), std::string::npos) << gap.out;
   const test::CliResult mixed = test::run_petrel("bench " + kTiny + " --device cpu --multi-turn --prefill 16", "2>&1");
   EXPECT_EQ(mixed.status, 1);
   EXPECT_NE(mixed.out.find("--multi-turn runs on its own"), std::string::npos) << mixed.out;
