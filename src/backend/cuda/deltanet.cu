@@ -476,8 +476,12 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
   }
 }
 
-template <int DK>
-__global__ void __launch_bounds__(512) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
+// kMinBlocks 2 (batched steps) caps registers at 64, a few spilling to L1, so that two blocks share
+// a multiprocessor: the rows·heads blocks then overlap one block's state loads with another's
+// stores, where one block at a time left each multiprocessor waiting on its own round trips.
+// 0 (one row: a block per head, fewer than the multiprocessors) leaves registers unbounded.
+template <int DK, int kMinBlocks>
+__global__ void __launch_bounds__(512, kMinBlocks) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
                                                                const float* conv_w, float* conv_state, const float* b,
                                                                const float* a, const float* A_log, const float* dt_bias,
                                                                float* state, const float* norm_w, const bf16* z,
@@ -491,8 +495,9 @@ void launch_deltanet_decode(const DeltaNetShape& d, int threads, const DeltaNetR
                             const float* conv_w, float* conv_state, const float* b, const float* a, const float* A_log,
                             const float* dt_bias, float* state, const float* norm_w, const bf16* z, float eps,
                             bf16* out, int* readers, cudaStream_t s) {
-  launch_pdl(deltanet_decode_kernel<DK>, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w,
-             conv_state, b, a, A_log, dt_bias, state, norm_w, z, eps, out, readers);
+  const auto kernel = rows.B > 1 ? deltanet_decode_kernel<DK, 2> : deltanet_decode_kernel<DK, 0>;
+  launch_pdl(kernel, dim3(deltanet_decode_blocks(d), rows.B), threads, 0, s, d, rows, x, conv_w, conv_state, b, a,
+             A_log, dt_bias, state, norm_w, z, eps, out, readers);
 }
 
 // The shape checks and head-dim dispatch of deltanet_decode and deltanet_decode_rows.
