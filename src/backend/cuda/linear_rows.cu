@@ -128,13 +128,37 @@ __device__ __forceinline__ void load_slot(Slice<F> (&slot)[NM][2], const DeviceM
   }
 }
 
+// Where 8 columns from p on land in xs's row `r` in fragment order: columns p..p+3 and p+4..p+7
+// fall in mma steps s and s + 1 of one lane t, as words 0, 4, 8 and 12 from the returned one.
+template <int KI>
+__device__ __forceinline__ uint32_t* fragment_words(bf16* xs, int pitch, int r, int p) {
+  const int base = p / KI * KI, in = p % KI, t = in / (KI / 4), s = in % (KI / 4) / 4;
+  return reinterpret_cast<uint32_t*>(xs + int64_t(r) * pitch + base + 16 * s + 2 * t);
+}
+
 // Columns [k0, k0 + kn) of the tile's first `rows` rows (the rest zero) into xs in fragment order.
-// A thread takes 8 columns at a time and has kUnroll of them in flight: the rows come from L2, and
-// one load at a time would leave the staging latency-bound.
+// The rows come from L2, so the staging is a chain of round trips unless many loads are in flight:
+// bf16 rows go by asynchronous 4-byte copies, all issued before the first lands; fp32 rows (rounded
+// on the way) by a thread's 8 columns at a time, kUnroll of them in flight.
 template <int KI>
 __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, int rows, int padded, int k0, int kn) {
   constexpr int kUnroll = 4;
   const int octs = kn / 8, total = padded * octs;
+  if (a.x_elem == 2) {
+    for (int q = threadIdx.x; q < total; q += kThreads) {
+      const int r = q / octs, p = (q % octs) * 8;
+      uint32_t* row = fragment_words<KI>(xs, pitch, r, p);
+      if (r >= rows) {
+        row[0] = row[4] = row[8] = row[12] = 0;
+        continue;
+      }
+      const bf16* x = static_cast<const bf16*>(a.x) + int64_t(src[r]) * a.x_stride + k0 + p;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cp_async4(smem_addr(row + 4 * j), x + 2 * j);
+    }
+    cp_async_wait<0>();
+    return;
+  }
   for (int q0 = threadIdx.x; q0 < total; q0 += kUnroll * kThreads) {
     uint4 raw[kUnroll][2];
 #pragma unroll
@@ -143,27 +167,17 @@ __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, in
       raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
       if (q >= total || r >= rows) continue;
       const int64_t at = int64_t(src[r]) * a.x_stride + k0 + (q % octs) * 8;
-      if (a.x_elem == 2) {
-        raw[u][0] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.x) + at);
-      } else {
-        raw[u][0] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at);
-        raw[u][1] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at + 4);
-      }
+      raw[u][0] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at);
+      raw[u][1] = *reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + at + 4);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u * kThreads, r = q / octs, p = (q % octs) * 8;
       if (q >= total) break;
       uint32_t packed[4];
-      if (a.x_elem == 2) {
-        packed[0] = raw[u][0].x, packed[1] = raw[u][0].y, packed[2] = raw[u][0].z, packed[3] = raw[u][0].w;
-      } else {
-        const float* f = reinterpret_cast<const float*>(raw[u]);
-        for (int j = 0; j < 4; ++j) packed[j] = pack_bf16(f[2 * j], f[2 * j + 1]);
-      }
-      // Columns p..p+3 and p+4..p+7 land in mma steps s and s + 1 of the same lane t.
-      const int base = p / KI * KI, in = p % KI, t = in / (KI / 4), s = in % (KI / 4) / 4;
-      uint32_t* row = reinterpret_cast<uint32_t*>(xs + int64_t(r) * pitch + base + 16 * s + 2 * t);
+      const float* f = reinterpret_cast<const float*>(raw[u]);
+      for (int j = 0; j < 4; ++j) packed[j] = pack_bf16(f[2 * j], f[2 * j + 1]);
+      uint32_t* row = fragment_words<KI>(xs, pitch, r, p);
       row[0] = packed[0];
       row[4] = packed[1];  // 8 columns on
       row[8] = packed[2];  // the next mma step

@@ -18,6 +18,11 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool o
 __device__ __forceinline__ void cp_async16_part(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
+// 4 bytes global -> shared through L1 (the smallest asynchronous copy: scatters a row into the
+// mma's fragment order).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's copy groups are still in flight.
 template <int N>
