@@ -479,15 +479,21 @@ class CudaBackend final : public Backend {
                              stream_, leave);
   }
 
-  // Few rows: the staged GEMV adds its rows to h itself (scratch is not written).
+  // Few rows: the staged GEMV adds its rows to h itself (scratch is not written); a batched step's
+  // rows kernel does too, each output rounded to bf16 first as the scratch would hold it.
   void linear_add(const Tensor& x, const Matrix& w, Tensor h, Tensor scratch) {
     const DeviceMatrix* m = &weights_->matrix(w);
+    const cuda::GemvOut dst{h.data, h.stride, h.elem_size, /*add=*/true};
     if (!cuda::gemv_stageable(&m, 1, int(x.rows), x.stride, /*norm=*/false)) {
-      linear(x, w, scratch);
-      return add(h, scratch);
+      if (x.rows > cuda::kRowsMaxTokens || h.elem_size != 4 || x.stride % 8 != 0 || !cuda::linear_rows_fits(*m)) {
+        linear(x, w, scratch);
+        return add(h, scratch);
+      }
+      const cuda::TimedOp timed(timer_, stream_, "linear + add", w.rows, w.cols);
+      const Tensor xin = gemm_input(x);
+      return cuda::linear_rows(&m, &dst, 1, xin.data, xin.stride, xin.elem_size, int(x.rows), stream_);
     }
     const cuda::TimedOp timed(timer_, stream_, "linear + add", w.rows, w.cols);
-    const cuda::GemvOut dst{h.data, h.stride, h.elem_size, /*add=*/true};
     cuda::linear_many_staged(&m, &dst, 1, x.data, x.stride, x.elem_size, int(x.rows), {}, stream_);
   }
 
@@ -659,14 +665,22 @@ class CudaBackend final : public Backend {
     cuda::linear(weights_->matrix(w.down), mlp_act_, stride, 2, T, out.data, out.stride, out.elem_size, stream_);
   }
 
-  void moe(const Tensor& x, const FfnWeights& w, Tensor out) override {
+  void moe(const Tensor& x, const FfnWeights& w, Tensor out) override { moe_rows(x, w, out, nullptr); }
+
+  // moe(); with an fp32 `residual`, then residual += out: past the GEMV's rows, in the combine's
+  // launch (out is not written).
+  void moe_rows(const Tensor& x, const FfnWeights& w, Tensor out, const Tensor* residual) {
     const int T = int(x.rows);
     {
       const cuda::TimedOp timed(timer_, stream_, "moe.route");
       moe_route(x, w, {});
     }
     const cuda::TimedOp timed(timer_, stream_, "moe.experts");
-    if (T <= cuda::kGemvMaxTokens) return moe_experts_decode(x, w, {}, {out.data, out.stride, out.elem_size});
+    if (T <= cuda::kGemvMaxTokens) {
+      moe_experts_decode(x, w, {}, {out.data, out.stride, out.elem_size});
+      if (residual) add(*residual, out);
+      return;
+    }
     const ModelConfig& c = c_;
     const int k = c.top_k;
     const cuda::ExpertStacks& E = weights_->experts(w);
@@ -688,7 +702,7 @@ class CudaBackend final : public Backend {
       shared = moe_shared_;
     }
     cuda::moe_combine(moe_y_, c.hidden, moe_slot_row_, moe_w_, T, k, c.hidden, moe_sgate_, shared, c.hidden, bf(out),
-                      out.stride, stream_);
+                      out.stride, residual ? f32(*residual) : nullptr, residual ? residual->stride : 0, stream_);
   }
 
   // One token: the output projection adds its rows to h and sums the router's values of them
@@ -737,6 +751,7 @@ class CudaBackend final : public Backend {
     if (!cuda::moe_norm_stageable(weights_->matrix(w.router), sh.gate_row, E.gate, E.up, E.down, sh.gate, sh.up,
                                   sh.down, c_.top_k, int(h.rows), h.stride)) {
       rms_norm(h, norm, eps, x);
+      if (h.elem_size == 4) return moe_rows(x, w, scratch, &h);
       moe(x, w, scratch);
       return add(h, scratch);
     }

@@ -334,10 +334,11 @@ bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_g
 // to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
               int* tile_expert, cudaStream_t s);
-// out[t] = Σ_j weights[t,j]·y[slot_row[t·k+j]] (+ sgate[t]·shared[t]).
+// out[t] = Σ_j weights[t,j]·y[slot_row[t·k+j]] (+ sgate[t]·shared[t]); with an fp32 `residual`,
+// residual[t] += that sum rounded to bf16 instead (out is not written).
 void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
                  const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out, int64_t out_stride,
-                 cudaStream_t s);
+                 float* residual, int64_t residual_stride, cudaStream_t s);
 
 // ---- sampling.cu ---------------------------------------------------------------------------------
 // Where a final kernel posts its token for the host: (seq << 32) | token, one 8-byte store into

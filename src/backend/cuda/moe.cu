@@ -764,16 +764,18 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int 
   }
 }
 
+// out's row t, or (residual set) residual's row t plus it rounded to bf16 as out would hold it.
 __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int k, int H,
                                const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out,
-                               int64_t out_stride) {
+                               int64_t out_stride, float* residual, int64_t residual_stride) {
   const int t = blockIdx.x;
   for (int h = threadIdx.x; h < H; h += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < k; ++j)
       acc += weights[t * k + j] * __bfloat162float(y[int64_t(slot_row[t * k + j]) * y_stride + h]);
     if (shared) acc += sgate[t] * __bfloat162float(shared[t * shared_stride + h]);
-    out[t * out_stride + h] = __float2bfloat16(acc);
+    if (residual) residual[t * residual_stride + h] += __bfloat162float(__float2bfloat16(acc));
+    else out[t * out_stride + h] = __float2bfloat16(acc);
   }
 }
 
@@ -885,8 +887,9 @@ void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, in
 
 void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
                  const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out, int64_t out_stride,
-                 cudaStream_t s) {
-  combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride);
+                 float* residual, int64_t residual_stride, cudaStream_t s) {
+  combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride,
+                                   residual, residual_stride);
   PETREL_LAUNCHED("moe_combine");
 }
 
