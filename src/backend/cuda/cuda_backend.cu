@@ -22,7 +22,10 @@ using cuda::bf16;
 using cuda::DeviceMatrix;
 
 // Caches and recurrent state of one sequence on the device, indexed by layer; or, `host`, in
-// pinned host memory, a copy held off the device that only copy_from reads and writes.
+// pinned host memory, a copy held off the device that only copy_from reads and writes. Each kind
+// of state is one allocation, its layers stacked, so that a copy of the whole sequence (every
+// verify step of speculative decoding, every snapshot and restore of the prefix cache) is a
+// handful of copies rather than one per layer and kind.
 class CudaSequence final : public SequenceState {
  public:
   CudaSequence(cudaStream_t s, bool host = false) : stream_(s), host_(host) {}
@@ -30,51 +33,62 @@ class CudaSequence final : public SequenceState {
     for (auto& [key, step] : recorded)
       if (step.exec) cudaGraphExecDestroy(step.exec);
     if (host_) cudaStreamSynchronize(stream_);  // a queued copy may still read or write the pages
-    for (void* p : allocations_) host_ ? cudaFreeHost(p) : cudaFree(p);
+    for (const Region& r : regions_) host_ ? cudaFreeHost(r.p) : cudaFree(r.p);
   }
 
-  // row_bytes > 0 marks a KV cache: only its first n_past rows hold data worth copying.
+  // `layers` zeroed blocks of `per_layer` elements, each 256-byte aligned as an allocation of its
+  // own would be; each block's start. row_bytes > 0 marks KV caches: only the first n_past rows of
+  // each block hold data worth copying.
   template <typename T>
-  T* alloc(size_t n, size_t row_bytes = 0) {
-    void* p = nullptr;
+  std::vector<T*> alloc(int layers, size_t per_layer, size_t row_bytes = 0) {
+    const size_t layer_bytes = (per_layer * sizeof(T) + 255) / 256 * 256;
+    Region r{nullptr, size_t(layers) * layer_bytes, layer_bytes, row_bytes, layers};
     if (host_) {
-      PETREL_CUDA(cudaMallocHost(&p, n * sizeof(T)));
-      std::memset(p, 0, n * sizeof(T));
+      PETREL_CUDA(cudaMallocHost(&r.p, r.bytes));
+      std::memset(r.p, 0, r.bytes);
     } else {
-      PETREL_CUDA(cudaMalloc(&p, n * sizeof(T)));
-      PETREL_CUDA(cudaMemsetAsync(p, 0, n * sizeof(T), stream_));
+      PETREL_CUDA(cudaMalloc(&r.p, r.bytes));
+      PETREL_CUDA(cudaMemsetAsync(r.p, 0, r.bytes, stream_));
     }
-    allocations_.push_back(p);
-    sizes_.push_back(n * sizeof(T));
-    row_bytes_.push_back(row_bytes);
-    return static_cast<T*>(p);
+    regions_.push_back(r);
+    std::vector<T*> blocks;
+    for (int i = 0; i < layers; ++i) blocks.push_back(reinterpret_cast<T*>(static_cast<char*>(r.p) + i * layer_bytes));
+    return blocks;
   }
 
   // Speculative rollback copies states every verify step, and a prefix cache snapshots and restores
-  // them: KV caches only up to n_past, so the two may differ in capacity. Unified addressing lets
-  // one call copy device to device, and to and from a host state.
+  // them: KV caches only up to n_past (one strided copy for all their layers), so the two may differ
+  // in capacity. Unified addressing lets one call copy device to device, and to and from a host state.
   void copy_from(const SequenceState& other) override {
     const auto& o = dynamic_cast<const CudaSequence&>(other);
-    check(o.row_bytes_ == row_bytes_, "copy_from: sequences of different models");
+    bool same = o.regions_.size() == regions_.size();
+    for (size_t i = 0; same && i < regions_.size(); ++i)
+      same = o.regions_[i].row_bytes == regions_[i].row_bytes && o.regions_[i].layers == regions_[i].layers &&
+             (regions_[i].row_bytes || o.regions_[i].bytes == regions_[i].bytes);
+    check(same, "copy_from: sequences of different models");
     check(o.n_past <= capacity, "copy_from: " + std::to_string(o.n_past) + " tokens exceed the capacity of " +
                                     std::to_string(capacity));
-    for (size_t i = 0; i < allocations_.size(); ++i) {
-      const size_t bytes = row_bytes_[i] ? row_bytes_[i] * size_t(o.n_past) : sizes_[i];
-      if (bytes) PETREL_CUDA(cudaMemcpyAsync(allocations_[i], o.allocations_[i], bytes, cudaMemcpyDefault, stream_));
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      const Region &d = regions_[i], &src = o.regions_[i];
+      if (!d.row_bytes)
+        PETREL_CUDA(cudaMemcpyAsync(d.p, src.p, d.bytes, cudaMemcpyDefault, stream_));
+      else if (o.n_past > 0)
+        PETREL_CUDA(cudaMemcpy2DAsync(d.p, d.layer_bytes, src.p, src.layer_bytes, d.row_bytes * size_t(o.n_past),
+                                      size_t(d.layers), cudaMemcpyDefault, stream_));
     }
     n_past = o.n_past;
   }
 
   size_t bytes() const override {
     size_t n = 0;
-    for (size_t b : sizes_) n += b;
+    for (const Region& r : regions_) n += r.bytes;
     return n;
   }
 
   // KV rows past n_past are never read, so only the conv and recurrent states need zeroing.
   void reset() override {
-    for (size_t i = 0; i < allocations_.size(); ++i)
-      if (!row_bytes_[i]) PETREL_CUDA(cudaMemsetAsync(allocations_[i], 0, sizes_[i], stream_));
+    for (const Region& r : regions_)
+      if (!r.row_bytes) PETREL_CUDA(cudaMemsetAsync(r.p, 0, r.bytes, stream_));
     n_past = 0;
   }
 
@@ -89,10 +103,14 @@ class CudaSequence final : public SequenceState {
   std::map<std::tuple<int, int, int>, RecordedStep> recorded;
 
  private:
+  struct Region {
+    void* p;
+    size_t bytes, layer_bytes, row_bytes;
+    int layers;
+  };
   cudaStream_t stream_;
   bool host_;
-  std::vector<void*> allocations_;
-  std::vector<size_t> sizes_, row_bytes_;
+  std::vector<Region> regions_;
 };
 
 class CudaBackend final : public Backend {
@@ -213,14 +231,27 @@ class CudaBackend final : public Backend {
                             (size_t(c.conv_kernel - 1) * c.gdn_conv_channels() +
                              size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
     if (!host) cuda::check_device_memory(need, "a sequence of " + std::to_string(capacity) + " tokens");
-    for (int i = 0; i < c.n_layers; ++i) {
+    const int n_attention = c.count(LayerKind::FullAttention), n_deltanet = c.count(LayerKind::DeltaNet);
+    const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
+    const size_t conv = size_t(c.conv_kernel - 1) * c.gdn_conv_channels();
+    const size_t state = size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim;
+    std::vector<bf16*> k, v;
+    std::vector<float*> cs, S;
+    if (n_attention) {
+      k = s->alloc<bf16>(n_attention, kv, row);
+      v = s->alloc<bf16>(n_attention, kv, row);
+    }
+    if (n_deltanet) {
+      cs = s->alloc<float>(n_deltanet, conv);
+      S = s->alloc<float>(n_deltanet, state);
+    }
+    for (int i = 0, a = 0, d = 0; i < c.n_layers; ++i) {
       if (c.layer_kinds[i] == LayerKind::FullAttention) {
-        const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
-        s->k[i] = s->alloc<bf16>(kv, row);
-        s->v[i] = s->alloc<bf16>(kv, row);
+        s->k[i] = k[size_t(a)];
+        s->v[i] = v[size_t(a++)];
       } else {
-        s->conv[i] = s->alloc<float>(size_t(c.conv_kernel - 1) * c.gdn_conv_channels());
-        s->S[i] = s->alloc<float>(size_t(c.lin_v_heads) * c.lin_k_dim * c.lin_v_dim);
+        s->conv[i] = cs[size_t(d)];
+        s->S[i] = S[size_t(d++)];
       }
     }
     return s;
@@ -243,9 +274,10 @@ class CudaBackend final : public Backend {
     cuda::check_device_memory(size_t(c.mtp_layers) * 2 * kv * sizeof(bf16),
                               "the draft head's cache of " + std::to_string(capacity) + " tokens");
     const size_t row = size_t(c.n_kv_heads) * c.head_dim * sizeof(bf16);
+    const std::vector<bf16*> k = s->alloc<bf16>(c.mtp_layers, kv, row), v = s->alloc<bf16>(c.mtp_layers, kv, row);
     for (int i = c.n_layers; i < layers; ++i) {
-      s->k[i] = s->alloc<bf16>(kv, row);
-      s->v[i] = s->alloc<bf16>(kv, row);
+      s->k[i] = k[size_t(i - c.n_layers)];
+      s->v[i] = v[size_t(i - c.n_layers)];
     }
     return s;
   }
