@@ -22,6 +22,8 @@ void HostDecoder::feed(const int32_t* ids, int n, SequenceState& st, KeepLogits 
   const size_t V = size_t(vocab());
   rows_ = keep == KeepLogits::None ? 0 : keep == KeepLogits::Last ? 1 : n;
   if (logits_.size() < size_t(rows_) * V) logits_.resize(size_t(rows_) * V);
+  if (keep == KeepLogits::Drafted)
+    return model_.backend().to_host(model_.forward_device(ids, n, st, keep), logits_.data());
   model_.forward(ids, n, st, keep == KeepLogits::Last ? logits_.data() : nullptr,
                  keep == KeepLogits::All ? logits_.data() : nullptr);
 }

@@ -16,6 +16,9 @@
 //    Otherwise the real state, never touched, is advanced by re-feeding only the accepted tokens.
 //    This costs one state copy per step (none of the per-position snapshots the model would
 //    have to expose), plus a short re-feed on partial acceptance.
+//  * Both forwards feed their tokens as decode steps do (KeepLogits::Drafted: DeltaNet a token at
+//    a time, its recurrent form, where a prompt takes the chunked one), so rows and state are
+//    plain decoding's, bit for bit on the CPU.
 #include "generate/speculative.h"
 
 #include <utility>
@@ -32,7 +35,7 @@ VerifyOutcome verify_draft(Decoder& decoder, std::unique_ptr<SequenceState>& st,
   fed.insert(fed.end(), draft.begin(), draft.end());
 
   scratch->copy_from(*st);
-  decoder.feed(fed.data(), d + 1, *scratch, KeepLogits::All);
+  decoder.feed(fed.data(), d + 1, *scratch, KeepLogits::Drafted);
 
   const uint64_t base = uint64_t(st->n_past) + 1;  // position of the token row 0 predicts
   VerifyOutcome out;
@@ -48,7 +51,7 @@ VerifyOutcome verify_draft(Decoder& decoder, std::unique_ptr<SequenceState>& st,
     if (out.finished || !agrees) break;
   }
   if (m == d) std::swap(st, scratch);  // scratch holds pending + the whole draft: all accepted
-  else decoder.feed(fed.data(), m + 1, *st, KeepLogits::None);
+  else decoder.feed(fed.data(), m + 1, *st, KeepLogits::Drafted);
   return out;
 }
 

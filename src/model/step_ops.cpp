@@ -16,7 +16,8 @@ class StepWriter {
   }
 
   OpList write() {
-    ops_.reserve(size_t(c_.n_layers) * 12 + 4);  // a layer writes at most 12 ops
+    // A layer writes at most 12 ops, and a row more for each DeltaNet row taken alone.
+    ops_.reserve(size_t(c_.n_layers) * (12 + size_t(s_.rows_one_at_a_time ? s_.rows : 0)) + 4);
     ops_.push_back(op::Embed{&w_.embed, b_.h});
     for (int i = 0; i < c_.n_layers; ++i) layer(w_.layers[i], i);
     head(w_.final_norm);
@@ -92,7 +93,13 @@ class StepWriter {
     ops_.push_back(op::Linear{b_.x, &G.z, b_.z});
     ops_.push_back(op::Linear{b_.x, &G.b, b_.b});
     ops_.push_back(op::Linear{b_.x, &G.a, b_.a});
-    ops_.push_back(op::DeltaNet{b_.qkv, b_.z, b_.b, b_.a, &G, i, s_.states, b_.gdn});
+    if (!s_.rows_one_at_a_time) {
+      ops_.push_back(op::DeltaNet{b_.qkv, b_.z, b_.b, b_.a, &G, i, s_.states, b_.gdn});
+    } else {
+      for (int64_t t = 0; t < s_.rows; ++t)
+        ops_.push_back(op::DeltaNet{b_.qkv.rows_view(t, 1), b_.z.rows_view(t, 1), b_.b.rows_view(t, 1),
+                                    b_.a.rows_view(t, 1), &G, i, s_.states, b_.gdn.rows_view(t, 1)});
+    }
     ops_.push_back(op::Linear{b_.gdn, &G.out, b_.mix});
   }
 

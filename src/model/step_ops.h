@@ -30,6 +30,9 @@ struct StepShape {
   Tensor logits;
   bool argmax = false;  // the argmax of the last logits row follows (Backend::greedy_token)
   std::vector<int> logit_rows;
+  // DeltaNet layers take the rows one at a time (one-row ops: the recurrent form a decode step
+  // takes), so that the rows' state and outputs are what that many decode steps give.
+  bool rows_one_at_a_time = false;
 };
 
 // The ops of one step: embedding, every layer, then the logits and argmax `shape` asks for.

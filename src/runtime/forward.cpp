@@ -70,6 +70,16 @@ void Model::run_chunks(const int32_t* ids, int n, SequenceState& st, bool want_l
 
 Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep) {
   check_fits(n, st);
+  if (keep == KeepLogits::Drafted) {
+    check(n <= kMaxDraftedRows && n <= logit_rows(),
+          "forward_device: " + std::to_string(n) + " drafted tokens, more than the " +
+              std::to_string(std::min(kMaxDraftedRows, logit_rows())) + " one step feeds");
+    backend_.begin_forward(ids, n, st);
+    trunk_rows_ = n;
+    backend_.run(verify_ops(st, n, /*drafted=*/true), &st);
+    st.n_past += n;
+    return all_logits_buffer().rows_view(0, n);
+  }
   check(keep != KeepLogits::All || n <= logit_rows(),
         "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than the " +
             std::to_string(logit_rows()) + " logits rows a step keeps (ForwardOptions::logit_rows)");
@@ -106,8 +116,8 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
     st.n_past += 1;
     return logits_;
   }
-  if (all_rows && T <= kRecordedVerifyRows) {
-    backend_.run(verify_ops(st, T), &st);
+  if (all_rows && T <= kMaxDraftedRows) {
+    backend_.run(verify_ops(st, T, /*drafted=*/false), &st);
     st.n_past += T;
     return all_logits_buffer().rows_view(0, T);
   }
@@ -127,13 +137,14 @@ const OpList& Model::decode_ops(SequenceState& st) {
   return decode_ops_;
 }
 
-const OpList& Model::verify_ops(SequenceState& st, int T) {
-  const std::pair<const SequenceState*, int> key{&st, T};
+const OpList& Model::verify_ops(SequenceState& st, int T, bool drafted) {
+  const std::tuple<const SequenceState*, int, bool> key{&st, T, drafted};
   auto it = verify_ops_.find(key);
   if (it != verify_ops_.end()) return it->second;
   if (verify_ops_.size() >= kVerifyOpLists) verify_ops_.clear();  // states come and go; their lists are cheap
-  const Tensor logits = all_logits_buffer().rows_view(0, T);
-  return verify_ops_[key] = step_ops(config_, weights_, buffers_, {T, {&st, nullptr}, logits, /*argmax=*/false});
+  StepShape shape{T, {&st, nullptr}, all_logits_buffer().rows_view(0, T), /*argmax=*/false};
+  shape.rows_one_at_a_time = drafted;
+  return verify_ops_[key] = step_ops(config_, weights_, buffers_, shape);
 }
 
 void Model::forward_batch(const int32_t* ids, SequenceState* const* seqs, int B, float* logits) {

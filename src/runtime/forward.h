@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <span>
 #include <utility>
 #include <vector>
@@ -16,7 +17,11 @@
 namespace petrel {
 
 // Which logits rows of a forward call are wanted: none, the last token's, or every token's.
-enum class KeepLogits { None, Last, All };
+// Drafted: every token's, the tokens fed as that many decode steps feed them (DeltaNet one token
+// at a time, its recurrent form) in one step of at most Model::kMaxDraftedRows: a speculative
+// draft's verify step and the re-feed of its accepted part, whose rows and state are then what
+// plain decoding computes (bit for bit on the CPU), where a prompt's chunked form rounds otherwise.
+enum class KeepLogits { None, Last, All, Drafted };
 
 struct ForwardOptions {
   int max_chunk = 512;  // prefill is fed in chunks of at most this many tokens
@@ -41,8 +46,8 @@ class Model {
   // Like forward, but the logits stay on the device and only the argmax of the last one comes back.
   int32_t forward_greedy(const int32_t* ids, int n, SequenceState& st);
   // Like forward, but the logits stay in backend memory: returns the fp32 rows `keep` asks for
-  // ([1, vocab] for Last; [n, vocab] for All, which needs n <= max_chunk; no rows for None),
-  // valid until the next forward.
+  // ([1, vocab] for Last; [n, vocab] for All, which needs n <= logit_rows(), and Drafted; no rows
+  // for None), valid until the next forward.
   Tensor forward_device(const int32_t* ids, int n, SequenceState& st, KeepLogits keep);
 
   // One decode step for B distinct sequences, one new token each: ids[b] continues *seqs[b].
@@ -67,6 +72,8 @@ class Model {
   Tensor forward_mixed_device(const int32_t* ids, SequenceState* const* seqs, int B,
                               std::span<const PromptPiece> pieces);
   int max_batch() const { return options_.max_chunk; }
+  // KeepLogits::Drafted's most tokens, and the most of an every-row step that is recorded.
+  static constexpr int kMaxDraftedRows = 16;
   int logit_rows() const { return std::min(options_.logit_rows, options_.max_chunk); }
 
   // Multi-token prediction (config().mtp_layers > 0): the checkpoint's draft head.
@@ -95,10 +102,10 @@ class Model {
   Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows);
   // The ops of a one-token step of st, built once per sequence in a row (the list names its state).
   const OpList& decode_ops(SequenceState& st);
-  // The ops of a verify step: every row's logits of T <= kRecordedVerifyRows tokens of st (a
-  // speculative draft checked in one step). Recorded like a decode step, as drafts come every step.
-  const OpList& verify_ops(SequenceState& st, int T);
-  static constexpr int kRecordedVerifyRows = 16;
+  // The ops of a verify step: every row's logits of T <= kMaxDraftedRows tokens of st (a
+  // speculative draft checked in one step), DeltaNet a row at a time when `drafted`. Recorded
+  // like a decode step, as drafts come every step.
+  const OpList& verify_ops(SequenceState& st, int T, bool drafted);
   static constexpr size_t kVerifyOpLists = 32;
   Tensor all_logits_buffer();
 
@@ -113,7 +120,7 @@ class Model {
   std::vector<StepPiece> mixed_pieces_;  // and its pieces
   OpList decode_ops_;
   const SequenceState* decode_ops_for_ = nullptr;
-  std::map<std::pair<const SequenceState*, int>, OpList> verify_ops_;  // by state and rows
+  std::map<std::tuple<const SequenceState*, int, bool>, OpList> verify_ops_;  // by state, rows, drafted
   int trunk_rows_ = 0;  // rows of the last trunk step, whose residual rows buffers_.h holds
   MtpBuffers mtp_buffers_;
   Tensor mtp_logits_;   // [1, vocab]: the head's own, so a draft never overwrites logits a decoder kept

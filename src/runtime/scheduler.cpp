@@ -561,7 +561,7 @@ void Scheduler::Impl::verify(RunningRequest& r, const std::vector<int32_t>& draf
   Tensor logits;
   try {
     scratch->copy_from(r.state());
-    logits = model.forward_device(fed.data(), d + 1, *scratch, KeepLogits::All);
+    logits = model.forward_device(fed.data(), d + 1, *scratch, KeepLogits::Drafted);
   } catch (...) {
     return fail({&r}, std::current_exception());
   }
@@ -590,7 +590,7 @@ void Scheduler::Impl::verify(RunningRequest& r, const std::vector<int32_t>& draf
     std::swap(r.slot().state, scratch);
   } else {
     try {
-      model.forward_device(fed.data(), m + 1, r.state(), KeepLogits::None);
+      model.forward_device(fed.data(), m + 1, r.state(), KeepLogits::Drafted);
     } catch (...) {
       return fail({&r}, std::current_exception());
     }

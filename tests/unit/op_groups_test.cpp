@@ -113,6 +113,40 @@ TEST(OpGroups, BatchedStepKeepsAttentionApart) {
   EXPECT_EQ(attention, s.c.count(LayerKind::FullAttention));
 }
 
+// A drafted verify step (StepShape::rows_one_at_a_time) takes each DeltaNet layer's rows one at a
+// time: one one-row op per row, in order, each reading and writing its own row, and each its own
+// launch; the output projection and MoE after them still cover every row.
+TEST(OpGroups, DraftedRowsTakeDeltaNetOneAtATime) {
+  constexpr int kRows = 3;
+  Step s(kRows);
+  SequenceState* st = reinterpret_cast<SequenceState*>(0x40);
+  StepShape shape{kRows, {st, nullptr}, s.logits.rows_view(0, kRows), /*argmax=*/false};
+  shape.rows_one_at_a_time = true;
+  const OpList ops = step_ops(s.c, *s.w, s.b, shape);
+  std::vector<const op::DeltaNet*> steps;
+  for (const Op& o : ops)
+    if (const auto* d = std::get_if<op::DeltaNet>(&o)) steps.push_back(d);
+  ASSERT_EQ(int(steps.size()), kRows * s.c.count(LayerKind::DeltaNet));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const op::DeltaNet& d = *steps[i];
+    const int64_t row = int64_t(i % kRows);
+    EXPECT_EQ(d.qkv.rows, 1);
+    EXPECT_EQ(d.qkv.data, s.b.qkv.rows_view(row, 1).data) << "op " << i;
+    EXPECT_EQ(d.b.data, s.b.b.rows_view(row, 1).data) << "op " << i;
+    EXPECT_EQ(d.out.data, s.b.gdn.rows_view(row, 1).data) << "op " << i;
+    EXPECT_EQ(d.states.chunk, st);
+  }
+  for (const OpGroup& g : cuda::group_ops(ops)) {
+    if (std::holds_alternative<op::DeltaNet>(ops[size_t(g.first)])) EXPECT_EQ(g.group, Group::Op) << describe(g);
+    if (g.group == Group::LinearAddNormMoeAdd)
+      EXPECT_EQ(std::get<op::Linear>(ops[size_t(g.first)]).x.rows, kRows) << describe(g);
+  }
+  shape.rows_one_at_a_time = false;
+  int chunked = 0;
+  for (const Op& o : step_ops(s.c, *s.w, s.b, shape)) chunked += std::holds_alternative<op::DeltaNet>(o);
+  EXPECT_EQ(chunked, s.c.count(LayerKind::DeltaNet));
+}
+
 // A tensor a fused form leaves unwritten must not be read later: a norm whose output another op
 // reads after the projections keeps its own launch, and so does a projection whose output is read
 // after the add.

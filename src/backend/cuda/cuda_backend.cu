@@ -747,6 +747,7 @@ class CudaBackend final : public Backend {
     const DeviceMatrix& m = weights_->matrix(w);
     const cuda::ExpertStacks& E = weights_->experts(ffn);
     const Shared sh = shared_of(ffn);
+    const int mixer_blocks = std::exchange(mixer_blocks_, 0);  // read here or never (a drafted row's mixer)
     const bool beside = cols && h.rows == 1 && h.elem_size == 4 && experts_pick(ffn, 1) &&
                         cuda::moe_norm_stageable(weights_->matrix(ffn.router), sh.gate_row, E.gate, E.up, E.down,
                                                  sh.gate, sh.up, sh.down, c_.top_k, 1, h.stride) &&
@@ -760,7 +761,7 @@ class CudaBackend final : public Backend {
     {
       const cuda::TimedOp timed(timer_, stream_, "linear + add + router sums", w.rows, w.cols);
       cuda::linear_add_route(m, {h.data, h.stride, h.elem_size, /*add=*/true}, x.data, x.stride, x.elem_size, route,
-                             std::exchange(mixer_blocks_, 0), stream_);
+                             mixer_blocks, stream_);
     }
     cuda::TopK pick;
     pick.sums = route_sums_;
