@@ -481,11 +481,10 @@ __global__ void gated_norm_kernel(DeltaNetShape d, const float* o, const float* 
 // stores, where one block at a time left each multiprocessor waiting on its own round trips.
 // 0 (one row: a block per head, fewer than the multiprocessors) leaves registers unbounded.
 template <int DK, int kMinBlocks>
-__global__ void __launch_bounds__(512, kMinBlocks) deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x,
-                                                               const float* conv_w, float* conv_state, const float* b,
-                                                               const float* a, const float* A_log, const float* dt_bias,
-                                                               float* state, const float* norm_w, const bf16* z,
-                                                               float eps, bf16* out, int* readers) {
+__global__ void __launch_bounds__(512, kMinBlocks)
+    deltanet_decode_kernel(DeltaNetShape d, DeltaNetRows rows, const bf16* x, const float* conv_w, float* conv_state,
+                           const float* b, const float* a, const float* A_log, const float* dt_bias, float* state,
+                           const float* norm_w, const bf16* z, float eps, bf16* out, int* readers) {
   deltanet_head_step<DK>(d, blockIdx.x, blockIdx.y, rows, x, conv_w, conv_state, b, a, A_log, dt_bias, state, norm_w, z,
                          eps, out, readers, [] { pdl_wait(); });
 }
