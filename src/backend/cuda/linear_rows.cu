@@ -156,6 +156,7 @@ __device__ void stage(bf16* xs, int pitch, const RowsArgs& a, const int* src, in
 #pragma unroll
       for (int j = 0; j < 4; ++j) cp_async4(smem_addr(row + 4 * j), x + 2 * j);
     }
+    cp_async_commit();  // wait_group waits on committed groups only
     cp_async_wait<0>();
     return;
   }
