@@ -53,3 +53,7 @@ step 100 arrivals 8 $P bench "${S[@]}" --weights int4 --runs 1 --concurrency 64 
   --arrival-count 4
 step 100 multi-turn 14 $P bench --synthetic qwen3.5-35b-a3b --weights int4 --multi-turn --runs 2
 step 60 mtp-serving 4 $P bench "${S[@]}" --weights int4 --runs 3 --concurrency 1,32 --speculative mtp --draft-tokens 3
+# A chat whose answers make most of each turn (256-token questions, 1,792-token answers) and whose
+# user reads for a second before the next: the cache replays each answer meanwhile.
+step 200 multi-turn-replies 14 $P bench --synthetic qwen3.5-35b-a3b --weights int4 --multi-turn --reply-tokens 1792 \
+  --turn-gap-ms 1000 --runs 2
