@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "cpu_fixture.h"
@@ -131,15 +132,17 @@ TEST_P(CudaMtp, ForcedAcceptanceLeavesTheEmittedSequence) {
 // Verify steps (every row's logits of a few tokens) and the head's steps run directly the first
 // time and are recorded as CUDA graphs the second: each replay gives the bits that a backend
 // without graphs computes from the same inputs, at positions that move on. 3 rows take the GEMV
-// kernels, 6 the rows kernel.
+// kernels, 6 the rows kernel; drafted steps (KeepLogits::Drafted, what speculative decoding feeds)
+// take DeltaNet a row at a time.
 TEST_P(CudaMtp, RecordedVerifyAndHeadStepsEqualDirectRuns) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: " << cuda_device_summary();
   test::CudaFixtureModel graphs(GetParam()), direct(GetParam(), /*graphs=*/false);
   const std::vector<int32_t> prompt = reference_prompt(GetParam());
   constexpr int kPrefix = 60, kSteps = 4;
   const int V = graphs.vocab();
-  for (int T : {3, 6}) {
-    SCOPED_TRACE("rows " + std::to_string(T));
+  for (const auto& [T, keep] : {std::pair{3, KeepLogits::All}, {6, KeepLogits::All}, {3, KeepLogits::Drafted},
+                                {6, KeepLogits::Drafted}}) {
+    SCOPED_TRACE("rows " + std::to_string(T) + (keep == KeepLogits::Drafted ? ", drafted" : ""));
     ASSERT_GE(int(prompt.size()), kPrefix + kSteps * T + 1);
     std::unique_ptr<SequenceState> st[2], mtp[2];
     Model* model[2] = {graphs.model.get(), direct.model.get()};
@@ -157,7 +160,7 @@ TEST_P(CudaMtp, RecordedVerifyAndHeadStepsEqualDirectRuns) {
         verify[m].assign(size_t(T) * size_t(V), NAN);
         head[m].assign(size_t(T) * size_t(V), NAN);
         chained[m].assign(size_t(V), NAN);
-        const Tensor rows = model[m]->forward_device(ids, T, *st[m], KeepLogits::All);
+        const Tensor rows = model[m]->forward_device(ids, T, *st[m], keep);
         model[m]->backend().to_host(rows, verify[m].data());
         drafted[m] = model[m]->mtp_forward(ids + 1, T, /*from_trunk=*/true, *mtp[m], head[m].data());
         chained_draft[m] = model[m]->mtp_forward(&drafted[m], 1, /*from_trunk=*/false, *mtp[m], chained[m].data());
