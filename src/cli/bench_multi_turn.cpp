@@ -79,7 +79,7 @@ struct Conversation {
 // history plus a new user message and appends the generated reply.
 Conversation converse(Model& model, const MultiTurnOptions& o, bool cached) {
   SchedulerOptions so;
-  so.max_sequences = 1;
+  so.max_sequences = 2;  // one chat, and a spare slot in which the cache follows each reply
   so.max_queued = 1;  // a turn may come while the last one's final callback is still returning
   so.context = o.final_tokens + o.reply_tokens;
   so.prefill_chunk = o.prefill_chunk;

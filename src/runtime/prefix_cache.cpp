@@ -99,8 +99,7 @@ int PrefixCache::reply_snapshot(int prompt, int fed) const {
 
 int PrefixCache::next_snapshot(int fed, int size) const {
   if (!enabled()) return size;
-  const int next_interval = (fed / options_.interval + 1) * options_.interval;
-  const int next = std::min(next_interval, last_snapshot(size));
+  const int next = std::min(next_interval(fed), last_snapshot(size));
   return next > fed ? next : size;
 }
 

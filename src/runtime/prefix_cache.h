@@ -60,6 +60,9 @@ class PrefixCache {
   // The next position after `fed` at which a prompt of `size` tokens is snapshotted: feeding
   // should stop there. size when there is none.
   int next_snapshot(int fed, int size) const;
+  // The first interval position after `fed` (a long prompt's snapshots).
+  int next_interval(int fed) const { return (fed / options_.interval + 1) * options_.interval; }
+  bool at_interval(int n) const { return n > 0 && n % options_.interval == 0; }
   // Called once `state` holds exactly the first state.n_past tokens of `prompt`: snapshots it
   // where that is a snapshot position not cached yet.
   void offer(std::span<const int32_t> prompt, const SequenceState& state);

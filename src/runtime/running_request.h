@@ -2,6 +2,7 @@
 // seed), and the stop rules that turn each sampled token into a StepEvent. The scheduler decides
 // when its tokens are fed; this class decides what a logits row means for the request.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -64,6 +65,7 @@ class RunningRequest {
   // The tokens the sequence holds once every sampled token but the pending one is fed: the prompt,
   // then the reply in order. (A verify step may end the request before its state caught up.)
   std::vector<int32_t> fed_tokens() const;
+  int fed_count() const { return prompt_size() + std::max(int(reply_.size()) - 1, 0); }
   // Most tokens a verify step may draft: its forward must fit the context, and the token after a
   // fully accepted draft should still be wanted.
   int draft_budget() const;

@@ -86,12 +86,15 @@ std::string message_of(std::exception_ptr e) {
   }
 }
 
-// A finished request's slot, fed again for the prefix cache (Scheduler::Impl::start_replay says
+// A slot fed a request's reply again for the prefix cache (Scheduler::Impl::start_replay says
 // why): `tokens` from the prompt's snapshot on, in pieces that ride in decode steps as prompt
-// pieces do. The slot is held, and the request counted in flight, until the last piece is fed.
+// pieces do. A live replay runs in a spare slot while its request decodes (follow_reply), so the
+// reply is mostly fed when the request ends; otherwise the finished request's own slot replays.
+// The slot is held, and the request counted in flight once it ended, until the last piece is fed.
 struct Replay {
   Slot* slot = nullptr;
-  std::vector<int32_t> tokens;  // the request's fed tokens up to the snapshot to take
+  std::vector<int32_t> tokens;  // the request's fed tokens up to the snapshot to take (so far, when live)
+  const RunningRequest* live = nullptr;  // the decoding request followed; null once its reply is final
   SequenceState& state() const { return *slot->state; }
 };
 
@@ -140,6 +143,9 @@ struct Scheduler::Impl {
   std::unique_ptr<RunningRequest> release(RunningRequest& r);
   void ended_with_reply(RunningRequest& r);
   bool start_replay(Slot& slot, std::vector<int32_t> tokens, int prompt_size);
+  void follow_reply(const RunningRequest& r);
+  Replay* live_replay(const RunningRequest& r);
+  void refresh(Replay& r);
   bool continues_a_replay(std::span<const int32_t> prompt) const;
   void end_replay(Replay& r);
   void ended();
@@ -348,9 +354,18 @@ void Scheduler::Impl::step() {
     if (!r->prefilling()) rows.push_back(r.get());
   const std::vector<Reading> reads = readings(rows.size());
   const bool reading = std::any_of(running.begin(), running.end(), [](const auto& r) { return r->prefilling(); });
-  Replay* replay = !reading && !replays.empty() ? &replays.front() : nullptr;
+  Replay* replay = nullptr;  // the oldest replay with a piece to feed (a live one may have none yet)
+  for (Replay& r : replays) {
+    if (reading) break;
+    refresh(r);
+    if (!next_piece(r).empty()) {
+      replay = &r;
+      break;
+    }
+  }
   if (rows.size() == 1 && !reading && !replay && speculate(*rows[0])) return;
   const std::span<const int32_t> replay_piece = replay ? next_piece(*replay) : std::span<const int32_t>{};
+  const Slot* replay_slot = replay ? replay->slot : nullptr;
   const bool replay_mixed =
       !replay_piece.empty() && !rows.empty() && rows.size() + replay_piece.size() <= size_t(model.max_batch());
   // One prompt alone keeps its own step, where the draft head can follow it.
@@ -362,7 +377,14 @@ void Scheduler::Impl::step() {
       if (r->prefilling()) return prefill_step(*r, next_piece(*r));
   }
   if (rows.empty() && reads.size() == 1) return prefill_step(*reads[0].reader, reads[0].piece);
-  if (replay && !replay_mixed && !replay_piece.empty()) replay_step(*replay, replay_piece);
+  if (!replay || replay_mixed) return;
+  // The rows' ends may have ended replays, this one too: it is found again by its slot.
+  for (Replay& r : replays)
+    if (r.slot == replay_slot) {
+      const std::span<const int32_t> piece = next_piece(r);
+      if (!piece.empty()) replay_step(r, piece);
+      return;
+    }
 }
 
 // The next pieces of the prompts being read, oldest first, while their tokens fit the prefill
@@ -391,9 +413,16 @@ std::span<const int32_t> Scheduler::Impl::next_piece(const RunningRequest& r) co
   return r.next_prompt_piece(std::min(chunk_end(fed), until) - fed);
 }
 
-// The replay's next piece, cut as a prompt's (above) so that its snapshot holds the same bits.
+// The replay's next piece, cut as a prompt's (above) so that its snapshot holds the same bits. A
+// live replay feeds only whole pieces of those cuts that lie before the reply's end, whatever it
+// turns out to be: chunk multiples and snapshot intervals.
 std::span<const int32_t> Scheduler::Impl::next_piece(const Replay& r) const {
   const int fed = r.state().n_past, end = int(r.tokens.size());
+  if (r.live) {
+    const int until = std::min(chunk_end(fed), prefix_cache.next_interval(fed));
+    if (until > end) return {};
+    return std::span(r.tokens).subspan(size_t(fed), size_t(until - fed));
+  }
   const int until = std::min(chunk_end(fed), prefix_cache.next_snapshot(fed, end));
   return std::span(r.tokens).subspan(size_t(fed), size_t(until - fed));
 }
@@ -451,7 +480,7 @@ void Scheduler::Impl::decode_step(const std::vector<RunningRequest*>& rows, cons
       fail({draws[i].first}, std::current_exception());
     }
   }
-  const bool alone = B == 1 && reads.empty();
+  const bool alone = B == 1 && reads.empty() && !replay;  // the head reads the step's first rows
   if (!alone) followed = nullptr;  // the head reads no batched step
   for (size_t i = 0; i < draws.size(); ++i)
     if (drawn[i] && emit(*draws[i].first, draws[i].second) && alone) {
@@ -494,14 +523,17 @@ void Scheduler::Impl::replay_step(Replay& r, std::span<const int32_t> piece) {
   replay_fed(r, piece.size());
 }
 
-// Offers the replay's state; its last piece ends it.
+// Offers the replay's state; its last piece ends it. A live replay offers only interval positions
+// (its reply's end is not known yet).
 void Scheduler::Impl::replay_fed(Replay& r, size_t tokens) {
   counters.replay_tokens += tokens;
+  if (r.live) counters.replay_tokens_live += tokens;
+  if (r.live && !prefix_cache.at_interval(r.state().n_past)) return;
   try {
     prefix_cache.offer(r.tokens, r.state());
   } catch (const Error&) {  // no memory for a snapshot: the replay goes on without one
   }
-  if (r.state().n_past == int(r.tokens.size())) end_replay(r);
+  if (!r.live && r.state().n_past == int(r.tokens.size())) end_replay(r);
 }
 
 void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
@@ -510,6 +542,7 @@ void Scheduler::Impl::piece_fed(RunningRequest& r, size_t tokens) {
     prefix_cache.offer(r.prompt(), r.state());
   } catch (const Error&) {  // no memory for a snapshot: the request goes on without one
   }
+  if (!r.prefilling()) follow_reply(r);
 }
 
 // After a trunk step of r that fed n tokens (next[i]: the token after its i-th): the head reads
@@ -639,7 +672,10 @@ void Scheduler::Impl::fail(const std::vector<RunningRequest*>& rows, std::except
 // A final event with a token ends the request normally (EOS, max_tokens, a full context).
 void Scheduler::Impl::finish(RunningRequest& r, const StepEvent& final_event) {
   std::unique_ptr<RunningRequest> owned = release(r);
-  if (final_event.token < 0) free_slots.push_back(&owned->slot());
+  if (final_event.token < 0) {
+    if (Replay* live = live_replay(*owned)) end_replay(*live);  // a failed or cancelled reply is not kept
+    free_slots.push_back(&owned->slot());
+  }
   owned->deliver(final_event);
   if (final_event.token >= 0) ended_with_reply(*owned);
   else ended();
@@ -663,6 +699,19 @@ std::unique_ptr<RunningRequest> Scheduler::Impl::release(RunningRequest& r) {
 // counts as in flight until the replay ends, so that shutdown() returns with its snapshot in the
 // published metrics.
 void Scheduler::Impl::ended_with_reply(RunningRequest& r) {
+  if (Replay* live = live_replay(r)) {
+    std::vector<int32_t> tokens = r.fed_tokens();
+    const int end = prefix_cache.reply_snapshot(r.prompt_size(), int(tokens.size()));
+    if (end > 0 && end >= live->state().n_past) {  // it goes on to the reply's last block boundary
+      tokens.resize(size_t(end));
+      live->tokens = std::move(tokens);
+      live->live = nullptr;  // from here it holds the request's count in flight
+      free_slots.push_back(&r.slot());
+      if (live->state().n_past == end) replay_fed(*live, 0);  // all fed already: snapshot and end it
+      return;
+    }
+    end_replay(*live);
+  }
   if (start_replay(r.slot(), r.fed_tokens(), r.prompt_size())) return;
   free_slots.push_back(&r.slot());
   ended();
@@ -693,18 +742,58 @@ bool Scheduler::Impl::start_replay(Slot& slot, std::vector<int32_t> tokens, int 
   return true;
 }
 
+// A request whose prompt is read follows its reply with a live replay in a spare slot, restored
+// from the prompt's last snapshot: the reply's whole pieces are fed while it is generated, so that
+// when the request ends only its last piece is left and a chat's next turn, sent at once, waits
+// for that alone. None when no slot is free (a request being admitted takes a live replay's slot
+// back) or the prompt's snapshot is not in the cache.
+void Scheduler::Impl::follow_reply(const RunningRequest& r) {
+  if (!prefix_cache.enabled() || free_slots.empty()) return;
+  Slot& slot = *free_slots.back();
+  const std::span<const int32_t> prompt = r.prompt();
+  try {
+    slot.state->reset();
+    if (prefix_cache.resume(prompt, *slot.state) != prefix_cache.last_snapshot(r.prompt_size())) return;
+  } catch (const std::exception&) {  // admit() resets the slot before its next use
+    return;
+  }
+  free_slots.pop_back();
+  replays.push_back({&slot, std::vector<int32_t>(prompt.begin(), prompt.end()), &r});
+}
+
+Replay* Scheduler::Impl::live_replay(const RunningRequest& r) {
+  for (Replay& x : replays)
+    if (x.live == &r) return &x;
+  return nullptr;
+}
+
+// A live replay's tokens: its request's reply so far, up to its last block boundary, taken once a
+// whole piece of them is there to feed.
+void Scheduler::Impl::refresh(Replay& r) {
+  if (!r.live || !next_piece(r).empty()) return;
+  const int fed = r.state().n_past;
+  const int until = std::min(chunk_end(fed), prefix_cache.next_interval(fed));
+  if (prefix_cache.reply_snapshot(r.live->prompt_size(), r.live->fed_count()) < until) return;
+  r.tokens = r.live->fed_tokens();
+  r.tokens.resize(size_t(until));
+}
+
+// A live replay's tokens are not final, and a next turn cannot come before its request ends.
 bool Scheduler::Impl::continues_a_replay(std::span<const int32_t> prompt) const {
   return std::any_of(replays.begin(), replays.end(), [&](const Replay& r) {
-    return prompt.size() > r.tokens.size() && std::equal(r.tokens.begin(), r.tokens.end(), prompt.begin());
+    return !r.live && prompt.size() > r.tokens.size() &&
+           std::equal(r.tokens.begin(), r.tokens.end(), prompt.begin());
   });
 }
 
-// Frees the replay's slot (its snapshot offered, or dropped unfinished).
+// Frees the replay's slot (its snapshot offered, or dropped unfinished). Its request's end is
+// counted here unless the replay was live (the request is still running, or ends on its own).
 void Scheduler::Impl::end_replay(Replay& r) {
+  const bool holds_request = r.live == nullptr;
   free_slots.push_back(r.slot);
   const auto it = std::find_if(replays.begin(), replays.end(), [&](const Replay& x) { return &x == &r; });
   replays.erase(it);
-  ended();
+  if (holds_request) ended();
 }
 
 // A request's last callback has returned: it no longer counts against the queue limit. The

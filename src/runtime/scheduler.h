@@ -85,9 +85,9 @@ struct SchedulerMetrics {
   // Steps that read prompt tokens, and the prompt pieces they read (several prompts waiting
   // together share a step up to SchedulerOptions::prefill_chunk tokens).
   uint64_t prompt_steps = 0, prompt_pieces = 0;
-  // Tokens fed again to snapshot finished replies for the prefix cache; of those, the ones fed in
-  // steps of their own (no sequence was decoding).
-  uint64_t replay_tokens = 0, replay_tokens_alone = 0;
+  // Tokens fed again to snapshot replies for the prefix cache; of those, the ones fed in steps of
+  // their own (no sequence was decoding), and the ones fed while their reply was being generated.
+  uint64_t replay_tokens = 0, replay_tokens_alone = 0, replay_tokens_live = 0;
   PrefixCacheStats prefix_cache;  // prompt_tokens counts only the tokens prefilled, not those restored
 };
 

@@ -67,6 +67,9 @@ std::string scheduler_lines(const SchedulerMetrics& s) {
   counter("petrel_prefix_cache_replay_tokens_total",
           "Tokens fed again to snapshot finished replies (in decode steps, or alone when none ran).",
           double(s.replay_tokens));
+  counter("petrel_prefix_cache_replay_live_tokens_total",
+          "Of those, the tokens fed while their reply was still being generated (a spare slot following it).",
+          double(s.replay_tokens_live));
   gauge("petrel_prefix_cache_bytes", "Memory held by prefix snapshots.", double(p.bytes));
   gauge("petrel_prefix_cache_entries", "Prefix snapshots held.", p.entries);
   gauge("petrel_prefix_cache_host_bytes", "Host memory held by spilled prefix snapshots.", double(p.host_bytes));

@@ -10,10 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "cpu_fixture.h"
 #include "runtime/scheduler.h"
@@ -312,9 +315,9 @@ std::vector<CompletionRequest> conversation(int vocab) {
   return out;
 }
 
-SchedulerOptions scheduler_options(const PrefixCacheOptions& cache, int prefill_chunk = kChunk) {
+SchedulerOptions scheduler_options(const PrefixCacheOptions& cache, int prefill_chunk = kChunk, int max_sequences = 4) {
   SchedulerOptions o;
-  o.max_sequences = 4;
+  o.max_sequences = max_sequences;
   o.context = kContext;
   o.prefill_chunk = prefill_chunk;
   o.prefix_cache = cache;
@@ -323,8 +326,8 @@ SchedulerOptions scheduler_options(const PrefixCacheOptions& cache, int prefill_
 
 std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, const PrefixCacheOptions& cache,
                           bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk,
-                          SchedulerMetrics* metrics = nullptr) {
-  Scheduler scheduler(model, scheduler_options(cache, prefill_chunk));
+                          SchedulerMetrics* metrics = nullptr, int max_sequences = 4) {
+  Scheduler scheduler(model, scheduler_options(cache, prefill_chunk, max_sequences));
   std::vector<Collector> got(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(scheduler.submit(requests[i], got[i].callback()), SubmitStatus::Accepted);
@@ -340,8 +343,8 @@ std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& re
 
 std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& requests, size_t budget,
                           bool concurrent, PrefixCacheStats* stats = nullptr, int prefill_chunk = kChunk,
-                          SchedulerMetrics* metrics = nullptr) {
-  return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk, metrics);
+                          SchedulerMetrics* metrics = nullptr, int max_sequences = 4) {
+  return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk, metrics, max_sequences);
 }
 
 void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want) {
@@ -431,9 +434,11 @@ TEST(PrefixCache, ANextTurnRestoresThePreviousReply) {
   EXPECT_LE(small.bytes, stats.bytes / 2);
 }
 
-// A finished reply is fed again for its snapshot in pieces that ride in the steps of sequences
-// still decoding: none runs a step of its own while another request decodes, and one does when
-// the reply's request was alone. The second request's answer is what it is without the cache.
+// A reply is fed again for its snapshot in pieces that ride in the steps of sequences still
+// decoding: none runs a step of its own while another request decodes. A request alone has its
+// reply followed live in a spare slot, in its own decode steps; with no spare slot its reply is
+// fed after it ends, in steps of its own. The second request's answer is what it is without the
+// cache.
 TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
   Fixture f(kChunk + 4);  // a piece beside every decoding row, as petrel serve sizes its steps
   CompletionRequest short_one;  // 120-token prompt (snapshot at 64) + 10 tokens: replayed to 128
@@ -453,7 +458,79 @@ TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
   expect_same(with_cache, serve(*f.model, {short_one, long_one}, 0, /*concurrent=*/true));
   serve(*f.model, {short_one}, size_t(1) << 30, /*concurrent=*/true, nullptr, kChunk, &m_alone);
   EXPECT_EQ(m_alone.replay_tokens, 64u);
-  EXPECT_EQ(m_alone.replay_tokens_alone, 64u) << "nothing decodes beside the last request's replay";
+  EXPECT_EQ(m_alone.replay_tokens_live, 64u) << "the reply's piece 64..128 fed while it was generated";
+  EXPECT_EQ(m_alone.replay_tokens_alone, 0u);
+  SchedulerMetrics one_slot;
+  serve(*f.model, {short_one}, size_t(1) << 30, /*concurrent=*/true, nullptr, kChunk, &one_slot, /*max_sequences=*/1);
+  EXPECT_EQ(one_slot.replay_tokens, 64u);
+  EXPECT_EQ(one_slot.replay_tokens_live, 0u) << "no spare slot to follow the reply in";
+  EXPECT_EQ(one_slot.replay_tokens_alone, 64u) << "nothing decodes beside the last request's replay";
+}
+
+// A long reply (70-token prompt, snapshot at 64; 200 tokens) is followed live: its pieces up to 256,
+// the last block boundary of what it fed, are all fed while it is generated (the interval at 128
+// and the end snapshotted), so the next turn, sent the moment the reply ends, restores 256 tokens
+// without waiting for a replay, and both turns answer as without the cache. A follower dropped
+// for a request that needs its slot leaves the answers unchanged too.
+TEST(PrefixCache, ALiveReplayFollowsALongReply) {
+  Fixture f;
+  CompletionRequest first;
+  first.prompt = tokens(70, 51, f.vocab());
+  first.sampling.temperature = 0.0f;
+  first.max_tokens = 200;
+  first.top_logprobs = 5;
+  const std::vector<Answer> reply = serve(*f.model, {first}, 0, false);
+  ASSERT_EQ(reply[0].tokens.size(), 200u);
+  CompletionRequest second = first;
+  second.prompt.insert(second.prompt.end(), reply[0].tokens.begin(), reply[0].tokens.end());
+  const std::vector<int32_t> user = tokens(20, 52, f.vocab());
+  second.prompt.insert(second.prompt.end(), user.begin(), user.end());
+  second.max_tokens = 6;
+
+  const std::vector<Answer> plain = serve(*f.model, {first, second}, 0, false);
+  SchedulerMetrics m;
+  const std::vector<Answer> cached = serve(*f.model, {first, second}, size_t(1) << 30, false, nullptr, kChunk, &m);
+  expect_same(cached, plain);
+  EXPECT_EQ(cached[1].cached, 256);
+  EXPECT_EQ(m.replay_tokens, 192u);
+  EXPECT_EQ(m.replay_tokens_live, 192u);
+  EXPECT_EQ(m.prefix_cache.snapshots, 3u) << "the prompt's at 64, the reply's at 128 (an interval) and 256";
+
+  // Two slots, and a request arriving mid-reply (the first request's callback holds the scheduler
+  // at its 150th token until it is queued): it takes the follower's slot, and the reply is fed
+  // again after it ends instead. Every answer is still the one without the cache.
+  CompletionRequest other;
+  other.prompt = tokens(90, 53, f.vocab());
+  other.sampling.temperature = 0.0f;
+  other.max_tokens = 4;
+  for (const size_t budget : {size_t(0), size_t(1) << 30}) {
+    Scheduler scheduler(*f.model, scheduler_options(cache_options(budget), kChunk, /*max_sequences=*/2));
+    Collector a, b, c;
+    std::promise<void> queued;
+    std::shared_future<void> go = queued.get_future().share();
+    StepCallback first_callback = [&, inner = a.callback(), n = 0](const StepEvent& e) mutable {
+      if (e.token >= 0 && ++n == 150) go.wait();
+      return inner(e);
+    };
+    ASSERT_EQ(scheduler.submit(first, first_callback), SubmitStatus::Accepted);
+    while (true) {  // until the first request decodes
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (scheduler.metrics().generated_tokens > 0) break;
+    }
+    ASSERT_EQ(scheduler.submit(other, b.callback()), SubmitStatus::Accepted);
+    queued.set_value();
+    a.wait();
+    b.wait();
+    ASSERT_EQ(scheduler.submit(second, c.callback()), SubmitStatus::Accepted);
+    c.wait();
+    scheduler.shutdown(true);
+    expect_same({a.answer, c.answer}, plain);
+    if (budget == 0) continue;
+    const SchedulerMetrics sm = scheduler.metrics();
+    EXPECT_EQ(c.answer.cached, 256);
+    EXPECT_LT(sm.replay_tokens_live, 192u) << "the follower gave its slot up";
+    EXPECT_GE(sm.replay_tokens, 192u);
+  }
 }
 
 // Prompts of 193 tokens snapshot at 128; a reply after one would snapshot at 192. It does when the
