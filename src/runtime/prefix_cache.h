@@ -63,6 +63,7 @@ class PrefixCache {
   // The first interval position after `fed` (a long prompt's snapshots).
   int next_interval(int fed) const { return (fed / options_.interval + 1) * options_.interval; }
   bool at_interval(int n) const { return n > 0 && n % options_.interval == 0; }
+  int block() const { return options_.block; }
   // Called once `state` holds exactly the first state.n_past tokens of `prompt`: snapshots it
   // where that is a snapshot position not cached yet.
   void offer(std::span<const int32_t> prompt, const SequenceState& state);

@@ -146,6 +146,10 @@ struct Scheduler::Impl {
   void follow_reply(const RunningRequest& r);
   Replay* live_replay(const RunningRequest& r);
   void refresh(Replay& r);
+  int live_piece_end(int fed) const;
+  // A live replay's longest piece: long enough to cost few steps, short enough to keep up with
+  // the reply (the shorter the pieces, the less is left to feed when it ends).
+  static constexpr int kLivePiece = 256;
   bool continues_a_replay(std::span<const int32_t> prompt) const;
   void end_replay(Replay& r);
   void ended();
@@ -414,12 +418,13 @@ std::span<const int32_t> Scheduler::Impl::next_piece(const RunningRequest& r) co
 }
 
 // The replay's next piece, cut as a prompt's (above) so that its snapshot holds the same bits. A
-// live replay feeds only whole pieces of those cuts that lie before the reply's end, whatever it
-// turns out to be: chunk multiples and snapshot intervals.
+// live replay feeds whole pieces of at most kLivePiece tokens before the reply's end, whatever it
+// turns out to be, also cut at chunk multiples and snapshot intervals: pieces start and end on
+// block boundaries, which is all the bits depend on (tests/integration/prefix_cache_test.cpp).
 std::span<const int32_t> Scheduler::Impl::next_piece(const Replay& r) const {
   const int fed = r.state().n_past, end = int(r.tokens.size());
   if (r.live) {
-    const int until = std::min(chunk_end(fed), prefix_cache.next_interval(fed));
+    const int until = live_piece_end(fed);
     if (until > end) return {};
     return std::span(r.tokens).subspan(size_t(fed), size_t(until - fed));
   }
@@ -767,12 +772,17 @@ Replay* Scheduler::Impl::live_replay(const RunningRequest& r) {
   return nullptr;
 }
 
+// Where a live replay's piece from `fed` (a block boundary) ends.
+int Scheduler::Impl::live_piece_end(int fed) const {
+  const int block = prefix_cache.block(), most = std::max(block, kLivePiece / block * block);
+  return std::min({chunk_end(fed), prefix_cache.next_interval(fed), fed + most});
+}
+
 // A live replay's tokens: its request's reply so far, up to its last block boundary, taken once a
 // whole piece of them is there to feed.
 void Scheduler::Impl::refresh(Replay& r) {
   if (!r.live || !next_piece(r).empty()) return;
-  const int fed = r.state().n_past;
-  const int until = std::min(chunk_end(fed), prefix_cache.next_interval(fed));
+  const int until = live_piece_end(r.state().n_past);
   if (prefix_cache.reply_snapshot(r.live->prompt_size(), r.live->fed_count()) < until) return;
   r.tokens = r.live->fed_tokens();
   r.tokens.resize(size_t(until));

@@ -467,6 +467,46 @@ TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
   EXPECT_EQ(one_slot.replay_tokens_alone, 64u) << "nothing decodes beside the last request's replay";
 }
 
+// With long prompt pieces (512) and intervals (1024), a live replay cuts the reply where a prompt
+// would not: 64..320 while it is generated (a piece of kLivePiece), then 320..448 after it ends;
+// the next turn without the cache reads its 490 tokens in one piece. The answers are the same bits.
+TEST(PrefixCache, ALiveReplaysOwnCutsChangeNoBit) {
+  Fixture f(512);
+  CompletionRequest first;
+  first.prompt = tokens(70, 61, f.vocab());
+  first.sampling.temperature = 0.0f;
+  first.max_tokens = 400;
+  first.top_logprobs = 5;
+  std::vector<Answer> answers[2];
+  SchedulerMetrics m;
+  for (int cached = 0; cached < 2; ++cached) {
+    SchedulerOptions o;
+    o.max_sequences = 2;
+    o.context = 1024;
+    o.prefill_chunk = 512;
+    o.prefix_cache = {.budget_bytes = cached ? size_t(1) << 30 : 0, .block = 64, .interval = 1024};
+    Scheduler scheduler(*f.model, o);
+    Collector a, b;
+    ASSERT_EQ(scheduler.submit(first, a.callback()), SubmitStatus::Accepted);
+    a.wait();
+    ASSERT_EQ(a.answer.tokens.size(), 400u);
+    CompletionRequest second = first;
+    second.prompt.insert(second.prompt.end(), a.answer.tokens.begin(), a.answer.tokens.end());
+    const std::vector<int32_t> user = tokens(20, 62, f.vocab());
+    second.prompt.insert(second.prompt.end(), user.begin(), user.end());
+    second.max_tokens = 6;
+    ASSERT_EQ(scheduler.submit(second, b.callback()), SubmitStatus::Accepted);
+    b.wait();
+    scheduler.shutdown(true);
+    answers[cached] = {a.answer, b.answer};
+    if (cached) m = scheduler.metrics();
+  }
+  expect_same(answers[1], answers[0]);
+  EXPECT_EQ(answers[1][1].cached, 448);
+  EXPECT_EQ(m.replay_tokens_live, 256u);
+  EXPECT_EQ(m.replay_tokens, 384u);
+}
+
 // A long reply (70-token prompt, snapshot at 64; 200 tokens) is followed live: its pieces up to 256,
 // the last block boundary of what it fed, are all fed while it is generated (the interval at 128
 // and the end snapshotted), so the next turn, sent the moment the reply ends, restores 256 tokens
