@@ -347,6 +347,26 @@ std::vector<Answer> serve(Model& model, const std::vector<CompletionRequest>& re
   return serve(model, requests, cache_options(budget), concurrent, stats, prefill_chunk, metrics, max_sequences);
 }
 
+// A greedy request of `max_tokens` with the top `top_logprobs` logprobs of each token.
+CompletionRequest greedy_request(std::vector<int32_t> prompt, int max_tokens, int top_logprobs) {
+  CompletionRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  r.top_logprobs = top_logprobs;
+  return r;
+}
+
+// A chat's next turn: the first turn's prompt and reply, then a 20-token message (from `seed`).
+CompletionRequest next_turn(const CompletionRequest& first, const std::vector<int32_t>& reply, int seed, int vocab) {
+  CompletionRequest second = first;
+  second.prompt.insert(second.prompt.end(), reply.begin(), reply.end());
+  const std::vector<int32_t> user = tokens(20, seed, vocab);
+  second.prompt.insert(second.prompt.end(), user.begin(), user.end());
+  second.max_tokens = 6;
+  return second;
+}
+
 void expect_same(const std::vector<Answer>& got, const std::vector<Answer>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -406,17 +426,9 @@ TEST(PrefixCache, TurnsOfAConversationRestoreTheirHistory) {
 // too small for all the snapshots.
 TEST(PrefixCache, ANextTurnRestoresThePreviousReply) {
   Fixture f;
-  CompletionRequest first;
-  first.prompt = tokens(70, 31, f.vocab());
-  first.sampling.temperature = 0.0f;
-  first.max_tokens = 123;
-  first.top_logprobs = 20;
+  const CompletionRequest first = greedy_request(tokens(70, 31, f.vocab()), 123, 20);
   const std::vector<Answer> reply = serve(*f.model, {first}, 0, false);
-  CompletionRequest second = first;
-  second.prompt.insert(second.prompt.end(), reply[0].tokens.begin(), reply[0].tokens.end());
-  const std::vector<int32_t> user = tokens(20, 32, f.vocab());
-  second.prompt.insert(second.prompt.end(), user.begin(), user.end());
-  second.max_tokens = 6;
+  const CompletionRequest second = next_turn(first, reply[0].tokens, 32, f.vocab());
 
   const std::vector<Answer> plain = serve(*f.model, {first, second}, 0, false);
   PrefixCacheStats stats;
@@ -472,11 +484,7 @@ TEST(PrefixCache, ReplaysRideInTheStepsOfDecodingSequences) {
 // the next turn without the cache reads its 490 tokens in one piece. The answers are the same bits.
 TEST(PrefixCache, ALiveReplaysOwnCutsChangeNoBit) {
   Fixture f(512);
-  CompletionRequest first;
-  first.prompt = tokens(70, 61, f.vocab());
-  first.sampling.temperature = 0.0f;
-  first.max_tokens = 400;
-  first.top_logprobs = 5;
+  const CompletionRequest first = greedy_request(tokens(70, 61, f.vocab()), 400, 5);
   std::vector<Answer> answers[2];
   SchedulerMetrics m;
   for (int cached = 0; cached < 2; ++cached) {
@@ -490,12 +498,7 @@ TEST(PrefixCache, ALiveReplaysOwnCutsChangeNoBit) {
     ASSERT_EQ(scheduler.submit(first, a.callback()), SubmitStatus::Accepted);
     a.wait();
     ASSERT_EQ(a.answer.tokens.size(), 400u);
-    CompletionRequest second = first;
-    second.prompt.insert(second.prompt.end(), a.answer.tokens.begin(), a.answer.tokens.end());
-    const std::vector<int32_t> user = tokens(20, 62, f.vocab());
-    second.prompt.insert(second.prompt.end(), user.begin(), user.end());
-    second.max_tokens = 6;
-    ASSERT_EQ(scheduler.submit(second, b.callback()), SubmitStatus::Accepted);
+    ASSERT_EQ(scheduler.submit(next_turn(first, a.answer.tokens, 62, f.vocab()), b.callback()), SubmitStatus::Accepted);
     b.wait();
     scheduler.shutdown(true);
     answers[cached] = {a.answer, b.answer};
@@ -514,18 +517,10 @@ TEST(PrefixCache, ALiveReplaysOwnCutsChangeNoBit) {
 // for a request that needs its slot leaves the answers unchanged too.
 TEST(PrefixCache, ALiveReplayFollowsALongReply) {
   Fixture f;
-  CompletionRequest first;
-  first.prompt = tokens(70, 51, f.vocab());
-  first.sampling.temperature = 0.0f;
-  first.max_tokens = 200;
-  first.top_logprobs = 5;
+  const CompletionRequest first = greedy_request(tokens(70, 51, f.vocab()), 200, 5);
   const std::vector<Answer> reply = serve(*f.model, {first}, 0, false);
   ASSERT_EQ(reply[0].tokens.size(), 200u);
-  CompletionRequest second = first;
-  second.prompt.insert(second.prompt.end(), reply[0].tokens.begin(), reply[0].tokens.end());
-  const std::vector<int32_t> user = tokens(20, 52, f.vocab());
-  second.prompt.insert(second.prompt.end(), user.begin(), user.end());
-  second.max_tokens = 6;
+  const CompletionRequest second = next_turn(first, reply[0].tokens, 52, f.vocab());
 
   const std::vector<Answer> plain = serve(*f.model, {first, second}, 0, false);
   SchedulerMetrics m;
@@ -539,10 +534,7 @@ TEST(PrefixCache, ALiveReplayFollowsALongReply) {
   // Two slots, and a request arriving mid-reply (the first request's callback holds the scheduler
   // at its 150th token until it is queued): it takes the follower's slot, and the reply is fed
   // again after it ends instead. Every answer is still the one without the cache.
-  CompletionRequest other;
-  other.prompt = tokens(90, 53, f.vocab());
-  other.sampling.temperature = 0.0f;
-  other.max_tokens = 4;
+  const CompletionRequest other = greedy_request(tokens(90, 53, f.vocab()), 4, -1);
   for (const size_t budget : {size_t(0), size_t(1) << 30}) {
     Scheduler scheduler(*f.model, scheduler_options(cache_options(budget), kChunk, /*max_sequences=*/2));
     Collector a, b, c;
