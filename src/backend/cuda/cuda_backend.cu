@@ -638,9 +638,12 @@ class CudaBackend final : public Backend {
     check(b.elem_size == 4 && a.elem_size == 4, "CUDA deltanet: b and a must be fp32 tensors");
     if (T == 1) {
       const cuda::TimedOp timed(timer_, stream_, "deltanet");
+      // Settled states (loaded before the PDL wait) only in a recorded one-token step: a drafted
+      // verify step runs a layer's step once a row, each after the state the one before writes.
+      const bool settled = capturing() && step_keys_ > 0;
       if (cuda::deltanet_decode(d, bf(qkv), weights_->vec(w.conv), s.conv[layer], f32(b), f32(a),
                                 weights_->vec(w.A_log), weights_->vec(w.dt_bias), s.S[layer], weights_->vec(w.norm),
-                                bf(z), c.rms_eps, bf(out), gdn_readers_, capturing(), stream_)) {
+                                bf(z), c.rms_eps, bf(out), gdn_readers_, settled, stream_)) {
         mixer_blocks_ = cuda::deltanet_decode_blocks(d);
         return;
       }
