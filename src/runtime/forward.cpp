@@ -76,7 +76,8 @@ Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepL
               std::to_string(std::min(kMaxDraftedRows, logit_rows())) + " one step feeds");
     backend_.begin_forward(ids, n, st);
     trunk_rows_ = n;
-    backend_.run(verify_ops(st, n, /*drafted=*/true), &st);
+    // Recorded apart from the other steps of n rows (a decode step, an every-row chunk): other ops.
+    backend_.run(verify_ops(st, n, /*drafted=*/true), &st, /*variant=*/1);
     st.n_past += n;
     return all_logits_buffer().rows_view(0, n);
   }
