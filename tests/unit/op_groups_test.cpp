@@ -137,9 +137,12 @@ TEST(OpGroups, DraftedRowsTakeDeltaNetOneAtATime) {
     EXPECT_EQ(d.states.chunk, st);
   }
   for (const OpGroup& g : cuda::group_ops(ops)) {
-    if (std::holds_alternative<op::DeltaNet>(ops[size_t(g.first)])) EXPECT_EQ(g.group, Group::Op) << describe(g);
-    if (g.group == Group::LinearAddNormMoeAdd)
+    if (std::holds_alternative<op::DeltaNet>(ops[size_t(g.first)])) {
+      EXPECT_EQ(g.group, Group::Op) << describe(g);
+    }
+    if (g.group == Group::LinearAddNormMoeAdd) {
       EXPECT_EQ(std::get<op::Linear>(ops[size_t(g.first)]).x.rows, kRows) << describe(g);
+    }
   }
   shape.rows_one_at_a_time = false;
   int chunked = 0;
