@@ -74,12 +74,7 @@ Tensor Model::forward_device(const int32_t* ids, int n, SequenceState& st, KeepL
     check(n <= kMaxDraftedRows && n <= logit_rows(),
           "forward_device: " + std::to_string(n) + " drafted tokens, more than the " +
               std::to_string(std::min(kMaxDraftedRows, logit_rows())) + " one step feeds");
-    backend_.begin_forward(ids, n, st);
-    trunk_rows_ = n;
-    // Recorded apart from the other steps of n rows (a decode step, an every-row chunk): other ops.
-    backend_.run(verify_ops(st, n, /*drafted=*/true), &st, /*variant=*/1);
-    st.n_past += n;
-    return all_logits_buffer().rows_view(0, n);
+    return chunk_logits(ids, n, st, /*want_last=*/false, /*all_rows=*/true, /*drafted=*/true);
   }
   check(keep != KeepLogits::All || n <= logit_rows(),
         "forward_device: every row's logits of " + std::to_string(n) + " tokens, more than the " +
@@ -106,7 +101,8 @@ void Model::forward_chunk(const int32_t* ids, int T, SequenceState& st, bool wan
   }
 }
 
-Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows) {
+Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows,
+                           bool drafted) {
   backend_.begin_forward(ids, T, st);
   trunk_rows_ = T;
   if (T == 1) {
@@ -118,7 +114,8 @@ Tensor Model::chunk_logits(const int32_t* ids, int T, SequenceState& st, bool wa
     return logits_;
   }
   if (all_rows && T <= kMaxDraftedRows) {
-    backend_.run(verify_ops(st, T, /*drafted=*/false), &st);
+    // Drafted steps are other ops than every-row chunks of as many rows: recorded apart.
+    backend_.run(verify_ops(st, T, drafted), &st, /*variant=*/drafted ? 1 : 0);
     st.n_past += T;
     return all_logits_buffer().rows_view(0, T);
   }

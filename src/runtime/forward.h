@@ -98,8 +98,10 @@ class Model {
   void forward_chunk(const int32_t* ids, int T, SequenceState& st, bool want_last, float* last_logits,
                      float* all_logits);
   // Runs one chunk and returns its logits rows in backend memory: every row when `all_rows`, else
-  // the last when `want_last` (a decode step always computes its one row).
-  Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows);
+  // the last when `want_last` (a decode step always computes its one row). `drafted`: a chunk of
+  // at most kMaxDraftedRows with every row, DeltaNet a row at a time (one row is a decode step).
+  Tensor chunk_logits(const int32_t* ids, int T, SequenceState& st, bool want_last, bool all_rows,
+                      bool drafted = false);
   // The ops of a one-token step of st, built once per sequence in a row (the list names its state).
   const OpList& decode_ops(SequenceState& st);
   // The ops of a verify step: every row's logits of T <= kMaxDraftedRows tokens of st (a
