@@ -727,9 +727,9 @@ class CudaBackend final : public Backend {
     if (cuda::expert_rows_suit(T, k, c.n_experts) && cuda::linear_rows_fits(E.gate) && cuda::linear_rows_fits(E.up) &&
         cuda::linear_rows_fits(E.down) && E.gate.format == E.up.format)
       cuda::expert_rows(E.gate, E.up, E.down, xin.data, xin.stride, xin.elem_size, T, moe_row_token_, moe_tile_expert_,
-                        moe_rows_ / cuda::kGemmTileM, moe_g_, istride, moe_y_, c.hidden, stream_);
+                        cuda::moe_tiles(T, k, c.n_experts), moe_g_, istride, moe_y_, c.hidden, stream_);
     else
-      grouped_experts(E, xin, istride);
+      grouped_experts(E, xin, istride, cuda::moe_tiles(T, k, c.n_experts) * cuda::kGemmTileM);
     const bf16* shared = nullptr;
     if (w.has_shared) {
       Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};
@@ -909,14 +909,15 @@ class CudaBackend final : public Backend {
   }
 
   // Many rows' routed experts (after moe_plan) by the grouped GEMM: gate, up, SiLU·mul, down.
-  void grouped_experts(const cuda::ExpertStacks& E, const Tensor& xin, int64_t istride) {
+  // `rows`: the plan's tiles in use (cuda::moe_tiles), in rows.
+  void grouped_experts(const cuda::ExpertStacks& E, const Tensor& xin, int64_t istride, int rows) {
     const int I = c_.moe_intermediate;
-    cuda::grouped_linear(E.gate, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_,
-                         moe_g_, istride, stream_);
-    cuda::grouped_linear(E.up, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, moe_rows_, moe_u_,
+    cuda::grouped_linear(E.gate, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, rows, moe_g_,
                          istride, stream_);
-    cuda::silu_mul(moe_g_, moe_u_, istride, moe_rows_, I, moe_g_, istride, stream_);
-    cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, moe_rows_, moe_y_, c_.hidden, stream_);
+    cuda::grouped_linear(E.up, xin.data, xin.stride, xin.elem_size, moe_row_token_, moe_tile_expert_, rows, moe_u_,
+                         istride, stream_);
+    cuda::silu_mul(moe_g_, moe_u_, istride, rows, I, moe_g_, istride, stream_);
+    cuda::grouped_linear(E.down, moe_g_, istride, 2, nullptr, moe_tile_expert_, rows, moe_y_, c_.hidden, stream_);
   }
 
   // True while run_decode_step records a step into a graph.

@@ -1,6 +1,8 @@
 // Host-side launchers of the CUDA kernels, one section per op family (one .cu file each).
 // Activations are bf16 [rows, cols] with a row stride; fp32 where stated.
 #pragma once
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 
 namespace petrel::cuda {
@@ -334,6 +336,14 @@ bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_g
 // to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
               int* tile_expert, cudaStream_t s);
+// The tiles moe_plan fills for T tokens' top-k picks among E experts: every filled tile has a row,
+// and an expert of c rows fills ceil(c / kGemmTileM), so there are at most min(T·k, T·k / kGemmTileM +
+// min(E, T·k)). Launches over the tiles take this many, not the plan buffer's count (sized for the
+// largest step), which would leave most of their blocks empty.
+inline int moe_tiles(int T, int k, int E) {
+  const int n = T * k;
+  return std::min(n, n / kGemmTileM + std::min(E, n));
+}
 // out[t] = Σ_j weights[t,j]·y[slot_row[t·k+j]] (+ sgate[t]·shared[t]); with an fp32 `residual`,
 // residual[t] += that sum rounded to bf16 instead (out is not written).
 void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
