@@ -446,6 +446,7 @@ void check_shapes(const DeviceMatrix& w, int64_t x_stride) {
 
 // grid (ceil(n/256), T): one element per thread.
 __global__ void round_kernel(const float* x, int64_t x_stride, int n, bf16* out, int64_t out_stride) {
+  pdl_enter();
   const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
   if (i < n) out[t * out_stride + i] = __float2bfloat16(x[t * x_stride + i]);
 }
@@ -472,7 +473,7 @@ int sm_count() {
 }
 
 void round_to_bf16(const float* x, int64_t x_stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s) {
-  round_kernel<<<dim3(div_up(n, 256), T), 256, 0, s>>>(x, x_stride, n, out, out_stride);
+  launch_pdl(round_kernel, dim3(div_up(n, 256), T), dim3(256), 0, s, x, x_stride, n, out, out_stride);
   PETREL_LAUNCHED("round_to_bf16");
 }
 

@@ -271,8 +271,13 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   __shared__ bool last;
   constexpr int KI = Format<F>::KI, NM = kPair ? 2 : 1, PF = kPair ? 2 : 4;
   const int tile = blockIdx.y;
+  // Launched early (PDL): a grouped launch reads moe_plan's tiles, so it waits at once; a dense one
+  // reads nothing an earlier kernel writes until its first staging, so its first weights are in
+  // flight while the kernel before it ends.
+  const bool grouped = a.tile_expert != nullptr;
+  if (grouped) pdl_wait();
   int e = 0;
-  if (a.tile_expert && (e = a.tile_expert[tile]) < 0) return;
+  if (grouped && (e = a.tile_expert[tile]) < 0) return;
   const int seg = segment_of(a);
   DeviceMatrix w[NM];
 #pragma unroll
@@ -299,6 +304,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   float acc[NM][NF][4] = {};
 #pragma unroll
   for (int p = 0; p < PF - 1; ++p) load_slot<F, NM>(ring[p], w, row_lo, row_hi, i_begin + p, p < n_its, t);
+  if (!grouped) pdl_wait();
   for (int i0 = 0; i0 < n_its; i0 += PF) {
 #pragma unroll
     for (int p = 0; p < PF; ++p) {
@@ -331,6 +337,8 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
       }
     }
   }
+
+  pdl_launch_dependents();  // once every block is past its weights, the next kernel may load its own
 
   // Accumulator c of fragment n: weight row f0 + g (+8 for c >= 2), token row 8n + 2t + c % 2.
   // The segment again rather than a register held through the loop (the kernel is at its limit).
@@ -430,7 +438,7 @@ void launch(const RowsArgs& args, int tiles, cudaStream_t s) {
     PETREL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget + 1024));
     configured = true;
   }
-  kernel<<<dim3(row_blocks, tiles, splits), kThreads, smem, s>>>(a);
+  launch_pdl(kernel, dim3(row_blocks, tiles, splits), dim3(kThreads), smem, s, a);
 }
 
 // The instantiation for the tile's most rows (16, 32 or 64: two, four or eight n8 fragments).

@@ -741,6 +741,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int 
                                                             int* counts, int* row_token, int* slot_row,
                                                             int* tile_expert) {
   __shared__ int count[kMaxExperts], cursor[kMaxExperts], used;
+  pdl_enter();
   const int n = T * k, e = threadIdx.x;
   if (e < E) count[e] = 0;
   for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = -1;
@@ -768,6 +769,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int 
 __global__ void combine_kernel(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int k, int H,
                                const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out,
                                int64_t out_stride, float* residual, int64_t residual_stride) {
+  pdl_enter();
   const int t = blockIdx.x;
   for (int h = threadIdx.x; h < H; h += blockDim.x) {
     float acc = 0.0f;
@@ -881,15 +883,16 @@ void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, 
 
 void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
               int* tile_expert, cudaStream_t s) {
-  plan_kernel<<<1, kPlanThreads, 0, s>>>(ids, T, k, E, max_rows, counts, row_token, slot_row, tile_expert);
+  launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), 0, s, ids, T, k, E, max_rows, counts, row_token, slot_row,
+             tile_expert);
   PETREL_LAUNCHED("moe_plan");
 }
 
 void moe_combine(const bf16* y, int64_t y_stride, const int* slot_row, const float* weights, int T, int k, int H,
                  const float* sgate, const bf16* shared, int64_t shared_stride, bf16* out, int64_t out_stride,
                  float* residual, int64_t residual_stride, cudaStream_t s) {
-  combine_kernel<<<T, 256, 0, s>>>(y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride, out, out_stride,
-                                   residual, residual_stride);
+  launch_pdl(combine_kernel, dim3(T), dim3(256), 0, s, y, y_stride, slot_row, weights, k, H, sgate, shared, shared_stride,
+             out, out_stride, residual, residual_stride);
   PETREL_LAUNCHED("moe_combine");
 }
 

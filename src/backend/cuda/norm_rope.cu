@@ -100,6 +100,7 @@ __global__ void qk_norm_rope_kernel(NormRopeHeads q, NormRopeHeads k, int q_bloc
 
 __global__ void silu_mul_kernel(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out,
                                 int64_t out_stride) {
+  pdl_enter();
   const int64_t total = int64_t(T) * n;
   for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < total; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = x / n, i = x % n;
@@ -154,7 +155,8 @@ void qk_norm_rope_rows(bf16* q, int64_t q_stride, int Hq, const float* q_w, bf16
 }
 
 void silu_mul(const bf16* g, const bf16* u, int64_t stride, int T, int n, bf16* out, int64_t out_stride, cudaStream_t s) {
-  silu_mul_kernel<<<std::min(4096, div_up(int64_t(T) * n, 256)), 256, 0, s>>>(g, u, stride, T, n, out, out_stride);
+  launch_pdl(silu_mul_kernel, dim3(std::min(4096, div_up(int64_t(T) * n, 256))), dim3(256), 0, s, g, u, stride, T, n, out,
+             out_stride);
   PETREL_LAUNCHED("silu_mul");
 }
 
