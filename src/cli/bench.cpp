@@ -193,12 +193,15 @@ bool fit_side_by_side(const cuda::KernelRecord& a, const cuda::KernelRecord& b) 
          a.threads + b.threads <= 2048;
 }
 
+// Each serving request's prompt and reply, in tokens.
+constexpr int kServingPrompt = 128, kServingGenerated = 128;
+
 // Kernels of `steps` replays of a recorded step as the device ran them (CUPTI). Kernels launched
 // with PDL overlap their predecessor (they start early and wait), so each kernel is charged the
 // time from the end of everything before it to its own end: the part of the step it alone
 // accounts for. The rest of the step is idle time between kernels (launch gaps that fusion or PDL
 // would remove).
-nlohmann::json traced_steps(const std::function<void()>& step, int steps) {
+nlohmann::json traced_steps(const std::function<void()>& step, int steps, bool with_timeline = true) {
   cuda::KernelTrace trace;
   trace.start();
   for (int i = 0; i < steps; ++i) step();
@@ -233,7 +236,7 @@ nlohmann::json traced_steps(const std::function<void()>& step, int steps) {
   // whether one of its blocks fits on a multiprocessor beside one of the previous kernel's (else
   // it starts only where that kernel's blocks have left: no work before its dependency wait).
   nlohmann::json timeline = nlohmann::json::array();
-  const size_t per_step = records.size() / size_t(steps);
+  const size_t per_step = with_timeline ? records.size() / size_t(steps) : 0;
   for (size_t i = records.size() - per_step; i < records.size(); ++i) {
     const uint64_t t0 = records[records.size() - per_step].start_ns;
     const cuda::KernelRecord& r = records[i];
@@ -289,8 +292,11 @@ void print_graph_kernels(const nlohmann::json& g) {
       g.contains("rows")                ? "batched step of " + std::to_string(g["rows"].get<int>()) + " rows"
       : g.contains("generation_tokens") ? "speculative generation of " +
                                               std::to_string(g["generation_tokens"].get<int>()) + " tokens"
-                                        : "decode step at context " + std::to_string(g["context"].get<int>());
-  const char* where = g.contains("generation_tokens") ? "" : " in a replayed graph";
+      : g.contains("serving_streams")
+          ? "serving run of " + std::to_string(g["serving_streams"].get<int>()) + " streams (prompts of " +
+                std::to_string(kServingPrompt) + " tokens, " + std::to_string(kServingGenerated) + " generated each)"
+          : "decode step at context " + std::to_string(g["context"].get<int>());
+  const char* where = g.contains("generation_tokens") || g.contains("serving_streams") ? "" : " in a replayed graph";
   std::printf("\n%s%s (CUPTI): %.0f us, kernels busy %.0f us, idle %.0f us, %.0f launches\n", what.c_str(), where,
               g["step_us"].get<double>(), g["busy_us"].get<double>(),
               g["step_us"].get<double>() - g["busy_us"].get<double>(), g["launches"].get<double>());
@@ -313,13 +319,66 @@ void print_op_rows(const char* title, const nlohmann::json& rows) {
                 100.0 * r["us"].get<double>() / total);
 }
 
-constexpr int kServingPrompt = 128, kServingGenerated = 128;
-
 // Requests held to a structured output's grammar (the ids that may end an answer with it).
 struct StructuredRequests {
   std::shared_ptr<const grammar::TokenGrammar> grammar;
   std::vector<int32_t> eos_ids;
 };
+
+// What one serving run gave: tokens generated, its seconds, and per request its TTFT and decode rate.
+struct ServingRun {
+  long generated = 0;
+  double seconds = 0;
+  std::vector<double> ttft_ms, stream_rates;
+};
+
+// n requests (distinct prompts of kServingPrompt tokens, greedy, kServingGenerated tokens each)
+// submitted at once to `scheduler`, waited for.
+ServingRun serve_requests(Scheduler& scheduler, int n, int vocab, const StructuredRequests& structured) {
+  std::mutex m;
+  std::condition_variable cv;
+  int finished = 0;
+  std::string error;
+  ServingRun run;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    CompletionRequest req;
+    req.prompt = tokens(kServingPrompt + i, vocab);
+    req.prompt.erase(req.prompt.begin(), req.prompt.begin() + i);  // a distinct prompt per request
+    req.sampling.temperature = 0.0f;
+    req.max_tokens = kServingGenerated;
+    req.grammar = structured.grammar;
+    if (structured.grammar) req.eos_ids = structured.eos_ids;
+    const SubmitStatus status = scheduler.submit(std::move(req), [&](const StepEvent& e) {
+      std::lock_guard<std::mutex> lock(m);
+      if (e.token >= 0) ++run.generated;
+      if (e.done) {
+        if (!e.error.empty()) error = e.error;
+        run.ttft_ms.push_back(e.stats.ttft_s * 1e3);
+        run.stream_rates.push_back(e.stats.decode_tokens_per_s());
+        ++finished;
+        cv.notify_all();
+      }
+      return true;
+    });
+    check(status == SubmitStatus::Accepted, "--concurrency: the scheduler refused request " + std::to_string(i));
+  }
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return finished == n; });
+  check(error.empty(), "--concurrency: " + error);
+  run.seconds = seconds_since(t0);
+  return run;
+}
+
+SchedulerOptions serving_options(int n, int prefill_chunk, const SpeculativeOptions& speculative) {
+  SchedulerOptions so;
+  so.max_sequences = n;
+  so.max_queued = n;
+  so.context = kServingPrompt + kServingGenerated + 8;
+  so.prefill_chunk = prefill_chunk;
+  so.speculative = speculative;
+  return so;
+}
 
 // Generated tokens per second with n concurrent greedy requests (distinct 128-token prompts, at
 // most 128 tokens each) through the continuous-batching scheduler, median of `runs` after a
@@ -330,55 +389,16 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
                                   int prefill_chunk, const SpeculativeOptions& speculative,
                                   const std::function<double(int)>& step_bytes, double bandwidth,
                                   const StructuredRequests& structured = {}) {
-  constexpr int kPrompt = kServingPrompt, kGenerated = kServingGenerated;
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
-    SchedulerOptions so;
-    so.max_sequences = n;
-    so.max_queued = n;
-    so.context = kPrompt + kGenerated + 8;
-    so.prefill_chunk = prefill_chunk;
-    so.speculative = speculative;
-    Scheduler scheduler(model, so);
+    Scheduler scheduler(model, serving_options(n, prefill_chunk, speculative));
     std::vector<double> tps, ttft_ms, stream_rates;  // the last two per request of the timed runs
     for (int r = 0; r <= runs; ++r) {
-      std::mutex m;
-      std::condition_variable cv;
-      int finished = 0;
-      long generated = 0;
-      std::string error;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < n; ++i) {
-        CompletionRequest req;
-        req.prompt = tokens(kPrompt + i, vocab);
-        req.prompt.erase(req.prompt.begin(), req.prompt.begin() + i);  // a distinct prompt per request
-        req.sampling.temperature = 0.0f;
-        req.max_tokens = kGenerated;
-        req.grammar = structured.grammar;
-        if (structured.grammar) req.eos_ids = structured.eos_ids;
-        const SubmitStatus status = scheduler.submit(std::move(req), [&](const StepEvent& e) {
-          if (e.token >= 0) {
-            std::lock_guard<std::mutex> lock(m);
-            ++generated;
-          }
-          if (e.done) {
-            std::lock_guard<std::mutex> lock(m);
-            if (!e.error.empty()) error = e.error;
-            if (r > 0) {
-              ttft_ms.push_back(e.stats.ttft_s * 1e3);
-              stream_rates.push_back(e.stats.decode_tokens_per_s());
-            }
-            ++finished;
-            cv.notify_all();
-          }
-          return true;
-        });
-        check(status == SubmitStatus::Accepted, "--concurrency: the scheduler refused request " + std::to_string(i));
-      }
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [&] { return finished == n; });
-      check(error.empty(), "--concurrency: " + error);
-      if (r > 0) tps.push_back(double(generated) / seconds_since(t0));
+      const ServingRun run = serve_requests(scheduler, n, vocab, structured);
+      if (r == 0) continue;  // the warm-up records the step graphs
+      tps.push_back(double(run.generated) / run.seconds);
+      ttft_ms.insert(ttft_ms.end(), run.ttft_ms.begin(), run.ttft_ms.end());
+      stream_rates.insert(stream_rates.end(), run.stream_rates.begin(), run.stream_rates.end());
     }
     const Stat st = stats(tps);
     const double bytes = step_bytes(n);
@@ -393,6 +413,17 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
                     {"stream_decode_tok_per_s", stats(stream_rates).median}});
   }
   return rows;
+}
+
+// The kernels of one whole serving run of n streams after a warm-up run (CUPTI): the device's
+// idle time between them is what the host adds to the replayed steps (scheduling, sampling,
+// emitting, launching).
+nlohmann::json serving_kernels(Model& model, int vocab, int n, int prefill_chunk) {
+  Scheduler scheduler(model, serving_options(n, prefill_chunk, {}));
+  serve_requests(scheduler, n, vocab, {});
+  nlohmann::json out = traced_steps([&] { serve_requests(scheduler, n, vocab, {}); }, 1, false);
+  out["serving_streams"] = n;
+  return out;
 }
 
 // The CPU's refusals, before any weights are read: what only the CUDA backend measures.
@@ -599,6 +630,7 @@ void run(Args a) {
         for (int ctx : parse_ids(a.contexts, "--decode-context"))
           out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
         out["breakdown"]["graphs"].push_back(batch_graph_kernels(model, config.vocab, a.breakdown_batch));
+        out["breakdown"]["graphs"].push_back(serving_kernels(model, config.vocab, a.breakdown_batch, a.serving_chunk));
         if (!a.speculative.empty()) {  // one whole generation: the verify, head and host gaps together
           const int ctx = parse_ids(a.contexts, "--decode-context").front();
           nlohmann::json g = traced_steps(
