@@ -190,8 +190,7 @@ class CudaBackend final : public Backend {
       moe_route_done_ = alloc_raw<int>(T);
       route_sums_ = alloc_raw<unsigned long long>(c.n_experts + 1);
       moe_decode_act_ = alloc_raw<float>(int64_t(cuda::kGemvMaxTokens) * (k + 1) * inter);
-      moe_rows_ = int((T * k + int64_t(c.n_experts) * cuda::kGemmTileM + cuda::kGemmTileM - 1) / cuda::kGemmTileM *
-                      cuda::kGemmTileM);
+      moe_rows_ = cuda::moe_tiles(int(T), int(k), c.n_experts, /*shared=*/true) * cuda::kGemmTileM;
       moe_counts_ = alloc_raw<int>(c.n_experts);
       moe_row_token_ = alloc_raw<int>(moe_rows_);
       moe_slot_row_ = alloc_raw<int>(T * k);
@@ -721,17 +720,24 @@ class CudaBackend final : public Backend {
     const cuda::ExpertStacks& E = weights_->experts(w);
     const int I = c.moe_intermediate;
     const int64_t istride = (I + 7) / 8 * 8;
-    cuda::moe_plan(moe_ids_, T, k, c.n_experts, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
+    const bool rows_kernel = cuda::expert_rows_suit(T, k, c.n_experts) && cuda::linear_rows_fits(E.gate) &&
+                             cuda::linear_rows_fits(E.up) && cuda::linear_rows_fits(E.down) &&
+                             E.gate.format == E.up.format;
+    const Shared sh = shared_of(w);
+    const cuda::RidingExpert riding{sh.gate, sh.up, sh.down, c.n_experts};
+    const bool rides = rows_kernel && w.has_shared && cuda::expert_rows_carry(E.gate, E.up, E.down, riding);
+    const int tiles = cuda::moe_tiles(T, k, c.n_experts, rides);
+    cuda::moe_plan(moe_ids_, T, k, c.n_experts, rides, moe_rows_, moe_counts_, moe_row_token_, moe_slot_row_,
                    moe_tile_expert_, stream_);
     const Tensor xin = gemm_input(x);
-    if (cuda::expert_rows_suit(T, k, c.n_experts) && cuda::linear_rows_fits(E.gate) && cuda::linear_rows_fits(E.up) &&
-        cuda::linear_rows_fits(E.down) && E.gate.format == E.up.format)
-      cuda::expert_rows(E.gate, E.up, E.down, xin.data, xin.stride, xin.elem_size, T, moe_row_token_, moe_tile_expert_,
-                        cuda::moe_tiles(T, k, c.n_experts), moe_g_, istride, moe_y_, c.hidden, stream_);
+    if (rows_kernel)
+      cuda::expert_rows(E.gate, E.up, E.down, rides ? riding : cuda::RidingExpert{}, xin.data, xin.stride,
+                        xin.elem_size, T, moe_row_token_, moe_tile_expert_, tiles, moe_g_, istride, moe_y_, c.hidden,
+                        stream_);
     else
-      grouped_experts(E, xin, istride, cuda::moe_tiles(T, k, c.n_experts) * cuda::kGemmTileM);
-    const bf16* shared = nullptr;
-    if (w.has_shared) {
+      grouped_experts(E, xin, istride, tiles * cuda::kGemmTileM);
+    const bf16* shared = rides ? moe_y_ : nullptr;  // the riding shared expert's rows are the first
+    if (w.has_shared && !rides) {
       Tensor so{moe_shared_, T, c.hidden, c.hidden, 2};
       mlp(xin, w.shared, so);
       shared = moe_shared_;

@@ -123,9 +123,20 @@ constexpr int kRowsPerExpert = 16;
 inline bool expert_rows_suit(int T, int top_k, int n_experts) {
   return int64_t(T) * top_k <= int64_t(kRowsPerExpert) * n_experts;
 }
-void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const void* x,
-                 int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert, int tiles, bf16* act,
-                 int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s);
+// The shared expert riding in expert_rows' launches: moe_plan gives it the first tiles, marked
+// with entry `entry` (the routed experts' count), and those tiles read these matrices. Its three
+// launches of a few microseconds' weights each would otherwise cost more than all routed experts'
+// latency together. None when `gate` is null.
+struct RidingExpert {
+  const DeviceMatrix *gate = nullptr, *up = nullptr, *down = nullptr;
+  int entry = -1;
+};
+// True where the shared expert can ride with these routed experts: same formats and shapes.
+bool expert_rows_carry(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                       const RidingExpert& shared);
+void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const RidingExpert& shared,
+                 const void* x, int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert,
+                 int tiles, bf16* act, int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s);
 
 // ---- norm_rope.cu --------------------------------------------------------------------------------
 // The residual stream (embedding output, norm input, add target) may be fp32 (elem 4) or bf16 (2).
@@ -333,16 +344,18 @@ bool moe_norm_stageable(const DeviceMatrix& router, const DeviceMatrix* shared_g
                         const DeviceMatrix& up, const DeviceMatrix& down, const DeviceMatrix* s_gate,
                         const DeviceMatrix* s_up, const DeviceMatrix* s_down, int k, int T, int64_t x_stride);
 // Prefill path: builds per-expert row lists on the device (padded to kGemmTileM), returns nothing
-// to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM].
-void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
-              int* tile_expert, cudaStream_t s);
-// The tiles moe_plan fills for T tokens' top-k picks among E experts: every filled tile has a row,
+// to the host. row_token [max_rows], slot_row [T·k], tile_expert [max_rows / kGemmTileM]. With
+// `shared`, rows 0..T-1 (the first tiles, marked expert E) are the T tokens for the shared expert
+// (RidingExpert), the routed experts' tiles after them.
+void moe_plan(const int* ids, int T, int k, int E, bool shared, int max_rows, int* counts, int* row_token,
+              int* slot_row, int* tile_expert, cudaStream_t s);
+// The tiles moe_plan fills for T tokens' top-k picks among E experts: every routed tile has a row,
 // and an expert of c rows fills ceil(c / kGemmTileM), so there are at most min(T·k, T·k / kGemmTileM +
-// min(E, T·k)). Launches over the tiles take this many, not the plan buffer's count (sized for the
-// largest step), which would leave most of their blocks empty.
-inline int moe_tiles(int T, int k, int E) {
+// min(E, T·k)), plus the shared expert's. Launches over the tiles take this many, not the plan
+// buffer's count (sized for the largest step), which would leave most of their blocks empty.
+inline int moe_tiles(int T, int k, int E, bool shared) {
   const int n = T * k;
-  return std::min(n, n / kGemmTileM + std::min(E, n));
+  return std::min(n, n / kGemmTileM + std::min(E, n)) + (shared ? (T + kGemmTileM - 1) / kGemmTileM : 0);
 }
 // out[t] = Σ_j weights[t,j]·y[slot_row[t·k+j]] (+ sgate[t]·shared[t]); with an fp32 `residual`,
 // residual[t] += that sum rounded to bf16 instead (out is not written).

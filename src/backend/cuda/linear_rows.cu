@@ -32,7 +32,9 @@ constexpr int kSmemBudget = 96 * 1024;                                       // 
 constexpr int kMaxSplits = 16;
 
 struct RowsArgs {
-  DeviceMatrix w[2];  // grouped: one matrix, or gate and up
+  DeviceMatrix w[2];       // grouped: one matrix, or gate and up
+  DeviceMatrix shared[2];  // grouped: the same of the shared expert, for tiles of entry shared_entry
+  int shared_entry;        // -1: no shared expert rides
   // Dense: segment s is matrix seg_w[s] into seg_y[s], its row blocks from seg_block0[s] on and
   // its rows from seg_row0[s] on in the split-K workspace (the last entries: the totals).
   DeviceMatrix seg_w[kRowsMaxSegments];
@@ -281,7 +283,8 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
   const int seg = segment_of(a);
   DeviceMatrix w[NM];
 #pragma unroll
-  for (int m = 0; m < NM; ++m) w[m] = a.tile_expert ? a.w[m].entry(e) : by_segment(a.seg_w, seg);
+  for (int m = 0; m < NM; ++m)
+    w[m] = !grouped ? by_segment(a.seg_w, seg) : e == a.shared_entry ? a.shared[m] : a.w[m].entry(e);
   const int row_block = int(blockIdx.x) - (a.tile_expert ? 0 : by_segment(a.seg_block0, seg));
   if (threadIdx.x == 0) n_rows = 0;
   __syncthreads();
@@ -497,15 +500,30 @@ void linear_rows(const DeviceMatrix* const* ws, const GemvOut* outs, int n, cons
   PETREL_LAUNCHED("linear_rows");
 }
 
-void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const void* x,
-                 int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert, int tiles, bf16* act,
-                 int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s) {
+bool expert_rows_carry(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                       const RidingExpert& shared) {
+  const auto same = [](const DeviceMatrix& routed, const DeviceMatrix* s) {
+    return s && s->rows == routed.rows && linear_rows_share(routed, *s);
+  };
+  return same(gate, shared.gate) && same(up, shared.up) && same(down, shared.down);
+}
+
+void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, const RidingExpert& shared,
+                 const void* x, int64_t x_stride, int x_elem, int T, const int* row_token, const int* tile_expert,
+                 int tiles, bf16* act, int64_t act_stride, bf16* y, int64_t y_stride, cudaStream_t s) {
   check(T >= 1 && gate.format == up.format && linear_rows_fits(gate) && linear_rows_fits(up) &&
             linear_rows_fits(down) && x_stride % 8 == 0 && act_stride % 8 == 0,
         "CUDA expert_rows: takes 4-bit, 8-bit, FP8, IQ4 or bf16 experts");
+  check(!shared.gate || (shared.entry >= gate.count && expert_rows_carry(gate, up, down, shared)),
+        "CUDA expert_rows: a shared expert rides only in the routed experts' formats and shapes");
   RowsArgs a{};
   a.w[0] = gate;
   a.w[1] = up;
+  a.shared_entry = shared.gate ? shared.entry : -1;
+  if (shared.gate) {
+    a.shared[0] = *shared.gate;
+    a.shared[1] = *shared.up;
+  }
   a.x = x;
   a.x_stride = x_stride;
   a.x_elem = x_elem;
@@ -516,6 +534,7 @@ void expert_rows(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceM
   PETREL_LAUNCHED("expert_rows (gate+up)");
   RowsArgs d = a;
   d.w[0] = d.w[1] = down;
+  if (shared.gate) d.shared[0] = d.shared[1] = *shared.down;
   d.x = act;
   d.x_stride = act_stride;
   d.x_elem = 2;

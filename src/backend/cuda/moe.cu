@@ -737,26 +737,30 @@ __device__ int block_exclusive_scan(int v, int* total) {
 
 // One block: per-expert counts, segments padded to the GEMM tile (an expert per thread), then each
 // assignment's row.
-__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int T, int k, int E, int max_rows,
-                                                            int* counts, int* row_token, int* slot_row,
+// With `shared_rows` (T or 0), the shared expert's rows come first: token t in row t, its tiles
+// marked expert E.
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int* ids, int T, int k, int E, int shared_rows,
+                                                            int max_rows, int* counts, int* row_token, int* slot_row,
                                                             int* tile_expert) {
   __shared__ int count[kMaxExperts], cursor[kMaxExperts], used;
   pdl_enter();
   const int n = T * k, e = threadIdx.x;
+  const int base = (shared_rows + kGemmTileM - 1) / kGemmTileM * kGemmTileM;  // the routed experts' first row
   if (e < E) count[e] = 0;
-  for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = -1;
+  for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = r < shared_rows ? r : -1;
+  for (int tile = threadIdx.x; tile < base / kGemmTileM; tile += blockDim.x) tile_expert[tile] = E;
   __syncthreads();
   for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&count[ids[a]], 1);
   __syncthreads();
   const int padded = e < E ? (count[e] + kGemmTileM - 1) / kGemmTileM * kGemmTileM : 0;
-  const int offset = block_exclusive_scan(padded, &used);
+  const int offset = base + block_exclusive_scan(padded, &used);
   if (e < E) {
     cursor[e] = offset;
     counts[e] = count[e];
     for (int tile = offset / kGemmTileM; tile < (offset + padded) / kGemmTileM; ++tile) tile_expert[tile] = e;
   }
   __syncthreads();
-  for (int tile = used / kGemmTileM + threadIdx.x; tile < max_rows / kGemmTileM; tile += blockDim.x)
+  for (int tile = (base + used) / kGemmTileM + threadIdx.x; tile < max_rows / kGemmTileM; tile += blockDim.x)
     tile_expert[tile] = -1;
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int p = atomicAdd(&cursor[ids[a]], 1);
@@ -881,10 +885,12 @@ void route_columns(const DeviceMatrix& router, const DeviceMatrix* shared_gate, 
   PETREL_LAUNCHED("route_columns");
 }
 
-void moe_plan(const int* ids, int T, int k, int E, int max_rows, int* counts, int* row_token, int* slot_row,
-              int* tile_expert, cudaStream_t s) {
-  launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), 0, s, ids, T, k, E, max_rows, counts, row_token, slot_row,
-             tile_expert);
+void moe_plan(const int* ids, int T, int k, int E, bool shared, int max_rows, int* counts, int* row_token,
+              int* slot_row, int* tile_expert, cudaStream_t s) {
+  check(moe_tiles(T, k, E, shared) * kGemmTileM <= max_rows,
+        "CUDA moe_plan: " + std::to_string(max_rows) + " rows cannot hold the tiles of " + std::to_string(T) + " tokens");
+  launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), 0, s, ids, T, k, E, shared ? T : 0, max_rows, counts, row_token,
+             slot_row, tile_expert);
   PETREL_LAUNCHED("moe_plan");
 }
 
