@@ -45,6 +45,7 @@ struct Args {
   MultiTurnOptions turns;
   int cache_host_mb = -1;  // --multi-turn's --prefix-cache-host-mb; -1: by device, as petrel serve
   int serving_chunk = 512;  // prompt tokens a serving step carries
+  int serving_burst = SchedulerOptions{}.prefill_burst;  // and while no stream decodes
   ArrivalOptions arrival{.prompt_tokens = 0};  // --arrivals: off unless given a prompt length
   std::string speculative;  // "", "mtp" or "ngram"
   int draft = 0;            // 0: the source's default
@@ -370,12 +371,18 @@ ServingRun serve_requests(Scheduler& scheduler, int n, int vocab, const Structur
   return run;
 }
 
-SchedulerOptions serving_options(int n, int prefill_chunk, const SpeculativeOptions& speculative) {
+// The prompt tokens a serving step carries beside decode rows, and while none decodes.
+struct ServingSteps {
+  int chunk = 0, burst = 0;
+};
+
+SchedulerOptions serving_options(int n, const ServingSteps& steps, const SpeculativeOptions& speculative) {
   SchedulerOptions so;
   so.max_sequences = n;
   so.max_queued = n;
   so.context = kServingPrompt + kServingGenerated + 8;
-  so.prefill_chunk = prefill_chunk;
+  so.prefill_chunk = steps.chunk;
+  so.prefill_burst = steps.burst;
   so.speculative = speculative;
   return so;
 }
@@ -386,12 +393,12 @@ SchedulerOptions serving_options(int n, int prefill_chunk, const SpeculativeOpti
 // the scheduler's speculative decoding when `speculative` drafts, held to `structured`'s grammar
 // when it has one (an answer may then end early: the tokens generated are counted).
 nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int>& concurrency, int runs,
-                                  int prefill_chunk, const SpeculativeOptions& speculative,
+                                  const ServingSteps& steps, const SpeculativeOptions& speculative,
                                   const std::function<double(int)>& step_bytes, double bandwidth,
                                   const StructuredRequests& structured = {}) {
   nlohmann::json rows = nlohmann::json::array();
   for (int n : concurrency) {
-    Scheduler scheduler(model, serving_options(n, prefill_chunk, speculative));
+    Scheduler scheduler(model, serving_options(n, steps, speculative));
     std::vector<double> tps, ttft_ms, stream_rates;  // the last two per request of the timed runs
     for (int r = 0; r <= runs; ++r) {
       const ServingRun run = serve_requests(scheduler, n, vocab, structured);
@@ -418,8 +425,8 @@ nlohmann::json serving_throughput(Model& model, int vocab, const std::vector<int
 // The kernels of one whole serving run of n streams after a warm-up run (CUPTI): the device's
 // idle time between them is what the host adds to the replayed steps (scheduling, sampling,
 // emitting, launching).
-nlohmann::json serving_kernels(Model& model, int vocab, int n, int prefill_chunk) {
-  Scheduler scheduler(model, serving_options(n, prefill_chunk, {}));
+nlohmann::json serving_kernels(Model& model, int vocab, int n, const ServingSteps& steps) {
+  Scheduler scheduler(model, serving_options(n, steps, {}));
   serve_requests(scheduler, n, vocab, {});
   nlohmann::json out = traced_steps([&] { serve_requests(scheduler, n, vocab, {}); }, 1, false);
   out["serving_streams"] = n;
@@ -608,13 +615,14 @@ void run(Args a) {
   }
   if (!a.concurrency.empty())
     out["serving"] = serving_throughput(
-        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, a.serving_chunk,
+        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, {a.serving_chunk, a.serving_burst},
         a.speculative.empty() ? SpeculativeOptions{} : spec.speculative,
         [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
         bandwidth);
   if (structured.grammar)
     out["serving_structured"] = serving_throughput(
-        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, a.serving_chunk, SpeculativeOptions{},
+        model, config.vocab, parse_ids(a.concurrency, "--concurrency"), a.runs, {a.serving_chunk, a.serving_burst},
+        SpeculativeOptions{},
         [&](int n) { return decode_bytes(config, weights, where, kServingPrompt + kServingGenerated / 2, n); },
         bandwidth, structured);
   if (a.arrival.prompt_tokens > 0)
@@ -630,7 +638,8 @@ void run(Args a) {
         for (int ctx : parse_ids(a.contexts, "--decode-context"))
           out["breakdown"]["graphs"].push_back(graph_kernels(model, config.vocab, ctx));
         out["breakdown"]["graphs"].push_back(batch_graph_kernels(model, config.vocab, a.breakdown_batch));
-        out["breakdown"]["graphs"].push_back(serving_kernels(model, config.vocab, a.breakdown_batch, a.serving_chunk));
+        out["breakdown"]["graphs"].push_back(
+            serving_kernels(model, config.vocab, a.breakdown_batch, {a.serving_chunk, a.serving_burst}));
         if (!a.speculative.empty()) {  // one whole generation: the verify, head and host gaps together
           const int ctx = parse_ids(a.contexts, "--decode-context").front();
           nlohmann::json g = traced_steps(
@@ -732,6 +741,11 @@ void add(CLI::App& app) {
                   "(128-token prompts, 128 tokens each; with --speculative mtp, as petrel serve --speculative mtp)");
   cmd->add_option("--serving-chunk", a.serving_chunk,
                   "Prompt tokens a serving step carries beside its decode rows (--concurrency, --arrivals)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--serving-burst", a.serving_burst,
+                  "Prompt tokens a serving step reads while no stream decodes (--concurrency; as petrel serve "
+                  "--prefill-burst)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--arrivals", a.arrival.prompt_tokens,

@@ -149,6 +149,9 @@ void add(CLI::App& app) {
       ->capture_default_str()->check(integer_in(1));
   cmd->add_option("--chunk", a.serve.scheduler.prefill_chunk, "Prompt tokens a decode step carries")
       ->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--prefill-burst", a.serve.scheduler.prefill_burst,
+                  "Prompt tokens a step reads while no sequence decodes (prompts that wait together)")
+      ->capture_default_str()->check(integer_in(1));
   cmd->add_option_function<int>(
          "--prefix-cache-mb",
          [](int mb) { a.serve.scheduler.prefix_cache.budget_bytes = size_t(mb) << 20; },
@@ -198,9 +201,9 @@ void add(CLI::App& app) {
     check(a.serve.max_tokens == -1 || a.serve.max_tokens > 0,
           "--max-tokens: expected a positive count or -1 (no limit), found " + std::to_string(a.serve.max_tokens));
     // The model's chunk holds a prompt piece beside one decode row per sequence (Scheduler::step),
-    // or a verify step: the pending token and the draft.
-    a.serve.load.max_chunk = std::max(a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences,
-                                      a.serve.scheduler.speculative.draft + 1);
+    // the prompts a step reads while none decodes, or a verify step: the pending token and the draft.
+    a.serve.load.max_chunk = std::max({a.serve.scheduler.prefill_chunk + a.serve.scheduler.max_sequences,
+                                       a.serve.scheduler.prefill_burst, a.serve.scheduler.speculative.draft + 1});
     const int host_mb = a.prefix_cache_host_mb >= 0 ? a.prefix_cache_host_mb
                                                     : prefix_cache_host_default_mb(a.serve.load.device);
     a.serve.scheduler.prefix_cache.host_budget_bytes = size_t(host_mb) << 20;

@@ -392,14 +392,16 @@ void Scheduler::Impl::step() {
 }
 
 // The next pieces of the prompts being read, oldest first, while their tokens fit the prefill
-// chunk and, with `beside_rows` decode rows, the model's rows.
+// chunk (the burst when no row decodes) and, with `beside_rows` decode rows, the model's rows.
 std::vector<Scheduler::Impl::Reading> Scheduler::Impl::readings(size_t beside_rows) const {
   std::vector<Reading> out;
+  const size_t budget = size_t(beside_rows == 0 ? std::max(options.prefill_burst, options.prefill_chunk)
+                                                : options.prefill_chunk);
   size_t tokens = 0;
   for (const auto& r : running) {
     if (!r->prefilling()) continue;
     const std::span<const int32_t> piece = next_piece(*r);
-    if (tokens + piece.size() > size_t(options.prefill_chunk) ||
+    if (tokens + piece.size() > budget ||
         beside_rows + tokens + piece.size() > size_t(model.max_batch()))
       break;
     out.push_back({r.get(), piece});

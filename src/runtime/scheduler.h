@@ -32,6 +32,11 @@ struct SchedulerOptions {
   // first. They ride in the decode step when they fit the model's rows (Model::max_batch) beside
   // it, else the oldest prompt's piece runs as a step of its own.
   int prefill_chunk = 256;
+  // Prompt tokens a step may carry while no sequence decodes (no stream to hold back): prompts that
+  // wait together are read in fewer, fuller steps, each still cut at prefill_chunk multiples, so
+  // every prompt is fed in the same pieces as alone. Capped by the model's rows; at least
+  // prefill_chunk.
+  int prefill_burst = 2048;
   // Sample each row where the logits are when the backend offers a DeviceSampler (only the token
   // id, and the rows of requests that want logprobs, reach the host); false samples every row on
   // the host with the CPU Sampler.
