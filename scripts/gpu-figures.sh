@@ -36,7 +36,10 @@ step 60 tests 4 build-gpu/tests/petrel_tests --gtest_brief=1 \
 # The serving figures count each request's 128-token prompt: prefill T=128 prices it.
 step 60 serving 8 $P bench --synthetic qwen3.5-35b-a3b --prefill 16,128 --decode-context 0 --weights int4 --runs 3 \
   --concurrency 1,8,32,64
-step 60 breakdown 80 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
+# The same without the prefill burst (a step reads no more prompt tokens with no row decoding).
+step 60 serving-noburst 3 $P bench --synthetic qwen3.5-35b-a3b --prefill 16 --decode-context 0 --weights int4 --runs 3 \
+  --concurrency 32,64 --serving-burst 512
+step 60 breakdown 110 $P bench "${S[@]}" --weights int4 --runs 1 --breakdown --breakdown-batch 32
 step 60 mtp-k2 30 $P bench "${S[@]}" --weights int4 --runs 3 --speculative mtp --draft-tokens 2 --draft-accept-rate 1 \
   --breakdown
 step 60 mtp-k3 4 $P bench "${S[@]}" --weights int4 --runs 3 --speculative mtp --draft-tokens 3 --draft-accept-rate 1
