@@ -124,9 +124,9 @@ inline bool expert_rows_suit(int T, int top_k, int n_experts) {
   return int64_t(T) * top_k <= int64_t(kRowsPerExpert) * n_experts;
 }
 // The shared expert riding in expert_rows' launches: moe_plan gives it the first tiles, marked
-// with entry `entry` (the routed experts' count), and those tiles read these matrices. Its three
-// launches of a few microseconds' weights each would otherwise cost more than all routed experts'
-// latency together. None when `gate` is null.
+// with entry `entry` (the routed experts' count), and those tiles read these matrices. Its own
+// launches (gate and up, SiLU·mul, down) would each pay a launch's whole latency chain for a few
+// microseconds of weights. None when `gate` is null.
 struct RidingExpert {
   const DeviceMatrix *gate = nullptr, *up = nullptr, *down = nullptr;
   int entry = -1;

@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const RowsArgs a)
 #pragma unroll
   for (int m = 0; m < NM; ++m)
     w[m] = !grouped ? by_segment(a.seg_w, seg) : e == a.shared_entry ? a.shared[m] : a.w[m].entry(e);
-  const int row_block = int(blockIdx.x) - (a.tile_expert ? 0 : by_segment(a.seg_block0, seg));
+  const int row_block = int(blockIdx.x) - (grouped ? 0 : by_segment(a.seg_block0, seg));
   if (threadIdx.x == 0) n_rows = 0;
   __syncthreads();
   if (threadIdx.x < kGemmTileM) {
