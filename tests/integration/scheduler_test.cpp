@@ -195,62 +195,53 @@ CompletionRequest long_request(int vocab) {
   return r;
 }
 
+// Submits `first`, holds the scheduler at its first token while `waiting` queue, then drains it:
+// every request must give what it gives alone. Returns the metrics at the end.
+SchedulerMetrics run_held_then_waiting(Model& model, const SchedulerOptions& o, const CompletionRequest& first,
+                                       const std::vector<CompletionRequest>& waiting) {
+  Scheduler scheduler(model, o);
+  Collector held;
+  std::vector<Collector> got(waiting.size());
+  Gate gate;
+  EXPECT_EQ(scheduler.submit(first, held.callback(gate.at_event(1))), SubmitStatus::Accepted);
+  gate.wait_arrival();
+  for (size_t i = 0; i < waiting.size(); ++i)
+    EXPECT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
+  gate.release();
+  scheduler.shutdown(true);
+  expect_finish(held.answer(), run_alone(model, first));
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    SCOPED_TRACE("waiting request " + std::to_string(i));
+    expect_finish(got[i].answer(), run_alone(model, waiting[i]));
+  }
+  return scheduler.metrics();
+}
+
 // Prompts that wait together are read in one step beside the decoding row (their 15 tokens fit the
-// 64-token prefill chunk), and each request still gives what it gives alone.
+// 64-token prefill chunk).
 TEST(Scheduler, PromptsWaitingTogetherAreReadInOneStep) {
   Loaded m("qwen35moe-vlm-fused");
-  Scheduler scheduler(*m.model, options(4));
   const CompletionRequest first = request(3, m.vocab(), greedy());  // a 20-token prompt
   std::vector<CompletionRequest> waiting;
   for (int i : {0, 8, 16}) waiting.push_back(request(i, m.vocab(), greedy()));  // 1, 5 and 9 tokens
-  Collector running;
-  std::vector<Collector> got(waiting.size());
-  Gate gate;
-  ASSERT_EQ(scheduler.submit(first, running.callback(gate.at_event(1))), SubmitStatus::Accepted);
-  gate.wait_arrival();  // the scheduler holds at the first request's first token
-  for (size_t i = 0; i < waiting.size(); ++i)
-    ASSERT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
-  gate.release();
-  scheduler.shutdown(true);
-  expect_finish(running.answer(), run_alone(*m.model, first));
-  for (size_t i = 0; i < waiting.size(); ++i) {
-    SCOPED_TRACE("waiting request " + std::to_string(i));
-    expect_finish(got[i].answer(), run_alone(*m.model, waiting[i]));
-  }
-  const SchedulerMetrics after = scheduler.metrics();
+  const SchedulerMetrics after = run_held_then_waiting(*m.model, options(4), first, waiting);
   EXPECT_EQ(after.prompt_pieces, 4u);
   EXPECT_EQ(after.prompt_steps, 2u) << "the first prompt alone, then the three waiting ones together";
 }
 
 // With no row decoding, the prompts that wait together are read in one step of up to the burst
-// (194 tokens here, over three times the 64-token chunk; each prompt within a chunk), and each
-// request still gives what it gives alone. The first request ends at its first token, holding the
-// scheduler while the others queue.
+// (194 tokens here, over three times the 64-token chunk; each prompt within a chunk). The first
+// request ends at its first token, so none decodes when the others are read.
 TEST(Scheduler, PromptsWaitingWithNoRowDecodingAreReadInABurst) {
   constexpr int kBurst = 256;
   test::CpuFixture m("qwen35moe-vlm-fused", kBurst);
   SchedulerOptions o = options(4);
   o.prefill_burst = kBurst;
-  Scheduler scheduler(*m.model, o);
   CompletionRequest first = request(3, m.vocab(), greedy());
   first.max_tokens = 1;
   std::vector<CompletionRequest> waiting;
   for (int i : {1, 9, 14, 6}) waiting.push_back(request(i, m.vocab(), greedy()));  // 54, 58, 43 and 39 tokens
-  Collector ended;
-  std::vector<Collector> got(waiting.size());
-  Gate gate;
-  ASSERT_EQ(scheduler.submit(first, ended.callback(gate.at_event(1))), SubmitStatus::Accepted);
-  gate.wait_arrival();
-  for (size_t i = 0; i < waiting.size(); ++i)
-    ASSERT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
-  gate.release();
-  scheduler.shutdown(true);
-  expect_finish(ended.answer(), run_alone(*m.model, first));
-  for (size_t i = 0; i < waiting.size(); ++i) {
-    SCOPED_TRACE("waiting request " + std::to_string(i));
-    expect_finish(got[i].answer(), run_alone(*m.model, waiting[i]));
-  }
-  const SchedulerMetrics after = scheduler.metrics();
+  const SchedulerMetrics after = run_held_then_waiting(*m.model, o, first, waiting);
   EXPECT_EQ(after.prompt_pieces, 5u);
   EXPECT_EQ(after.prompt_steps, 2u) << "the first prompt alone, then the four waiting ones together";
 }
