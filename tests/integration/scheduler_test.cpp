@@ -196,17 +196,17 @@ CompletionRequest long_request(int vocab) {
 }
 
 // Submits `first`, holds the scheduler at its first token while `waiting` queue, then drains it:
-// every request must give what it gives alone. Returns the metrics at the end.
-SchedulerMetrics run_held_then_waiting(Model& model, const SchedulerOptions& o, const CompletionRequest& first,
-                                       const std::vector<CompletionRequest>& waiting) {
+// every request must give what it gives alone. `after` gets the metrics at the end.
+void run_held_then_waiting(Model& model, const SchedulerOptions& o, const CompletionRequest& first,
+                           const std::vector<CompletionRequest>& waiting, SchedulerMetrics& after) {
   Scheduler scheduler(model, o);
   Collector held;
   std::vector<Collector> got(waiting.size());
   Gate gate;
-  EXPECT_EQ(scheduler.submit(first, held.callback(gate.at_event(1))), SubmitStatus::Accepted);
-  gate.wait_arrival();
+  ASSERT_EQ(scheduler.submit(first, held.callback(gate.at_event(1))), SubmitStatus::Accepted);
+  gate.wait_arrival();  // the scheduler holds at the first request's first token
   for (size_t i = 0; i < waiting.size(); ++i)
-    EXPECT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
+    ASSERT_EQ(scheduler.submit(waiting[i], got[i].callback()), SubmitStatus::Accepted);
   gate.release();
   scheduler.shutdown(true);
   expect_finish(held.answer(), run_alone(model, first));
@@ -214,7 +214,7 @@ SchedulerMetrics run_held_then_waiting(Model& model, const SchedulerOptions& o, 
     SCOPED_TRACE("waiting request " + std::to_string(i));
     expect_finish(got[i].answer(), run_alone(model, waiting[i]));
   }
-  return scheduler.metrics();
+  after = scheduler.metrics();
 }
 
 // Prompts that wait together are read in one step beside the decoding row (their 15 tokens fit the
@@ -224,7 +224,8 @@ TEST(Scheduler, PromptsWaitingTogetherAreReadInOneStep) {
   const CompletionRequest first = request(3, m.vocab(), greedy());  // a 20-token prompt
   std::vector<CompletionRequest> waiting;
   for (int i : {0, 8, 16}) waiting.push_back(request(i, m.vocab(), greedy()));  // 1, 5 and 9 tokens
-  const SchedulerMetrics after = run_held_then_waiting(*m.model, options(4), first, waiting);
+  SchedulerMetrics after;
+  ASSERT_NO_FATAL_FAILURE(run_held_then_waiting(*m.model, options(4), first, waiting, after));
   EXPECT_EQ(after.prompt_pieces, 4u);
   EXPECT_EQ(after.prompt_steps, 2u) << "the first prompt alone, then the three waiting ones together";
 }
@@ -241,7 +242,8 @@ TEST(Scheduler, PromptsWaitingWithNoRowDecodingAreReadInABurst) {
   first.max_tokens = 1;
   std::vector<CompletionRequest> waiting;
   for (int i : {1, 9, 14, 6}) waiting.push_back(request(i, m.vocab(), greedy()));  // 54, 58, 43 and 39 tokens
-  const SchedulerMetrics after = run_held_then_waiting(*m.model, o, first, waiting);
+  SchedulerMetrics after;
+  ASSERT_NO_FATAL_FAILURE(run_held_then_waiting(*m.model, o, first, waiting, after));
   EXPECT_EQ(after.prompt_pieces, 5u);
   EXPECT_EQ(after.prompt_steps, 2u) << "the first prompt alone, then the four waiting ones together";
 }
